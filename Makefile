@@ -1,0 +1,51 @@
+# One entry point for readers, authors and CI. `make help` lists the targets.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# pytest workers; notebooks stay whole on one worker (--dist loadfile)
+JOBS   ?= 2
+
+.PHONY: help env book test lint pytest notebooks bench serve clean
+
+help:
+	@echo "make book       create $(VENV), install, build the HTML book into _build/html"
+	@echo "make test       create $(VENV), install, run ruff, every test (unit, distributed,"
+	@echo "                nbval on all notebooks) and the book build with warnings as errors"
+	@echo "make notebooks  re-execute every notebook in place on the current backend"
+	@echo "make bench      run the benchmarks and write JSON to results/"
+	@echo "make serve      serve the built book on http://localhost:8000"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+env: $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@echo "The book is built: open $(CURDIR)/_build/html/index.html (or run: make serve)"
+
+lint: $(STAMP)
+	$(BIN)/ruff check gpudl tests book/_ext
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
+	    --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 300 tests notebooks
+
+test: lint pytest book
+
+notebooks: $(STAMP)
+	$(BIN)/python -m gpudl notebooks
+
+bench: $(STAMP)
+	$(BIN)/python -m gpudl bench all
+
+serve:
+	$(PYTHON) -m http.server --directory _build/html 8000
+
+clean:
+	rm -rf _build $(VENV)

@@ -1,0 +1,127 @@
+"""Command-line entry points: ``python -m gpudl <command>``.
+
+Book section: *Preface* and README, "Commands".
+
+* ``python -m gpudl info`` prints the backend and the device's facts.
+* ``python -m gpudl bench TOPIC`` runs a chapter's benchmarks and writes
+  ``results/TOPIC-<backend>.json`` (``all`` runs every topic).
+* ``python -m gpudl notebooks [NAME ...]`` re-executes notebooks in place on the current
+  backend, printing progress cell by cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import gpudl  # noqa: F401  (decides the backend before anything imports numba)
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def _bench_elementwise() -> dict:
+    from gpudl.bench import bench_elementwise
+
+    return bench_elementwise()
+
+
+def _bench_allreduce() -> dict:
+    from gpudl.parallel.comms import allreduce_bandwidth
+
+    rows = []
+    for world_size in (2, 4):
+        print(f"all-reduce benchmark, world size {world_size} ...", flush=True)
+        rows.extend(allreduce_bandwidth(world_size=world_size))
+    return {"allreduce": rows}
+
+
+BENCHMARKS: dict[str, Callable[[], dict]] = {
+    "elementwise": _bench_elementwise,
+    "allreduce": _bench_allreduce,
+}
+
+
+def bench(topic: str, directory: Path) -> list[Path]:
+    """Run the benchmarks of ``topic`` (or ``all``) and write their JSON files."""
+    from gpudl.bench import write_results
+
+    if topic != "all" and topic not in BENCHMARKS:
+        raise SystemExit(f"unknown topic {topic!r}; choose from {['all', *BENCHMARKS]}")
+    topics = list(BENCHMARKS) if topic == "all" else [topic]
+    written = []
+    for name in topics:
+        print(f"== benchmark {name} ({gpudl.backend.name()}) ==", flush=True)
+        path = write_results(name, BENCHMARKS[name](), directory=directory)
+        print(f"wrote {path}", flush=True)
+        written.append(path)
+    return written
+
+
+def execute_notebooks(names: list[str], timeout: int = 1800) -> None:
+    """Execute notebooks in place with their outputs stored, printing progress."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    if names:
+        paths = [p for p in paths if any(p.name.startswith(n) or p.stem == n for n in names)]
+        if not paths:
+            raise SystemExit(f"no notebook in {NOTEBOOKS} matches {names}")
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        n_code = sum(c.cell_type == "code" for c in nb.cells)
+        done = {"n": 0, "t": time.perf_counter()}
+        print(f"== {path.name}: {n_code} code cells on the {gpudl.backend.name()} backend ==")
+
+        def on_cell_executed(cell, cell_index, execute_reply, done=done, n_code=n_code):
+            if cell.cell_type != "code":
+                return
+            done["n"] += 1
+            elapsed = time.perf_counter() - done["t"]
+            print(f"  cell {done['n']}/{n_code} done ({elapsed:.1f} s so far)", flush=True)
+
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(NOTEBOOKS)}},
+            record_timing=False,
+            on_cell_executed=on_cell_executed,
+        )
+        client.execute()
+        nbformat.write(nb, path)
+        print(f"  wrote {path} in {time.perf_counter() - done['t']:.1f} s", flush=True)
+
+
+def info() -> None:
+    """Print the backend and the device's facts."""
+    from gpudl.hardware import describe
+
+    print(f"backend: {gpudl.backend.name()}")
+    print(describe().summary())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gpudl", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="print the backend and the device's facts")
+    p_bench = sub.add_parser("bench", help="run benchmarks, write results/TOPIC-BACKEND.json")
+    p_bench.add_argument("topic", choices=["all", *BENCHMARKS])
+    p_bench.add_argument("--results", type=Path, default=ROOT / "results")
+    p_nb = sub.add_parser("notebooks", help="re-execute notebooks in place")
+    p_nb.add_argument("names", nargs="*", help="notebook names or prefixes (default: all)")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        info()
+    elif args.command == "bench":
+        bench(args.topic, args.results)
+    else:
+        execute_notebooks(args.names)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

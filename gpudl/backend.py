@@ -1,0 +1,296 @@
+"""Choose the backend once: a real CUDA GPU, or Numba's CUDA simulator.
+
+Book section: *Preface, "Three ways to run this book"* and *Chapter 1, "Two backends, one
+code path"*.
+
+The choice is made when :mod:`gpudl` is first imported, **before numba is imported anywhere**,
+because numba reads ``NUMBA_ENABLE_CUDASIM`` only at its own first import:
+
+* ``GPUDL_BACKEND=cuda`` or ``GPUDL_BACKEND=simulator`` forces a backend;
+* otherwise the CUDA driver is asked (through ``ctypes``, without importing numba) whether it
+  sees a GPU; if it does not, the simulator is switched on.
+
+On the simulator, this module also supplies the warp-level intrinsics the simulator lacks
+(``shfl_sync``, ``shfl_up_sync``, ``shfl_down_sync``, ``shfl_xor_sync``, ``syncwarp``,
+``all_sync``, ``any_sync``, ``ballot_sync``) with real per-warp semantics: the threads of a
+warp meet at a rendezvous, exchange values, and a lane that has exited while others wait for
+it raises an error instead of hanging. They are never installed when a real GPU is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from typing import TypeVar
+
+__all__ = ["name", "pick", "is_simulator", "WARP_SIZE"]
+
+WARP_SIZE = 32
+_VALID = ("cuda", "simulator")
+T = TypeVar("T")
+
+
+def _driver_sees_a_gpu() -> bool:
+    """Ask the CUDA driver, without numba, whether any GPU is present."""
+    for lib_name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(lib_name)
+        except OSError:
+            continue
+        if lib.cuInit(0) != 0:
+            return False
+        count = ctypes.c_int(0)
+        if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return False
+        return count.value > 0
+    return False
+
+
+def _decide() -> str:
+    requested = os.environ.get("GPUDL_BACKEND", "").strip().lower()
+    if requested and requested not in _VALID:
+        raise ValueError(
+            f"GPUDL_BACKEND must be one of {_VALID} (or unset), got {requested!r}"
+        )
+    numba_loaded = "numba" in sys.modules
+    if numba_loaded:
+        import numba
+
+        loaded_as = "simulator" if numba.config.ENABLE_CUDASIM else "cuda"
+        wanted = requested or ("cuda" if _driver_sees_a_gpu() else "simulator")
+        if wanted != loaded_as:
+            raise RuntimeError(
+                f"numba was imported before gpudl with the {loaded_as!r} CUDA target, but gpudl "
+                f"needs the {wanted!r} backend. numba reads NUMBA_ENABLE_CUDASIM only at its first "
+                "import: import gpudl before numba (or set NUMBA_ENABLE_CUDASIM="
+                f"{'1' if wanted == 'simulator' else '0'} before starting Python)."
+            )
+        return loaded_as
+    if requested == "cuda" and not _driver_sees_a_gpu():
+        raise RuntimeError(
+            "GPUDL_BACKEND=cuda was requested but the CUDA driver reports no GPU; "
+            "unset GPUDL_BACKEND (or set it to 'simulator') to run on the CPU"
+        )
+    chosen = requested or ("cuda" if _driver_sees_a_gpu() else "simulator")
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if chosen == "simulator" else "0"
+    # Numba prints performance warnings on a GPU that the simulator never prints; they would
+    # make a notebook's stored outputs differ between backends.
+    os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+    os.environ.setdefault("NUMBA_CUDA_WARN_ON_IMPLICIT_COPY", "0")
+    return chosen
+
+
+_NAME = _decide()
+
+
+def name() -> str:
+    """Return the backend in use: ``"cuda"`` or ``"simulator"``."""
+    return _NAME
+
+
+def is_simulator() -> bool:
+    """True when kernels run on Numba's CUDA simulator (on the CPU)."""
+    return _NAME == "simulator"
+
+
+def pick(*, gpu: T, sim: T) -> T:
+    """Pick a problem size (or any setting) for the backend in use.
+
+    ``pick(gpu=1 << 26, sim=3000)`` returns the first on a GPU and the second on the
+    simulator, which runs each CUDA thread as a Python thread and is about a million times
+    slower.
+    """
+    return gpu if _NAME == "cuda" else sim
+
+
+# --------------------------------------------------------------------------------------------
+# Warp intrinsics for the simulator.
+# --------------------------------------------------------------------------------------------
+
+_FULL_MASK = 0xFFFFFFFF
+_POLL_S = 0.002
+
+
+class WarpDivergenceError(RuntimeError):
+    """A warp-level intrinsic waited for a lane that has exited or cannot take part."""
+
+
+class _Rendezvous:
+    """One warp's meeting point: lanes in a mask deposit a value and read the others'."""
+
+    def __init__(self, manager: object, warp: int) -> None:
+        self.manager = manager
+        self.warp = warp
+        self.cond = threading.Condition()
+        self.slots: dict[int, dict[int, object]] = {}  # generation -> lane -> value
+        self.arrived: dict[int, int] = {}  # generation -> number of lanes arrived
+        self.left: dict[int, int] = {}  # generation -> number of lanes that read
+        self.lane_gen: dict[tuple[int, int], int] = {}  # (mask, lane) -> calls made
+
+    def exchange(self, mask: int, lane: int, value: object) -> dict[int, object]:
+        participants = _participants(self.manager, self.warp, mask, lane)
+        with self.cond:
+            n_calls = self.lane_gen.get((mask, lane), 0)
+            self.lane_gen[(mask, lane)] = n_calls + 1
+            key = (mask, n_calls)
+            slots = self.slots.setdefault(key, {})
+            slots[lane] = value
+            self.arrived[key] = self.arrived.get(key, 0) + 1
+            self.cond.notify_all()
+            while self.arrived[key] < len(participants):
+                self.cond.wait(_POLL_S)
+                if self.arrived[key] < len(participants):
+                    _check_waiting(self.manager, self.warp, participants, slots)
+            values = dict(slots)
+            self.left[key] = self.left.get(key, 0) + 1
+            if self.left[key] == len(participants):
+                del self.slots[key], self.arrived[key], self.left[key]
+            return values
+
+
+def _exited(manager: object, thread_id: int) -> bool:
+    """True if the simulated thread ``thread_id`` of this block has started and finished."""
+    thread = manager.__dict__.get("_gpudl_threads", {}).get(thread_id)
+    return thread is not None and thread._started.is_set() and not thread.is_alive()
+
+
+def _lanes_in_block(manager: object, warp: int) -> set[int]:
+    bx, by, bz = manager._block_dim  # type: ignore[attr-defined]
+    n_threads = bx * by * bz
+    first = warp * WARP_SIZE
+    return {lane for lane in range(WARP_SIZE) if first + lane < n_threads}
+
+
+def _participants(manager: object, warp: int, mask: int, lane: int) -> set[int]:
+    if not 0 <= mask <= _FULL_MASK:
+        raise ValueError(f"warp mask must be a 32-bit unsigned value, got {mask!r}")
+    if not (mask >> lane) & 1:
+        raise WarpDivergenceError(
+            f"lane {lane} of warp {warp} called a warp intrinsic with mask {mask:#010x}, "
+            "which does not include that lane"
+        )
+    return {ln for ln in _lanes_in_block(manager, warp) if (mask >> ln) & 1}
+
+
+def _check_waiting(manager: object, warp: int, participants: set[int], slots: dict) -> None:
+    me = threading.current_thread()
+    if getattr(me, "abort", False):
+        raise RuntimeError("another thread of the block failed; aborting warp intrinsic")
+    missing = [
+        ln for ln in participants
+        if ln not in slots and _exited(manager, warp * WARP_SIZE + ln)
+    ]
+    if missing:
+        raise WarpDivergenceError(
+            f"warp {warp}: lanes {sorted(missing)} are in the mask but have already exited; "
+            "on a GPU this is undefined behaviour. Let every lane in the mask reach the "
+            "intrinsic (e.g. guard the work, not the return)."
+        )
+
+
+_rendezvous_lock = threading.Lock()
+
+
+def _rendezvous() -> tuple[_Rendezvous, int]:
+    me = threading.current_thread()
+    manager = getattr(me, "_manager", None)
+    if manager is None:
+        raise RuntimeError("warp intrinsics can only be called inside a simulated kernel")
+    warp, lane = divmod(me.thread_id, WARP_SIZE)
+    with _rendezvous_lock:
+        table = manager.__dict__.setdefault("_gpudl_warps", {})
+        if warp not in table:
+            table[warp] = _Rendezvous(manager, warp)
+    return table[warp], lane
+
+
+def _shuffle(mask: int, value: object, src_of_lane) -> object:
+    rdv, lane = _rendezvous()
+    values = rdv.exchange(mask, lane, value)
+    src = src_of_lane(lane)
+    if src is None:
+        return value
+    if src not in values:
+        raise WarpDivergenceError(
+            f"lane {lane} of warp {rdv.warp} reads lane {src}, which is not in the mask "
+            f"{mask:#010x} or not in the block; the result would be undefined on a GPU"
+        )
+    return values[src]
+
+
+def _sim_shfl_sync(self, mask, value, src_lane):
+    return _shuffle(mask, value, lambda lane: int(src_lane) % WARP_SIZE)
+
+
+def _sim_shfl_up_sync(self, mask, value, delta):
+    return _shuffle(mask, value, lambda lane: lane - delta if lane - delta >= 0 else None)
+
+
+def _sim_shfl_down_sync(self, mask, value, delta):
+    return _shuffle(
+        mask, value, lambda lane: lane + delta if lane + delta < WARP_SIZE else None
+    )
+
+
+def _sim_shfl_xor_sync(self, mask, value, lane_mask):
+    return _shuffle(
+        mask, value, lambda lane: lane ^ lane_mask if (lane ^ lane_mask) < WARP_SIZE else None
+    )
+
+
+def _sim_syncwarp(self, mask=_FULL_MASK):
+    rdv, lane = _rendezvous()
+    rdv.exchange(mask, lane, None)
+
+
+def _sim_vote(mask, predicate) -> dict[int, bool]:
+    rdv, lane = _rendezvous()
+    return {ln: bool(v) for ln, v in rdv.exchange(mask, lane, predicate).items()}
+
+
+def _sim_all_sync(self, mask, predicate):
+    return int(all(_sim_vote(mask, predicate).values()))
+
+
+def _sim_any_sync(self, mask, predicate):
+    return int(any(_sim_vote(mask, predicate).values()))
+
+
+def _sim_ballot_sync(self, mask, predicate):
+    votes = _sim_vote(mask, predicate)
+    return sum(1 << ln for ln, v in votes.items() if v)
+
+
+SIMULATED_INTRINSICS = {
+    "shfl_sync": _sim_shfl_sync,
+    "shfl_up_sync": _sim_shfl_up_sync,
+    "shfl_down_sync": _sim_shfl_down_sync,
+    "shfl_xor_sync": _sim_shfl_xor_sync,
+    "syncwarp": _sim_syncwarp,
+    "all_sync": _sim_all_sync,
+    "any_sync": _sim_any_sync,
+    "ballot_sync": _sim_ballot_sync,
+}
+
+
+def _install_simulated_intrinsics() -> None:
+    from numba.cuda.simulator import kernel, kernelapi
+
+    for attr, fn in SIMULATED_INTRINSICS.items():
+        setattr(kernelapi.FakeCUDAModule, attr, fn)
+
+    # Each simulated thread registers with its block, so that a rendezvous can tell a lane
+    # that has not started yet from one that has already returned.
+    original_init = kernel.BlockThread.__init__
+
+    def registering_init(self, f, manager, blockIdx, threadIdx, debug):
+        original_init(self, f, manager, blockIdx, threadIdx, debug)
+        manager.__dict__.setdefault("_gpudl_threads", {})[self.thread_id] = self
+
+    kernel.BlockThread.__init__ = registering_init
+
+
+if _NAME == "simulator":
+    _install_simulated_intrinsics()
