@@ -6,9 +6,9 @@ import sys
 
 import numpy as np
 import pytest
+from numba import cuda
 
 from gpudl import backend
-from numba import cuda
 
 simulator_only = pytest.mark.skipif(not backend.is_simulator(), reason="simulator only")
 

@@ -1,0 +1,183 @@
+"""Benchmarks that write reference measurements, with the machine they ran on, to results/.
+
+Book section: Chapter 1, the "Measured on a GPU" boxes of "Threads, blocks, grids and warps",
+"Divergence" and "CPU and GPU on the same problem". Every number has a provenance, so each
+file records the machine it came from.
+
+``python -m gpudl bench elementwise`` runs :func:`bench_elementwise` and writes
+``results/elementwise-<backend>.json`` with :func:`write_results`. On the simulator the sizes
+are tiny and the file says that its timings are not meaningful.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+import torch
+from numba import cuda
+
+from gpudl.hardware import describe
+from gpudl.kernels import elementwise as ew
+from gpudl.timing import Timing, gbps, time_cpu, time_cuda
+
+__all__ = ["machine", "write_results", "bench_elementwise"]
+
+_SIMULATOR_NOTE = (
+    "simulator: kernels ran as Python threads on the CPU at tiny sizes; the timings are "
+    "wall clock and say nothing about GPU speed"
+)
+
+
+def _cuda_versions() -> dict:
+    from numba.cuda.cudadrv import driver
+
+    proc = Path("/proc/driver/nvidia/version")  # Linux: the kernel module's version line
+    return {
+        "nvidia_driver": proc.read_text().splitlines()[0] if proc.exists() else None,
+        "driver_cuda_version": ".".join(map(str, driver.get_version())),
+        "nvrtc_version": ".".join(map(str, cuda.runtime.get_version())),
+        "torch_cuda_version": torch.version.cuda,
+    }
+
+
+def machine() -> dict:
+    """The backend, platform, package versions and device that ran a benchmark."""
+    versions = {}
+    for package in ("numpy", "numba", "numba-cuda", "torch"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "backend": backend.name(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "device": dataclasses.asdict(describe()),
+        "cuda": None if backend.is_simulator() else _cuda_versions(),
+    }
+
+
+def _to_json(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def write_results(topic: str, payload: dict, directory: str | Path = "results") -> Path:
+    """Write ``payload`` with the machine and a UTC timestamp to ``<topic>-<backend>.json``."""
+    if not isinstance(topic, str) or not topic or any(c in topic for c in "/\\ "):
+        raise ValueError(f"topic must be a non-empty name without slashes or spaces, got {topic!r}")
+    if not isinstance(payload, dict):
+        raise TypeError(f"payload must be a dict, got {type(payload).__name__}")
+    record = {
+        "topic": topic,
+        "timestamp_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "timings_meaningful": not backend.is_simulator(),
+        "machine": machine(),
+        "payload": payload,
+    }
+    path = Path(directory) / f"{topic}-{backend.name()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=2, allow_nan=False, default=_to_json)
+    path.write_text(text + "\n")
+    return path
+
+
+def _row(name: str, timing: Timing, n_bytes: int | None = None) -> dict:
+    row = {
+        "median_s": timing.median,
+        "min_s": timing.min,
+        "max_s": timing.max,
+        "repeats": len(timing.samples),
+        "method": timing.method,
+        "meaningful": timing.meaningful,
+    }
+    if n_bytes is not None:
+        row |= {"bytes": n_bytes, "gbps": gbps(n_bytes, timing.median)}
+    rate = f", {row['gbps']:.2f} GB/s" if n_bytes is not None else ""
+    print(f"  {name}: {timing}{rate}", flush=True)
+    return row
+
+
+def bench_elementwise(n: int | None = None, repeats: int | None = None) -> dict:
+    """Time vector add (v1, v2), SAXPY and a torch copy of the same bytes; SAXPY on the CPU
+    (NumPy, Numba parallel) vs the GPU; and the divergence demo in both modes.
+
+    Every kernel's output is checked against its reference before its time is reported.
+    """
+    n = backend.pick(gpu=1 << 26, sim=4096) if n is None else n
+    repeats = backend.pick(gpu=20, sim=2) if repeats is None else repeats
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    # Ten launches per pair of events on a GPU hide Python's launch overhead (timing.time_cuda).
+    timed = {"warmup": backend.pick(gpu=3, sim=1), "repeats": repeats}
+    batched = timed | {"inner": backend.pick(gpu=10, sim=1)}
+    tpb, alpha = 256, 2.5
+    rng = np.random.default_rng(0)
+    x_host = rng.standard_normal(n, dtype=np.float32)
+    y_host = rng.standard_normal(n, dtype=np.float32)
+    x, y = cuda.to_device(x_host), cuda.to_device(y_host)
+    out = cuda.device_array(n, dtype=np.float32)
+    print(f"[elementwise] n = {n:,} float32, {repeats} repeats, {backend.name()}", flush=True)
+
+    bandwidth = {}
+    for variant, launch in ew.VARIANTS.items():
+        timing = time_cuda(launch, x, y, out, tpb, **batched)
+        np.testing.assert_allclose(out.copy_to_host(), ew.reference_vector_add(x_host, y_host))
+        bandwidth[f"vector_add_{variant}"] = _row(f"vector_add {variant}", timing, 3 * n * 4)
+    timing = time_cuda(ew.launch_saxpy, alpha, x, y, out, tpb, **batched)
+    expected = ew.reference_saxpy(alpha, x_host, y_host)
+    np.testing.assert_allclose(out.copy_to_host(), expected, rtol=1e-6, atol=1e-5)
+    bandwidth["saxpy"] = _row("saxpy", timing, 3 * n * 4)
+    src = torch.as_tensor(x_host, device="cuda" if backend.name() == "cuda" else "cpu")
+    dst = torch.empty_like(src)
+    timing = time_cuda(dst.copy_, src, **batched)
+    bandwidth["torch_copy"] = _row("torch copy", timing, 2 * n * 4)
+    fraction = bandwidth["vector_add_v2"]["gbps"] / bandwidth["torch_copy"]["gbps"]
+
+    print("[elementwise] saxpy, CPU vs GPU", flush=True)
+    cpu_vs_gpu = {"cpu_threads": os.cpu_count()}
+    for name, timing in (
+        ("numpy", time_cpu(ew.saxpy_numpy, alpha, x_host, y_host, **timed)),
+        ("numba_cpu_parallel", time_cpu(ew.saxpy_numba_cpu, alpha, x_host, y_host, **timed)),
+        ("cuda_kernel", time_cuda(ew.launch_saxpy, alpha, x, y, out, tpb, **batched)),
+        ("cuda_with_transfers", time_cuda(ew.saxpy, alpha, x_host, y_host, **timed)),
+    ):
+        cpu_vs_gpu[name] = _row(name, timing, 3 * n * 4)
+
+    n_div = min(n, backend.pick(gpu=1 << 22, sim=1024))
+    work = ew.DEFAULT_WORK
+    print(f"[elementwise] divergence, {n_div:,} threads x {work} steps", flush=True)
+    divergence = {"n": n_div, "work": work, "threads_per_block": tpb}
+    codes = cuda.device_array(n_div, dtype=np.int64)
+    n_check = min(n_div, 4096)
+    for mode in ew.MODES:
+        timing = time_cuda(ew.launch_divergence, codes, mode, work, tpb, **timed)
+        got = codes.copy_to_host()[:n_check]
+        np.testing.assert_array_equal(got, ew.reference_divergence(n_check, mode, work, tpb))
+        paths = ew.divergence_paths(mode, min(n_div, 1024), tpb)
+        divergence[mode] = _row(mode, timing) | {"max_paths_per_warp": int(paths.max())}
+    ratio = divergence["parity"]["median_s"] / divergence["warp"]["median_s"]
+    divergence["parity_over_warp"] = ratio
+
+    return {
+        "n": n,
+        "threads_per_block": tpb,
+        "timings_meaningful": not backend.is_simulator(),
+        "note": _SIMULATOR_NOTE if backend.is_simulator() else "",
+        "bandwidth": bandwidth,
+        "v2_fraction_of_copy": fraction,
+        "saxpy_cpu_vs_gpu": cpu_vs_gpu,
+        "divergence": divergence,
+    }

@@ -1,0 +1,347 @@
+"""Elementwise kernels: vector add, SAXPY, and a warp-divergence demo.
+
+Book section: Chapter 1, "Threads, blocks, grids and warps" (vector add), "Divergence" (the
+divergence demo) and "CPU and GPU on the same problem" (SAXPY on the CPU and the GPU).
+
+Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
+return device arrays). Outputs are allocated poisoned (NaN) before a launch, so an element
+that a kernel forgets to write is caught by the comparison with the reference. Empty inputs
+give an empty output without a launch (a grid of 0 blocks is an error). Non-contiguous
+inputs are rejected (``ValueError``) rather than silently copied.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from numbers import Real
+from typing import Any
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+from numba import cuda, njit, prange
+
+# A NumPy array or a numba device array (whose class differs between GPU and simulator).
+Array = Any
+
+__all__ = [
+    "VARIANTS",
+    "MODES",
+    "DEFAULT_WORK",
+    "reference_vector_add",
+    "v1_naive",
+    "v2_grid_stride",
+    "launch_v1",
+    "launch_v2",
+    "vector_add",
+    "reference_saxpy",
+    "saxpy_kernel",
+    "launch_saxpy",
+    "saxpy",
+    "saxpy_numpy",
+    "saxpy_numba_cpu",
+    "reference_divergence",
+    "launch_divergence",
+    "divergence",
+    "divergence_paths",
+]
+
+
+# ------------------------------------------------------------------------------------------
+# Vector add
+# ------------------------------------------------------------------------------------------
+
+
+def reference_vector_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` in float64 (exact for float32 inputs) on the host."""
+    return np.asarray(a, dtype=np.float64) + np.asarray(b, dtype=np.float64)
+
+
+# v1_naive: one thread per element. The grid has ceil(n / threads_per_block) blocks; the
+# threads of the last block that fall past the end must do nothing, hence the bounds check.
+# Neighbouring threads read neighbouring elements, so each warp's loads are coalesced.
+@cuda.jit
+def v1_naive(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+
+# v2_grid_stride: a fixed grid sized to the GPU (a few blocks per SM) instead of to the
+# data; each thread loops over i, i + gridsize, i + 2 * gridsize, ... Each step of the loop
+# is still coalesced across the warp. What changes: the GPU schedules a few thousand blocks
+# once instead of n / threads_per_block of them, each thread computes its index once and
+# then just adds the stride, and one launch handles any n. A memory-bound kernel cannot
+# beat the copy bandwidth, so the gain is small: v2 should be at least as fast as v1 and
+# close to a plain copy of the same bytes.
+@cuda.jit
+def v2_grid_stride(a, b, out):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, out.size, stride):
+        out[i] = a[i] + b[i]
+
+
+def _blocks_to_cover(n: int, threads_per_block: int) -> int:
+    return math.ceil(n / threads_per_block)
+
+
+@functools.cache
+def _max_grid_stride_blocks() -> int:
+    if backend.is_simulator():
+        return 4
+    return 4 * cuda.get_current_device().MULTIPROCESSOR_COUNT
+
+
+def _grid_stride_blocks(n: int, threads_per_block: int) -> int:
+    """A few blocks per SM on a GPU, 4 blocks on the simulator; never more than needed."""
+    return min(_max_grid_stride_blocks(), _blocks_to_cover(n, threads_per_block))
+
+
+def launch_v1(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+    """Launch ``v1_naive`` on device arrays (``out.size >= 1``)."""
+    v1_naive[_blocks_to_cover(out.size, threads_per_block), threads_per_block](a, b, out)
+
+
+def launch_v2(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+    """Launch ``v2_grid_stride`` on device arrays (``out.size >= 1``)."""
+    blocks = _grid_stride_blocks(out.size, threads_per_block)
+    v2_grid_stride[blocks, threads_per_block](a, b, out)
+
+
+VARIANTS: dict[str, Callable] = {"v1": launch_v1, "v2": launch_v2}
+
+
+def vector_add(a: Array, b: Array, variant: str = "v2", threads_per_block: int = 256) -> Array:
+    """``a + b`` for two float32 vectors on the GPU, with the kernel ``VARIANTS[variant]``."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    _check_threads_per_block(threads_per_block)
+    launch = VARIANTS[variant]
+    return _run(lambda a_, b_, out: launch(a_, b_, out, threads_per_block), a=a, b=b)
+
+
+# ------------------------------------------------------------------------------------------
+# SAXPY: out = alpha * x + y, on the GPU and on the CPU
+# ------------------------------------------------------------------------------------------
+
+
+def reference_saxpy(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``alpha * x + y`` in float64 on the host."""
+    return float(alpha) * np.asarray(x, dtype=np.float64) + np.asarray(y, dtype=np.float64)
+
+
+# One thread per element, as in v1_naive, with one multiply more: SAXPY moves the same 12
+# bytes per element as vector add for 2 flops, so its speed is set by memory bandwidth.
+@cuda.jit
+def saxpy_kernel(alpha, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = alpha * x[i] + y[i]
+
+
+def launch_saxpy(alpha: float, x: Array, y: Array, out: Array, threads_per_block: int) -> None:
+    """Launch ``saxpy_kernel`` on device arrays (``out.size >= 1``)."""
+    blocks = _blocks_to_cover(out.size, threads_per_block)
+    saxpy_kernel[blocks, threads_per_block](np.float32(alpha), x, y, out)
+
+
+def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256) -> Array:
+    """``alpha * x + y`` for float32 vectors on the GPU, in a new array (``y`` is unchanged)."""
+    _check_alpha(alpha)
+    _check_threads_per_block(threads_per_block)
+    return _run(lambda x_, y_, out: launch_saxpy(alpha, x_, y_, out, threads_per_block), x=x, y=y)
+
+
+def saxpy_numpy(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """SAXPY on the CPU with NumPy (float32; two passes over memory and a temporary)."""
+    _check_alpha(alpha)
+    _check_vectors(host_only=True, x=x, y=y)
+    return np.float32(alpha) * x + y
+
+
+@njit(parallel=True)
+def _saxpy_cpu(alpha, x, y):
+    out = np.empty_like(x)
+    for i in prange(x.size):
+        out[i] = alpha * x[i] + y[i]
+    return out
+
+
+def saxpy_numba_cpu(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """SAXPY on the CPU with Numba, one loop split across all CPU cores (``prange``)."""
+    _check_alpha(alpha)
+    _check_vectors(host_only=True, x=x, y=y)
+    return _saxpy_cpu(np.float32(alpha), x, y)
+
+
+# ------------------------------------------------------------------------------------------
+# Divergence: the same work, with the branch chosen per lane or per warp
+# ------------------------------------------------------------------------------------------
+
+MODES = ("parity", "warp")
+WARP_SIZE = backend.WARP_SIZE
+_MASK31 = 0x7FFFFFFF
+DEFAULT_WORK = backend.pick(gpu=2048, sim=16)
+
+
+# Each thread runs `work` steps of one of two integer recurrences (exact, so the reference
+# matches bit for bit). With "parity" the two paths alternate lane by lane: every warp has
+# threads on both, and a warp runs path 0 with the odd lanes masked off, then path 1 with
+# the even lanes masked off. With "warp" each warp's 32 threads agree and it runs one path.
+@cuda.jit
+def _divergence_kernel(out, by_warp, work):
+    i = cuda.grid(1)
+    if i < out.size:
+        if by_warp:
+            path = (cuda.threadIdx.x // WARP_SIZE) % 2
+        else:
+            path = cuda.threadIdx.x % 2
+        x = i + 1
+        if path == 0:
+            for _ in range(work):  # path 0: a linear congruential step
+                x = (x * 1103515245 + 12345) & _MASK31
+        else:
+            for _ in range(work):  # path 1: a xorshift step
+                x ^= (x << 13) & _MASK31
+                x ^= x >> 17
+                x ^= (x << 5) & _MASK31
+        out[i] = x
+
+
+@cuda.jit
+def _branch_ids_kernel(ids, by_warp):
+    i = cuda.grid(1)
+    if i < ids.size:  # the same choice of path as in _divergence_kernel
+        if by_warp:
+            ids[i] = (cuda.threadIdx.x // WARP_SIZE) % 2
+        else:
+            ids[i] = cuda.threadIdx.x % 2
+
+
+def reference_divergence(
+    n: int, mode: str, work: int = DEFAULT_WORK, threads_per_block: int = 256
+) -> np.ndarray:
+    """What :func:`divergence` computes, in NumPy (int64, exact)."""
+    _check_divergence_args(n, mode, work, threads_per_block)
+    lane = np.arange(n) % threads_per_block
+    path = (lane // WARP_SIZE) % 2 if mode == "warp" else lane % 2
+    x = np.arange(1, n + 1, dtype=np.int64)
+    p0, p1 = x[path == 0], x[path == 1]
+    for _ in range(work):
+        p0 = (p0 * 1103515245 + 12345) & _MASK31
+        p1 ^= (p1 << 13) & _MASK31
+        p1 ^= p1 >> 17
+        p1 ^= (p1 << 5) & _MASK31
+    x[path == 0], x[path == 1] = p0, p1
+    return x
+
+
+def launch_divergence(out: Array, mode: str, work: int, threads_per_block: int) -> None:
+    """Launch the divergence kernel, one thread per element of the int64 device array."""
+    blocks = _blocks_to_cover(out.size, threads_per_block)
+    _divergence_kernel[blocks, threads_per_block](out, mode == "warp", work)
+
+
+def divergence(
+    n: int, mode: str, work: int = DEFAULT_WORK, threads_per_block: int = 256
+) -> np.ndarray:
+    """Run the divergence kernel on ``n`` threads; ``mode`` is ``"parity"`` or ``"warp"``."""
+    _check_divergence_args(n, mode, work, threads_per_block)
+    out = cuda.to_device(np.full(n, -1, dtype=np.int64))  # poisoned: results are >= 0
+    launch_divergence(out, mode, work, threads_per_block)
+    return out.copy_to_host()
+
+
+def divergence_paths(mode: str, n_threads: int, threads_per_block: int = 256) -> np.ndarray:
+    """Number of distinct paths taken inside each warp, read back from a kernel.
+
+    The kernel records each thread's branch; the host groups the records by warp (32
+    consecutive threads of a block). ``"parity"`` gives 2 everywhere, ``"warp"`` 1.
+    """
+    _check_divergence_args(n_threads, mode, 1, threads_per_block)
+    ids = cuda.to_device(np.full(n_threads, -1, dtype=np.int32))
+    blocks = _blocks_to_cover(n_threads, threads_per_block)
+    _branch_ids_kernel[blocks, threads_per_block](ids, mode == "warp")
+    host = ids.copy_to_host()
+    if (host < 0).any():
+        raise RuntimeError("the branch-id kernel left threads unrecorded")
+    warps = np.split(host, range(WARP_SIZE, n_threads, WARP_SIZE))
+    return np.array([np.unique(w).size for w in warps])
+
+
+# ------------------------------------------------------------------------------------------
+# Input checks and the host/device plumbing
+# ------------------------------------------------------------------------------------------
+
+
+def _is_device_array(x: object) -> bool:
+    # Real and simulated numba device arrays both carry this marker.
+    return bool(getattr(x, "__cuda_ndarray__", False))
+
+
+def _check_vectors(host_only: bool = False, **arrays: object) -> bool:
+    """Check float32, 1-D, contiguous vectors of one shape; return True if on the device."""
+    kinds = set()
+    for name, x in arrays.items():
+        if isinstance(x, np.ndarray):
+            kinds.add("host")
+            contiguous = x.flags.c_contiguous
+        elif _is_device_array(x) and not host_only:
+            kinds.add("device")
+            contiguous = x.is_c_contiguous()
+        else:
+            wanted = "a NumPy array" if host_only else "a NumPy array or a numba device array"
+            raise TypeError(f"{name} must be {wanted}, got {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
+        if x.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got {x.ndim}-D with shape {x.shape}")
+        if not contiguous:
+            raise ValueError(f"{name} must be contiguous, got a strided view")
+    shapes = {name: x.shape for name, x in arrays.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"inputs must have the same shape, got {shapes}")
+    if len(kinds) > 1:
+        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
+    return kinds == {"device"}
+
+
+def _check_threads_per_block(threads_per_block: int) -> None:
+    ok = isinstance(threads_per_block, int) and not isinstance(threads_per_block, bool)
+    if not ok or not (0 < threads_per_block <= 1024 and threads_per_block % 32 == 0):
+        raise ValueError(
+            f"threads_per_block must be a multiple of 32 between 32 and 1024, "
+            f"got {threads_per_block!r}"
+        )
+
+
+def _check_alpha(alpha: object) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, Real):
+        raise TypeError(f"alpha must be a real number, got {type(alpha).__name__}")
+
+
+def _check_divergence_args(n: int, mode: str, work: int, threads_per_block: int) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    for name, value in (("n", n), ("work", work)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    _check_threads_per_block(threads_per_block)
+
+
+def _run(launch: Callable, **arrays: object) -> Array:
+    """Check the inputs, copy them to the device if needed, launch into a poisoned output."""
+    on_device = _check_vectors(**arrays)
+    inputs = list(arrays.values())
+    n = inputs[0].shape[0]
+    if n == 0:
+        return cuda.device_array(0, dtype=np.float32) if on_device else np.empty(0, np.float32)
+    if not on_device:
+        inputs = [cuda.to_device(x) for x in inputs]
+    out = cuda.to_device(np.full(n, np.nan, dtype=np.float32))
+    launch(*inputs, out)
+    return out if on_device else out.copy_to_host()

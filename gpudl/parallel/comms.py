@@ -1,0 +1,197 @@
+"""Collectives, measured: how fast an all-reduce runs, and a check that it sums correctly.
+
+Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect) and *Chapter 5,
+"Data parallelism"* (the ring all-reduce cost model against measurement). The model itself is
+:func:`gpudl.estimate.allreduce_time`; this module only communicates and times.
+
+Three ways to run the benchmark:
+
+* from Python (a notebook): ``allreduce_bandwidth(world_size=2)``;
+* ``torchrun --standalone --nproc_per_node=2 -m gpudl.parallel.comms``;
+* ``python -m gpudl.parallel.comms`` (one process: a smoke test, nothing crosses a link).
+
+Bandwidths are in GB/s (1e9 bytes per second), as nccl-tests reports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from gpudl import backend, estimate
+from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
+
+__all__ = [
+    "allreduce_bandwidth",
+    "allreduce_bandwidth_worker",
+    "check_allreduce",
+    "default_sizes",
+    "expected_sum",
+    "format_table",
+    "main",
+    "rank_input",
+]
+
+_ITEMSIZE = 4  # the messages are float32
+
+
+def default_sizes() -> list[int]:
+    """Message sizes in bytes, powers of 4: 4 KiB to 256 MiB on a GPU, to 4 MiB on the CPU."""
+    largest = backend.pick(gpu=28, sim=22)
+    return [1 << k for k in range(12, largest + 1, 2)]
+
+
+def rank_input(rank: int, numel: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Rank ``rank``'s message: element ``i`` is ``i % 1024 + 1024 * rank`` (float32).
+
+    Every rank and element differ, so a chunk sent to the wrong place shows; the values are
+    small integers, so the sum is exact in float32 whatever order the ranks add in.
+    """
+    i = torch.arange(numel, device=device)
+    return (i % 1024 + 1024 * rank).to(torch.float32)
+
+
+def expected_sum(world_size: int, numel: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The sum over all ranks of :func:`rank_input`: what every rank must hold afterwards."""
+    i = torch.arange(numel, device=device)
+    return (world_size * (i % 1024) + 1024 * (world_size * (world_size - 1) // 2)).to(
+        torch.float32
+    )
+
+
+def check_allreduce(result: torch.Tensor, world_size: int) -> None:
+    """Raise ``RuntimeError`` unless ``result`` is exactly the all-reduced sum of the inputs."""
+    expected = expected_sum(world_size, result.numel(), result.device)
+    wrong = (result.flatten() != expected).nonzero().flatten()
+    if len(wrong):
+        first = int(wrong[0])
+        raise RuntimeError(
+            f"all-reduce over {world_size} ranks is wrong at {len(wrong)} of {result.numel()} "
+            f"elements; the first is index {first}: got {result.flatten()[first].item()}, "
+            f"expected {expected[first].item()}"
+        )
+
+
+def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
+    if not sizes_bytes:
+        raise ValueError("sizes_bytes must list at least one message size")
+    for size in sizes_bytes:
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"message sizes must be ints (bytes), got {size!r}")
+        if size <= 0 or size % _ITEMSIZE:
+            raise ValueError(
+                f"message sizes must be positive multiples of {_ITEMSIZE} bytes (float32), "
+                f"got {size}"
+            )
+    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+
+
+def allreduce_bandwidth_worker(
+    rank: int, world_size: int, sizes_bytes: list[int], repeats: int, warmup: int
+) -> list[dict]:
+    """Time a sum all-reduce of each message size, checking every result.
+
+    Each timing starts after a barrier and ends when this rank holds the result (after a
+    ``cuda.synchronize`` on NCCL). A repeat takes as long as its slowest rank; the row reports
+    the median over ``repeats`` of that, after ``warmup`` untimed runs. ``algbw`` is
+    size / time; ``busbw`` is the per-link bandwidth the ring model implies,
+    ``algbw * 2 (N - 1) / N`` (nccl-tests' convention).
+    """
+    _check_plan(sizes_bytes, repeats, warmup)
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    rows = []
+    for size in sizes_bytes:
+        message = rank_input(rank, size // _ITEMSIZE, device)
+        times = []
+        for step in range(warmup + repeats):
+            buffer = message.clone()
+            dist.barrier()
+            sync()
+            start = time.perf_counter()
+            dist.all_reduce(buffer)
+            sync()
+            elapsed = time.perf_counter() - start
+            check_allreduce(buffer, world_size)
+            if step >= warmup:
+                times.append(elapsed)
+        slowest = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        time_s = statistics.median(slowest.tolist())
+        rows.append({
+            "size_bytes": size,
+            "world_size": world_size,
+            "backend": dist.get_backend(),
+            "time_s": time_s,
+            "algbw_gbs": size / time_s / 1e9,
+            "busbw_gbs": estimate.allreduce_bytes_per_rank(size, world_size) / time_s / 1e9,
+        })
+    return rows
+
+
+def allreduce_bandwidth(
+    world_size: int = 2,
+    sizes_bytes: list[int] | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    timeout: float = 120.0,
+) -> list[dict]:
+    """Spawn ``world_size`` processes and measure all-reduce bandwidth (one row per size).
+
+    Rows have ``size_bytes``, ``world_size``, ``backend``, ``time_s``, ``algbw_gbs`` and
+    ``busbw_gbs``; see :func:`allreduce_bandwidth_worker`.
+    """
+    sizes = default_sizes() if sizes_bytes is None else list(sizes_bytes)
+    _check_plan(sizes, repeats, warmup)
+    per_rank = spawn(
+        allreduce_bandwidth_worker, world_size, sizes, repeats, warmup, timeout=timeout
+    )
+    return per_rank[0]  # every rank holds the same rows: the times were max-reduced
+
+
+def _human(n_bytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n_bytes < 1024 or unit == "GiB":
+            return f"{n_bytes:g} {unit}"
+        n_bytes /= 1024
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows of :func:`allreduce_bandwidth` as a text table."""
+    lines = [f"{'size':>9} {'ranks':>5} {'backend':>7} {'time (us)':>10} "
+             f"{'algbw (GB/s)':>12} {'busbw (GB/s)':>12}"]
+    for row in rows:
+        lines.append(
+            f"{_human(row['size_bytes']):>9} {row['world_size']:>5} {row['backend']:>7} "
+            f"{row['time_s'] * 1e6:>10.1f} {row['algbw_gbs']:>12.3f} {row['busbw_gbs']:>12.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark in this process (under ``torchrun``, on every rank); rank 0 prints."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gpudl.parallel.comms", description="All-reduce bandwidth benchmark."
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per size")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per size")
+    opts = parser.parse_args(argv)
+    rows = run_under_torchrun(
+        allreduce_bandwidth_worker, default_sizes(), opts.repeats, opts.warmup
+    )
+    rank0_print(format_table(rows))
+
+
+if __name__ == "__main__":
+    main()

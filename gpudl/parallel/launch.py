@@ -1,0 +1,287 @@
+"""Start a worker on several processes, each with a process group, and collect the results.
+
+Book section: *Chapter 1, "What connects GPUs"* (first use) and *Chapter 5, "Data parallelism"*.
+
+A worker is a function ``worker(rank, world_size, *args)`` defined at the top level of a module
+(spawned children import it by name, so a function typed into a notebook cannot be one). It runs
+two ways, with the same code:
+
+* :func:`spawn` starts ``world_size`` processes from Python (a notebook, a test) and returns
+  what each rank returned, in rank order;
+* :func:`run_under_torchrun` runs it inside a script started by ``torchrun`` (one process per
+  rank, any number of nodes), or as a single process when the script is started plainly.
+
+NCCL is used when every rank on a machine can have a GPU of its own, gloo otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import pickle
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "WorkerError",
+    "default_backend",
+    "hello",
+    "rank0_print",
+    "run_under_torchrun",
+    "spawn",
+]
+
+T = TypeVar("T")
+_HOST = "127.0.0.1"
+
+
+class WorkerError(RuntimeError):
+    """A worker raised an exception, or its process died; ``rank`` says which one."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def default_backend(world_size: int) -> str:
+    """``"nccl"`` when there is a GPU for each of ``world_size`` local ranks, else ``"gloo"``."""
+    if (
+        dist.is_nccl_available()
+        and torch.cuda.is_available()
+        and torch.cuda.device_count() >= world_size
+    ):
+        return "nccl"
+    return "gloo"
+
+
+def hello(rank: int, world_size: int) -> tuple[int, int, str]:
+    """The smallest worker: each rank says who it is and which backend its group uses."""
+    return rank, world_size, dist.get_backend()
+
+
+def rank0_print(*args: Any, **kwargs: Any) -> None:
+    """``print`` on rank 0 only.
+
+    The rank is the process group's; with no group (before it is set up, or after it is torn
+    down) it is ``torchrun``'s ``RANK`` variable, and a plain process counts as rank 0.
+    """
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
+    if rank == 0:
+        kwargs.setdefault("flush", True)
+        print(*args, **kwargs)
+
+
+def _check_world_size(world_size: object) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(
+            f"world_size must be an int (the number of processes), "
+            f"got {type(world_size).__name__} {world_size!r}"
+        )
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+
+
+def _check_worker(worker: object) -> None:
+    """Check that ``worker`` can be imported by name in a child process."""
+    if not callable(worker):
+        raise TypeError(
+            f"worker must be a function worker(rank, world_size, *args), "
+            f"got {type(worker).__name__}"
+        )
+    module = getattr(worker, "__module__", None)
+    qualname = getattr(worker, "__qualname__", "")
+    problem = None
+    if module in (None, "__main__", "__mp_main__"):
+        problem = f"it is defined in {module or 'no module'!r} (a notebook, a script or the REPL)"
+    elif "<" in qualname:  # <lambda>, or <locals> of another function
+        problem = f"{module}.{qualname} is a lambda or a nested function"
+    else:
+        try:
+            pickle.dumps(worker)
+            return
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            problem = f"it cannot be pickled ({exc})"
+    raise ValueError(
+        f"worker {qualname or worker!r} cannot be started in a new process: {problem}. "
+        "Spawned processes import the worker by module and name, so it must be a function "
+        "defined at the top level of an importable module (for example in gpudl.parallel)."
+    )
+
+
+def _child(
+    rank: int,
+    world_size: int,
+    backend: str,
+    port: int,
+    payload: bytes,
+    conn: Connection,
+    timeout: float,
+    num_threads: int,
+) -> None:
+    """Body of each spawned process: join the group, run the worker, report, tear down."""
+    try:
+        torch.set_num_threads(num_threads)
+        worker, args = pickle.loads(payload)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        store = dist.TCPStore(
+            _HOST, port, world_size, is_master=False, timeout=timedelta(seconds=timeout)
+        )
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=timeout),
+        )
+        result = worker(rank, world_size, *args)
+        dist.barrier()
+        dist.destroy_process_group()
+        conn.send_bytes(pickle.dumps(("ok", result)))
+    except BaseException as exc:  # report everything, even KeyboardInterrupt, to the parent
+        summary = "".join(traceback.format_exception_only(exc)).strip()
+        text = "".join(traceback.format_exception(exc))
+        conn.send_bytes(pickle.dumps(("error", summary, text, time.time())))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        conn.close()
+
+
+def _collect(conns: list[Connection], world_size: int, timeout: float) -> list[Any]:
+    """Wait for one message per rank; raise on the first error, or on the deadline."""
+    deadline = time.monotonic() + timeout
+    rank_of = {conn: rank for rank, conn in enumerate(conns)}
+    results: dict[int, Any] = {}
+    while len(results) < world_size:
+        pending = [conn for conn in conns if rank_of[conn] not in results]
+        left = deadline - time.monotonic()
+        ready = wait(pending, timeout=left) if left > 0 else []
+        if not ready:
+            ranks = sorted(rank_of[conn] for conn in pending)
+            raise TimeoutError(
+                f"spawn: rank(s) {ranks} of world size {world_size} had not finished after "
+                f"{timeout:g} s; all workers were stopped (raise timeout= if they need longer)"
+            )
+        errors = []
+        for conn in ready:
+            rank = rank_of[conn]
+            try:
+                message = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                raise WorkerError(
+                    rank, f"rank {rank} of {world_size} died without reporting a result "
+                    "(killed, out of memory, or a crash in native code)"
+                ) from None
+            if message[0] == "ok":
+                results[rank] = message[1]
+            else:
+                errors.append((message[3], rank, message[1], message[2]))
+        if errors:  # the earliest error is the cause; later ones are usually its echoes
+            _, rank, summary, text = min(errors)
+            raise WorkerError(
+                rank, f"rank {rank} of {world_size} failed with {summary}\n\n"
+                f"Traceback in rank {rank}:\n{text}"
+            )
+    return [results[rank] for rank in range(world_size)]
+
+
+def _stop(procs: list[mp.process.BaseProcess], grace: float) -> None:
+    """Join the children, terminating (then killing) those still alive after ``grace`` s."""
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(5.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def spawn(
+    worker: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    backend: str | None = None,
+    num_threads: int = 1,
+) -> list[Any]:
+    """Run ``worker(rank, world_size, *args)`` on ``world_size`` new processes.
+
+    Each process has the default process group initialised (``backend``: NCCL with one GPU per
+    rank when there are enough GPUs, gloo otherwise) and ``num_threads`` torch threads. Returns
+    the workers' return values in rank order. A worker's exception is raised here as
+    :class:`WorkerError` naming the rank, with its traceback, and the other ranks are stopped;
+    if the workers have not all finished after ``timeout`` seconds, :class:`TimeoutError`.
+    """
+    _check_world_size(world_size)
+    if not 0 < timeout < math.inf:
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+    _check_worker(worker)
+    payload = pickle.dumps((worker, args))
+    backend = backend or default_backend(world_size)
+    # The parent hosts the rendezvous store on a port the OS picks (port 0) and keeps it bound
+    # for the whole run, so two runs can never be handed the same port.
+    store = dist.TCPStore(_HOST, 0, world_size, is_master=True, wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    procs: list[mp.process.BaseProcess] = []
+    conns: list[Connection] = []
+    finished = False
+    try:
+        for rank in range(world_size):
+            receiver, sender = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=_child,
+                args=(rank, world_size, backend, store.port, payload, sender, timeout,
+                      num_threads),
+                name=f"gpudl-rank{rank}",
+            )
+            proc.start()
+            sender.close()  # the child holds the only writer: its death reads as EOF here
+            procs.append(proc)
+            conns.append(receiver)
+        results = _collect(conns, world_size, timeout)
+        finished = True
+        return results
+    finally:
+        _stop(procs, grace=10.0 if finished else 0.0)
+        for conn in conns:
+            conn.close()
+        del store
+
+
+def run_under_torchrun(worker: Callable[..., T], *args: Any) -> T:
+    """Run ``worker(rank, world_size, *args)`` in this process, as one rank of a group.
+
+    Under ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT`` set)
+    the group is joined with ``env://``; NCCL when each local rank has a GPU, gloo otherwise.
+    Started without ``torchrun`` it runs as a group of one on a free port, so the same script
+    works both ways. The group is always destroyed; returns this rank's result.
+    """
+    if "RANK" in os.environ:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        backend = default_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend, init_method="env://")
+    else:
+        rank, world_size = 0, 1
+        backend = default_backend(1)
+        if backend == "nccl":
+            torch.cuda.set_device(0)
+        store = dist.TCPStore(_HOST, 0, 1, is_master=True, wait_for_workers=False)
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    try:
+        result = worker(rank, world_size, *args)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return result

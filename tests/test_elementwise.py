@@ -1,0 +1,326 @@
+"""gpudl.kernels.elementwise: every kernel against its reference, poisoning, bad input,
+the divergence demo, and the elementwise benchmark's JSON."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from gpudl import backend  # first: chooses GPU or simulator before numba is imported
+
+# isort: split
+from numba import cuda
+
+from gpudl.bench import bench_elementwise, write_results
+from gpudl.kernels import elementwise as ew
+
+# Sizes that are not multiples of a block (1, 31, 33, 255, 257, primes) up to ~3000: the
+# simulator runs each GPU thread as a Python thread (about 0.1 ms each).
+EDGE_SIZES = [1, 31, 33, 255, 257, 997, 2999]
+sizes = st.integers(min_value=1, max_value=3000)
+blocks = st.sampled_from([32, 64, 128, 256])
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+few = settings(max_examples=6, deadline=None, database=None)
+
+
+def random_vectors(n: int, seed: int, count: int = 2) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.integers(-3, 4)
+    return [(scale * rng.standard_normal(n)).astype(np.float32) for _ in range(count)]
+
+
+def assert_saxpy_close(got, alpha, x, y):
+    # One float32 rounding of alpha * x and one of the sum (or a single one, fused).
+    expected = ew.reference_saxpy(alpha, x, y)
+    bound = 4 * np.finfo(np.float32).eps * (np.abs(alpha * x.astype(np.float64)) + np.abs(y))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=float(bound.max()) + 1e-30)
+
+
+# ------------------------------------------------------------------------------------------
+# Correctness against the references
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", sorted(ew.VARIANTS))
+@few
+@given(n=sizes, threads_per_block=blocks, seed=seeds)
+@example(n=1, threads_per_block=32, seed=0)
+@example(n=33, threads_per_block=32, seed=1)
+@example(n=257, threads_per_block=256, seed=2)
+def test_vector_add_matches_reference(variant, n, threads_per_block, seed):
+    a, b = random_vectors(n, seed)
+    out = ew.vector_add(a, b, variant=variant, threads_per_block=threads_per_block)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (n,)
+    # float32 a + b is the exact sum rounded once: within half an ulp of the float64 sum.
+    np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24, atol=0)
+
+
+@pytest.mark.parametrize("variant", sorted(ew.VARIANTS))
+def test_vector_add_edge_sizes(variant):
+    for n in EDGE_SIZES:
+        a, b = random_vectors(n, seed=n)
+        np.testing.assert_allclose(
+            ew.vector_add(a, b, variant=variant), ew.reference_vector_add(a, b), rtol=2**-24
+        )
+
+
+@few
+@given(n=sizes, seed=seeds, alpha=st.floats(-100, 100, allow_nan=False))
+@example(n=255, seed=3, alpha=-2.0)
+def test_saxpy_matches_reference_and_leaves_y_alone(n, seed, alpha):
+    x, y = random_vectors(n, seed)
+    y_before = y.copy()
+    out = ew.saxpy(alpha, x, y, threads_per_block=64)
+    np.testing.assert_array_equal(y, y_before)
+    assert out.dtype == np.float32 and out is not y
+    assert_saxpy_close(out, np.float32(alpha), x, y)
+
+
+@pytest.mark.parametrize("cpu_saxpy", [ew.saxpy_numpy, ew.saxpy_numba_cpu])
+@pytest.mark.parametrize("n", [1, 1000, 4099])
+def test_cpu_saxpy_matches_reference(cpu_saxpy, n):
+    x, y = random_vectors(n, seed=n)
+    y_before = y.copy()
+    out = cpu_saxpy(1.5, x, y)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(y, y_before)
+    assert_saxpy_close(out, np.float32(1.5), x, y)
+
+
+def test_nan_in_the_input_propagates_to_the_same_places():
+    a, b = random_vectors(100, seed=7)
+    a[[0, 41, 99]] = np.nan
+    for variant in ew.VARIANTS:
+        out = ew.vector_add(a, b, variant=variant, threads_per_block=32)
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(a))
+        np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24)
+    np.testing.assert_array_equal(np.isnan(ew.saxpy(2.0, a, b)), np.isnan(a))
+
+
+def test_a_nan_where_the_reference_has_none_fails_the_comparison():
+    a, b = random_vectors(10, seed=8)
+    out = ew.vector_add(a, b)
+    out[3] = np.nan
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24)
+
+
+def test_poisoned_output_catches_a_launcher_that_writes_only_half(monkeypatch):
+    def first_half_only(a, b, out, threads_per_block):
+        blocks = math.ceil(out.size / 2 / threads_per_block)
+        ew.v1_naive[blocks, threads_per_block](a, b, out)
+
+    monkeypatch.setitem(ew.VARIANTS, "broken", first_half_only)
+    monkeypatch.setitem(ew.VARIANTS, "nothing", lambda a, b, out, threads_per_block: None)
+    a, b = random_vectors(600, seed=9)
+    out = ew.vector_add(a, b, variant="broken", threads_per_block=32)
+    assert np.isnan(out[320:]).all() and not np.isnan(out[:320]).any()
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24)
+    assert np.isnan(ew.vector_add(a, b, variant="nothing")).all()
+
+
+# ------------------------------------------------------------------------------------------
+# Host and device arrays, empty inputs
+# ------------------------------------------------------------------------------------------
+
+
+def test_device_arrays_in_give_device_arrays_out():
+    a, b = random_vectors(300, seed=10)
+    a_d, b_d = cuda.to_device(a), cuda.to_device(b)
+    for variant in ew.VARIANTS:
+        out = ew.vector_add(a_d, b_d, variant=variant)
+        assert not isinstance(out, np.ndarray) and hasattr(out, "copy_to_host")
+        np.testing.assert_allclose(out.copy_to_host(), ew.reference_vector_add(a, b), rtol=2**-24)
+    out = ew.saxpy(3.0, a_d, b_d)
+    assert not isinstance(out, np.ndarray)
+    assert_saxpy_close(out.copy_to_host(), np.float32(3.0), a, b)
+    np.testing.assert_array_equal(b_d.copy_to_host(), b)
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_empty_inputs_give_empty_outputs_without_a_launch(on_device):
+    empty = np.empty(0, dtype=np.float32)
+    args = (cuda.to_device(empty), cuda.to_device(empty)) if on_device else (empty, empty)
+    for out in (ew.vector_add(*args, variant="v1"), ew.vector_add(*args), ew.saxpy(2.0, *args)):
+        assert out.shape == (0,) and out.dtype == np.float32
+        assert isinstance(out, np.ndarray) != on_device
+    assert ew.saxpy_numba_cpu(2.0, empty, empty).shape == (0,)
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input: clear errors
+# ------------------------------------------------------------------------------------------
+
+GOOD = np.ones(8, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "error", "match"),
+    [
+        ([1.0] * 8, GOOD, TypeError, "a must be a NumPy array or a numba device array, got list"),
+        (GOOD, None, TypeError, "b must be .* got NoneType"),
+        (GOOD.astype(np.float64), GOOD, TypeError, "a must have dtype float32, got float64"),
+        (GOOD, GOOD.astype(np.int32), TypeError, "b must have dtype float32, got int32"),
+        (GOOD.reshape(2, 4), GOOD, ValueError, r"a must be 1-D, got 2-D with shape \(2, 4\)"),
+        (np.float32(1.0), GOOD, TypeError, "got float32"),
+        (GOOD, np.ones(9, np.float32), ValueError, r"same shape, got .*\(8,\).*\(9,\)"),
+        (np.ones(16, np.float32)[::2], GOOD, ValueError, "a must be contiguous"),
+        (GOOD, cuda.to_device(GOOD), TypeError, "all host arrays or all device arrays"),
+    ],
+)
+def test_bad_vectors_are_rejected(a, b, error, match):
+    with pytest.raises(error, match=match):
+        ew.vector_add(a, b)
+    with pytest.raises(error, match=match.replace("a must", "x must").replace("b must", "y must")):
+        ew.saxpy(1.0, a, b)
+
+
+def test_strided_device_array_is_rejected():
+    strided = cuda.to_device(np.ones(16, np.float32))[::2]
+    with pytest.raises(ValueError, match="a must be contiguous"):
+        ew.vector_add(strided, cuda.to_device(GOOD))
+
+
+@pytest.mark.parametrize("cpu_saxpy", [ew.saxpy_numpy, ew.saxpy_numba_cpu])
+def test_cpu_saxpy_rejects_device_and_bad_arrays(cpu_saxpy):
+    with pytest.raises(TypeError, match="x must be a NumPy array, got"):
+        cpu_saxpy(1.0, cuda.to_device(GOOD), GOOD)
+    with pytest.raises(TypeError, match="y must have dtype float32, got float64"):
+        cpu_saxpy(1.0, GOOD, GOOD.astype(np.float64))
+    with pytest.raises(TypeError, match="alpha must be a real number, got str"):
+        cpu_saxpy("2", GOOD, GOOD)
+
+
+@pytest.mark.parametrize("alpha", ["2", None, True, 1 + 2j, GOOD])
+def test_saxpy_alpha_must_be_real(alpha):
+    with pytest.raises(TypeError, match="alpha must be a real number"):
+        ew.saxpy(alpha, GOOD, GOOD)
+
+
+def test_saxpy_accepts_numpy_and_integer_alphas():
+    for alpha in (np.float32(0.5), np.float64(-1.25), 3, np.int64(2)):
+        assert_saxpy_close(ew.saxpy(alpha, GOOD, GOOD), np.float32(alpha), GOOD, GOOD)
+
+
+def test_unknown_variant_lists_the_variants():
+    with pytest.raises(ValueError, match=r"variant must be one of \['v1', 'v2'\], got 'v3'"):
+        ew.vector_add(GOOD, GOOD, variant="v3")
+
+
+@pytest.mark.parametrize("threads_per_block", [0, -32, 48, 2048, 256.0, True, "256"])
+def test_threads_per_block_must_be_a_multiple_of_32_up_to_1024(threads_per_block):
+    with pytest.raises(ValueError, match="multiple of 32 between 32 and 1024"):
+        ew.vector_add(GOOD, GOOD, threads_per_block=threads_per_block)
+    with pytest.raises(ValueError, match="multiple of 32 between 32 and 1024"):
+        ew.saxpy(1.0, GOOD, GOOD, threads_per_block=threads_per_block)
+
+
+def test_largest_block_works():
+    out = ew.vector_add(GOOD, GOOD, variant="v1", threads_per_block=1024)
+    np.testing.assert_array_equal(out, 2)
+
+
+# ------------------------------------------------------------------------------------------
+# Divergence
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "paths"), [("parity", 2), ("warp", 1)])
+@pytest.mark.parametrize(("n_threads", "threads_per_block"), [(256, 128), (100, 64), (64, 32)])
+def test_divergence_paths_per_warp(mode, paths, n_threads, threads_per_block):
+    per_warp = ew.divergence_paths(mode, n_threads, threads_per_block)
+    assert per_warp.shape == (math.ceil(n_threads / 32),)
+    assert (per_warp == paths).all()
+
+
+@pytest.mark.parametrize("mode", ew.MODES)
+@pytest.mark.parametrize(("n", "threads_per_block"), [(1, 32), (300, 64), (517, 256)])
+def test_divergence_matches_reference(mode, n, threads_per_block):
+    out = ew.divergence(n, mode, work=8, threads_per_block=threads_per_block)
+    assert out.dtype == np.int64 and (out >= 0).all()
+    np.testing.assert_array_equal(out, ew.reference_divergence(n, mode, 8, threads_per_block))
+
+
+def test_the_two_modes_take_different_paths_for_the_same_thread():
+    # Same work, different assignment of paths: threads 1 (odd lane, warp 0) and 32 (even
+    # lane, warp 1) swap paths between the modes, so the outputs differ there and only there.
+    parity, warp = (ew.divergence(64, mode, work=4, threads_per_block=64) for mode in ew.MODES)
+    lane = np.arange(64)
+    swapped = (lane % 2) != (lane // 32) % 2
+    np.testing.assert_array_equal(parity != warp, swapped)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n": 10, "mode": "lanes"}, r"mode must be one of \('parity', 'warp'\)"),
+        ({"n": 0, "mode": "warp"}, "n must be an integer >= 1, got 0"),
+        ({"n": 10, "mode": "warp", "work": 0}, "work must be an integer >= 1"),
+        ({"n": 10, "mode": "warp", "threads_per_block": 33}, "multiple of 32"),
+    ],
+)
+def test_divergence_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ew.divergence(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# The benchmark's JSON
+# ------------------------------------------------------------------------------------------
+
+
+def test_bench_elementwise_writes_valid_json(tmp_path, capsys):
+    path = write_results("elementwise", bench_elementwise(n=300, repeats=1), directory=tmp_path)
+    assert path == tmp_path / f"elementwise-{backend.name()}.json"
+    record = json.loads(path.read_text())
+    assert record["machine"]["backend"] == backend.name()
+    assert set(record["machine"]["versions"]) == {"numpy", "numba", "numba-cuda", "torch"}
+    assert record["machine"]["device"]["backend"] == backend.name()
+    assert (record["machine"]["cuda"] is None) == backend.is_simulator()
+    assert record["timings_meaningful"] == (backend.name() == "cuda")
+    payload = record["payload"]
+    assert set(payload["bandwidth"]) == {"vector_add_v1", "vector_add_v2", "saxpy", "torch_copy"}
+    assert all(row["gbps"] > 0 for row in payload["bandwidth"].values())
+    assert payload["bandwidth"]["vector_add_v2"]["bytes"] == 3 * 300 * 4
+    assert payload["bandwidth"]["torch_copy"]["bytes"] == 2 * 300 * 4
+    assert payload["v2_fraction_of_copy"] > 0
+    assert {"numpy", "numba_cpu_parallel", "cuda_kernel"} <= set(payload["saxpy_cpu_vs_gpu"])
+    assert payload["divergence"]["parity"]["max_paths_per_warp"] == 2
+    assert payload["divergence"]["warp"]["max_paths_per_warp"] == 1
+    assert "[elementwise]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("topic", "payload", "error"),
+    [("", {}, ValueError), ("a/b", {}, ValueError), ("ok", [], TypeError)],
+)
+def test_write_results_rejects_bad_arguments(tmp_path, topic, payload, error):
+    with pytest.raises(error):
+        write_results(topic, payload, directory=tmp_path)
+
+
+# ------------------------------------------------------------------------------------------
+# On a GPU only
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu_bench() -> dict:
+    return bench_elementwise(repeats=10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.name() != "cuda", reason="needs a real CUDA GPU")
+def test_v2_reaches_90_percent_of_copy_bandwidth(gpu_bench):
+    assert gpu_bench["v2_fraction_of_copy"] >= 0.9
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.name() != "cuda", reason="needs a real CUDA GPU")
+def test_parity_divergence_is_slower_than_by_warp(gpu_bench):
+    # Parity makes every warp run both paths one after the other: about twice the time.
+    assert gpu_bench["divergence"]["parity_over_warp"] > 1.5
