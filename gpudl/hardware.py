@@ -264,6 +264,7 @@ _SPEC_LIST = [
             67.0, 989.0, 989.0, 700, "nvidia2024h200"),
 ]
 
+#: GPU name -> :class:`GpuSpec`, from the vendors' datasheets (rendered in Chapter 1).
 SPECS: dict[str, GpuSpec] = {s.name: s for s in _SPEC_LIST}
 
 

@@ -324,3 +324,19 @@ def test_v2_reaches_90_percent_of_copy_bandwidth(gpu_bench):
 def test_parity_divergence_is_slower_than_by_warp(gpu_bench):
     # Parity makes every warp run both paths one after the other: about twice the time.
     assert gpu_bench["divergence"]["parity_over_warp"] > 1.5
+
+
+def test_thread_ids_match_the_index_formulas():
+    rows = ew.thread_ids(3, 40)
+    block, thread, grid, warp, lane = rows.T
+    assert rows.shape == (120, 5)
+    assert (grid == np.arange(120)).all()
+    assert (grid == block * 40 + thread).all()
+    assert (warp == thread // 32).all() and (lane == thread % 32).all()
+    assert sorted(set(block.tolist())) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("args", [(0, 32), (1, 0), (1, 1025), (1.5, 32)])
+def test_thread_ids_rejects_bad_launches(args):
+    with pytest.raises(ValueError):
+        ew.thread_ids(*args)

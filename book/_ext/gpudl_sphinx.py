@@ -1,6 +1,11 @@
-"""Local Sphinx extension: puts the repository on sys.path for autodoc, and lists the
-cross-references that point outside this book (NumPy, torch, numba types in signatures) so that
-`-n` (nitpicky) warns only about the book's own broken references."""
+"""Local Sphinx extension for the book.
+
+- puts the repository on sys.path, for autodoc and for the figures below;
+- draws the prose's model figures (deterministic, from `gpudl.plots`) into book/_generated/
+  when the build starts, so a figure in the text is always the package's current answer;
+- the ``{gpudl-specs}`` directive renders `gpudl.hardware.SPECS` as a table;
+- drops missing references to types documented elsewhere (NumPy, torch, numba, matplotlib)
+  so that `-n` (nitpicky) warns only about the book's own broken references."""
 
 import sys
 from pathlib import Path
@@ -13,13 +18,43 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-EXTERNAL_TARGET_PREFIXES = ("numpy", "np.", "torch", "numba", "concurrent", "collections.abc")
+EXTERNAL_TARGET_PREFIXES = (
+    "numpy", "np.", "torch", "numba", "matplotlib", "pathlib", "concurrent", "collections.abc"
+)
+
+
+GENERATED = Path(__file__).resolve().parents[1] / "_generated"
+
+
+def _model_figures() -> dict:
+    from gpudl import plots
+
+    return {
+        "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
+        "ring-model.png": lambda: plots.ring_allreduce_model(
+            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
+        ),
+    }
+
+
+def _draw_figures(app) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    GENERATED.mkdir(exist_ok=True)
+    for name, draw in _model_figures().items():
+        fig = draw()
+        fig.savefig(GENERATED / name, dpi=110)
+        plt.close(fig)
 
 
 def _ignore_external(app, env, node, contnode):
     """Drop missing references to types documented elsewhere (NumPy, torch, numba)."""
     target = node.get("reftarget", "")
-    if target.startswith(EXTERNAL_TARGET_PREFIXES) or target in {"T", "Path", "pathlib.Path"}:
+    type_variable = target.rsplit(".", 1)[-1] == "T"  # a TypeVar in a signature
+    if target.startswith(EXTERNAL_TARGET_PREFIXES) or type_variable or target == "Path":
         return contnode
     return None
 
@@ -63,5 +98,6 @@ class SpecsTable(SphinxDirective):
 
 def setup(app):
     app.add_directive("gpudl-specs", SpecsTable)
+    app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _ignore_external)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

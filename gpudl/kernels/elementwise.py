@@ -28,6 +28,8 @@ from numba import cuda, njit, prange
 Array = Any
 
 __all__ = [
+    "THREAD_ID_COLUMNS",
+    "thread_ids",
     "VARIANTS",
     "MODES",
     "DEFAULT_WORK",
@@ -48,6 +50,38 @@ __all__ = [
     "divergence",
     "divergence_paths",
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Who am I: the indices every thread of a launch sees
+# ------------------------------------------------------------------------------------------
+
+#: The columns of :func:`thread_ids`.
+THREAD_ID_COLUMNS = ("blockIdx.x", "threadIdx.x", "grid index", "warp", "lane")
+
+
+@cuda.jit
+def _thread_ids_kernel(out):
+    i = cuda.grid(1)
+    out[i, 0] = cuda.blockIdx.x
+    out[i, 1] = cuda.threadIdx.x
+    out[i, 2] = i
+    out[i, 3] = cuda.threadIdx.x // cuda.warpsize
+    out[i, 4] = cuda.laneid
+
+
+def thread_ids(blocks: int, threads_per_block: int) -> np.ndarray:
+    """One row per thread of a ``[blocks, threads_per_block]`` launch, with the columns
+    :data:`THREAD_ID_COLUMNS`: block index, thread index in the block, index in the grid
+    (``cuda.grid(1)``), warp within the block and lane within the warp."""
+    for name, value in (("blocks", blocks), ("threads_per_block", threads_per_block)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if threads_per_block > 1024:
+        raise ValueError(f"threads_per_block must be <= 1024, got {threads_per_block}")
+    out = cuda.to_device(np.full((blocks * threads_per_block, 5), -1, dtype=np.int64))
+    _thread_ids_kernel[blocks, threads_per_block](out)
+    return out.copy_to_host()
 
 
 # ------------------------------------------------------------------------------------------

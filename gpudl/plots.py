@@ -1,0 +1,103 @@
+"""The book's figures, drawn from data the notebooks compute (and print, so nbval checks it).
+
+Book section: every chapter's lab; Chapter 1 uses :func:`occupancy_curves`,
+:func:`time_bars`, :func:`allreduce_bandwidth` and :func:`ring_allreduce_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from gpudl.estimate import allreduce_time
+from gpudl.hardware import occupancy
+
+__all__ = ["occupancy_curves", "time_bars", "allreduce_bandwidth", "ring_allreduce_model"]
+
+
+def _occupancy_or_zero(threads: int, regs: int, cc: tuple[int, int]) -> float:
+    try:
+        return occupancy(threads, regs, 0, cc).occupancy
+    except ValueError:  # the block needs more registers than a block may have: no launch
+        return 0.0
+
+
+def occupancy_curves(
+    compute_capability: tuple[int, int],
+    block_sizes: Sequence[int] = (64, 256, 1024),
+    registers: Sequence[int] = tuple(range(16, 256, 8)),
+) -> Figure:
+    """Occupancy against registers per thread, one line per block size (no shared memory);
+    zero where a block of that size cannot launch at all."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for threads in block_sizes:
+        occ = [_occupancy_or_zero(threads, r, compute_capability) for r in registers]
+        ax.step(list(registers), occ, where="post", label=f"{threads} threads/block")
+    ax.set(
+        xlabel="registers per thread",
+        ylabel="occupancy",
+        ylim=(0, 1.05),
+        title=f"Occupancy on compute capability {compute_capability[0]}.{compute_capability[1]}",
+    )
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def time_bars(seconds: dict[str, float], title: str, note: str = "") -> Figure:
+    """A horizontal bar per method, time in milliseconds on a log scale."""
+    fig, ax = plt.subplots(figsize=(6, 0.6 * len(seconds) + 1.2))
+    names = list(seconds)
+    ax.barh(names, [seconds[n] * 1e3 for n in names])
+    ax.set_xscale("log")
+    ax.set(xlabel="time (ms, log scale)", title=title)
+    ax.invert_yaxis()
+    if note:
+        ax.text(0.99, 0.02, note, transform=ax.transAxes, ha="right", va="bottom", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def allreduce_bandwidth(rows: Sequence[dict], model_bandwidth_gbs: float | None = None) -> Figure:
+    """Algorithm and bus bandwidth against message size (rows of
+    :func:`gpudl.parallel.comms.allreduce_bandwidth`), with the ring model's algorithm
+    bandwidth at ``model_bandwidth_gbs`` of bus bandwidth if given."""
+    sizes = [r["size_bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(sizes, [r["algbw_gbs"] for r in rows], "o-", label="algorithm bandwidth")
+    ax.plot(sizes, [r["busbw_gbs"] for r in rows], "s-", label="bus bandwidth")
+    if model_bandwidth_gbs is not None:
+        n = rows[0]["world_size"]
+        model = [s / allreduce_time(s, n, model_bandwidth_gbs * 1e9) / 1e9 for s in sizes]
+        ax.plot(sizes, model, "k--", label=f"ring model, {model_bandwidth_gbs:.2g} GB/s bus")
+    ax.set_xscale("log", base=2)
+    ax.set(
+        xlabel="message size (bytes)",
+        ylabel="GB/s",
+        title=f"All-reduce, {rows[0]['world_size']} ranks, {rows[0]['backend']}",
+    )
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def ring_allreduce_model(
+    n_bytes: float, bus_bandwidth_gbs: float, latency_s: float, world_sizes: Sequence[int]
+) -> Figure:
+    """The ring model's all-reduce time against the number of ranks, with and without the
+    per-step latency: the bandwidth term approaches 2 S/B, the latency term grows with N."""
+    ns = list(world_sizes)
+    bandwidth = bus_bandwidth_gbs * 1e9
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth) * 1e3 for n in ns], "o-",
+            label="bandwidth term 2(N-1)/N S/B")
+    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth, latency_s) * 1e3 for n in ns], "s--",
+            label=f"with {latency_s * 1e6:g} us per step")
+    ax.axhline(2 * n_bytes / bandwidth * 1e3, color="k", lw=0.8, ls=":", label="limit 2 S/B")
+    ax.set(xlabel="ranks N", ylabel="time (ms)", ylim=(0, None),
+           title=f"Ring all-reduce of {n_bytes / 1e9:g} GB at {bus_bandwidth_gbs:g} GB/s")
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,48 @@
+"""`python -m gpudl` entry points."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudl import backend
+from gpudl.__main__ import BENCHMARKS, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpudl", *args], capture_output=True, text=True, cwd=ROOT,
+        timeout=300, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_info_names_the_backend():
+    out = run_cli("info")
+    assert out.returncode == 0, out.stderr
+    assert f"backend: {backend.name()}" in out.stdout
+
+
+def test_bench_elementwise_writes_json_with_the_machine(tmp_path):
+    out = run_cli("bench", "elementwise", "--results", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "[elementwise]" in out.stdout  # progress is shown as it goes
+    record = json.loads((tmp_path / f"elementwise-{backend.name()}.json").read_text())
+    assert record["machine"]["backend"] == backend.name()
+    assert record["timings_meaningful"] == (backend.name() == "cuda")
+    assert {"vector_add_v1", "vector_add_v2", "torch_copy"} <= set(record["payload"]["bandwidth"])
+
+
+def test_every_benchmark_topic_is_a_cli_choice():
+    assert set(BENCHMARKS) == {"elementwise", "allreduce"}
+
+
+def test_unknown_topic_or_notebook_is_an_error():
+    with pytest.raises(SystemExit):
+        main(["bench", "nonsense"])
+    with pytest.raises(SystemExit, match="no notebook"):
+        main(["notebooks", "99-nothing"])

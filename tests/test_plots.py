@@ -1,0 +1,48 @@
+"""The figures plot the numbers the package computes (nbval never compares images)."""
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+
+from gpudl import plots  # noqa: E402
+from gpudl.estimate import allreduce_time  # noqa: E402
+from gpudl.hardware import occupancy  # noqa: E402
+
+
+def test_occupancy_curves_plot_the_calculator():
+    regs = [32, 64, 72, 128]
+    fig = plots.occupancy_curves((8, 0), block_sizes=(256, 1024), registers=regs)
+    lines = fig.axes[0].get_lines()
+    assert [ln.get_label() for ln in lines] == ["256 threads/block", "1024 threads/block"]
+    assert list(lines[0].get_ydata()) == [occupancy(256, r, 0, (8, 0)).occupancy for r in regs]
+    # 1024 threads x 72 registers cannot launch: plotted as zero, not skipped
+    assert list(lines[1].get_ydata()) == [1.0, 0.5, 0.0, 0.0]
+
+
+def test_ring_model_plots_the_cost_model():
+    fig = plots.ring_allreduce_model(1e9, 400, 10e-6, [2, 4, 8])
+    bandwidth, with_latency, limit = fig.axes[0].get_lines()
+    expected = [allreduce_time(1e9, n, 400e9) * 1e3 for n in (2, 4, 8)]
+    np.testing.assert_allclose(bandwidth.get_ydata(), expected)
+    assert (np.asarray(with_latency.get_ydata()) > expected).all()
+    assert limit.get_ydata()[0] == pytest.approx(5.0)  # 2 S / B = 2 GB / 400 GB/s = 5 ms
+
+
+def test_allreduce_plot_uses_the_rows():
+    rows = [
+        {"size_bytes": s, "world_size": 4, "backend": "gloo", "algbw_gbs": a, "busbw_gbs": a * 1.5}
+        for s, a in ((1024, 0.1), (4096, 0.3))
+    ]
+    fig = plots.allreduce_bandwidth(rows, model_bandwidth_gbs=1.5)
+    alg, bus, model = fig.axes[0].get_lines()
+    np.testing.assert_allclose(alg.get_ydata(), [0.1, 0.3])
+    np.testing.assert_allclose(bus.get_ydata(), [0.15, 0.45])
+    # ring model: algbw = busbw * N / (2 (N - 1)) = 1.5 * 4 / 6 = 1.0 GB/s at every size
+    np.testing.assert_allclose(model.get_ydata(), [1.0, 1.0])
+
+
+def test_time_bars_in_milliseconds():
+    fig = plots.time_bars({"a": 1e-3, "b": 2e-3}, "t")
+    assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([1.0, 2.0])
