@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # pytest workers; notebooks stay whole on one worker (--dist loadfile)
 JOBS   ?= 2
+# Extra pip arguments for torch, e.g. a CPU-only build on a machine without a GPU:
+#   make book TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_PIP_ARGS ?=
 
 .PHONY: help env book test lint pytest notebooks bench serve clean
 
@@ -12,13 +15,16 @@ help:
 	@echo "make book       create $(VENV), install, build the HTML book into _build/html"
 	@echo "make test       create $(VENV), install, run ruff, every test (unit, distributed,"
 	@echo "                nbval on all notebooks) and the book build with warnings as errors"
+	@echo "make env        only create $(VENV) and install (also done by the targets above)"
+	@echo "make lint       ruff;  make pytest: the tests and nbval, without the book build"
 	@echo "make notebooks  re-execute every notebook in place on the current backend"
 	@echo "make bench      run the benchmarks and write JSON to results/"
 	@echo "make serve      serve the built book on http://localhost:8000"
+	@echo "make clean      remove _build and $(VENV)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

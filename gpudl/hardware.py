@@ -33,6 +33,7 @@ __all__ = [
     "GpuSpec",
     "SPECS",
     "spec",
+    "datasheet_number",
     "SmLimits",
     "SM_LIMITS",
     "Occupancy",
@@ -266,6 +267,15 @@ _SPEC_LIST = [
 
 #: GPU name -> :class:`GpuSpec`, from the vendors' datasheets (rendered in Chapter 1).
 SPECS: dict[str, GpuSpec] = {s.name: s for s in _SPEC_LIST}
+
+
+def datasheet_number(value: float | None) -> str:
+    """A spec value as datasheets print it: 0.236, 19.5, 1,555; ``"none"`` when absent."""
+    if value is None:
+        return "none"
+    if value < 10:
+        return f"{value:.3g}"
+    return f"{value:,.1f}".removesuffix(".0")
 
 
 def spec(name: str) -> GpuSpec:

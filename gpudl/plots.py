@@ -27,7 +27,7 @@ def _occupancy_or_zero(threads: int, regs: int, cc: tuple[int, int]) -> float:
 def occupancy_curves(
     compute_capability: tuple[int, int],
     block_sizes: Sequence[int] = (64, 256, 1024),
-    registers: Sequence[int] = tuple(range(16, 256, 8)),
+    registers: Sequence[int] = tuple(range(16, 256)),
 ) -> Figure:
     """Occupancy against registers per thread, one line per block size (no shared memory);
     zero where a block of that size cannot launch at all."""
@@ -60,18 +60,22 @@ def time_bars(seconds: dict[str, float], title: str, note: str = "") -> Figure:
     return fig
 
 
-def allreduce_bandwidth(rows: Sequence[dict], model_bandwidth_gbs: float | None = None) -> Figure:
+def allreduce_bandwidth(
+    rows: Sequence[dict], model: tuple[float, float] | None = None
+) -> Figure:
     """Algorithm and bus bandwidth against message size (rows of
     :func:`gpudl.parallel.comms.allreduce_bandwidth`), with the ring model's algorithm
-    bandwidth at ``model_bandwidth_gbs`` of bus bandwidth if given."""
+    bandwidth for ``model = (latency_s, bandwidth_bytes_per_s)`` if given."""
     sizes = [r["size_bytes"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(sizes, [r["algbw_gbs"] for r in rows], "o-", label="algorithm bandwidth")
     ax.plot(sizes, [r["busbw_gbs"] for r in rows], "s-", label="bus bandwidth")
-    if model_bandwidth_gbs is not None:
+    if model is not None:
+        latency, bandwidth = model
         n = rows[0]["world_size"]
-        model = [s / allreduce_time(s, n, model_bandwidth_gbs * 1e9) / 1e9 for s in sizes]
-        ax.plot(sizes, model, "k--", label=f"ring model, {model_bandwidth_gbs:.2g} GB/s bus")
+        algbw = [s / allreduce_time(s, n, bandwidth, latency) / 1e9 for s in sizes]
+        ax.plot(sizes, algbw, "k--",
+                label=f"α-β model: {latency * 1e6:.3g} µs, {bandwidth / 1e9:.3g} GB/s")
     ax.set_xscale("log", base=2)
     ax.set(
         xlabel="message size (bytes)",

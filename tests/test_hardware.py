@@ -309,3 +309,10 @@ def test_occupancy_rejects_what_cannot_launch(args, message):
 def test_occupancy_rejects_wrong_types(args):
     with pytest.raises(TypeError, match="must be"):
         occupancy(*args)
+
+
+def test_datasheet_number_formats_like_a_datasheet():
+    from gpudl.hardware import datasheet_number
+
+    assert [datasheet_number(v) for v in (0.236, 19.5, 1555.0, 3350.0, 154.8, None)] == [
+        "0.236", "19.5", "1,555", "3,350", "154.8", "none"]

@@ -35,12 +35,16 @@ def test_allreduce_plot_uses_the_rows():
         {"size_bytes": s, "world_size": 4, "backend": "gloo", "algbw_gbs": a, "busbw_gbs": a * 1.5}
         for s, a in ((1024, 0.1), (4096, 0.3))
     ]
-    fig = plots.allreduce_bandwidth(rows, model_bandwidth_gbs=1.5)
+    fig = plots.allreduce_bandwidth(rows, model=(0.0, 1.5e9))
     alg, bus, model = fig.axes[0].get_lines()
     np.testing.assert_allclose(alg.get_ydata(), [0.1, 0.3])
     np.testing.assert_allclose(bus.get_ydata(), [0.15, 0.45])
-    # ring model: algbw = busbw * N / (2 (N - 1)) = 1.5 * 4 / 6 = 1.0 GB/s at every size
+    # ring model without latency: algbw = B * N / (2 (N - 1)) = 1.5 * 4 / 6 = 1.0 GB/s
     np.testing.assert_allclose(model.get_ydata(), [1.0, 1.0])
+    # with latency, small messages fall well below the bandwidth limit
+    fig = plots.allreduce_bandwidth(rows, model=(1e-3, 1.5e9))
+    small = fig.axes[0].get_lines()[2].get_ydata()[0]
+    assert small == pytest.approx(1024 / allreduce_time(1024, 4, 1.5e9, 1e-3) / 1e9)
 
 
 def test_time_bars_in_milliseconds():

@@ -59,15 +59,6 @@ def _ignore_external(app, env, node, contnode):
     return None
 
 
-def _fmt(value: float | int | None) -> str:
-    """Datasheet style: 0.236, 19.5, 1,555, and "none" for a missing rate."""
-    if value is None:
-        return "none"
-    if value < 10:
-        return f"{value:.3g}"
-    return f"{value:,.1f}".removesuffix(".0")
-
-
 class SpecsTable(SphinxDirective):
     """``{gpudl-specs}``: the table of real GPUs, rendered from ``gpudl.hardware.SPECS`` so
     that the prose cannot drift from the package."""
@@ -76,6 +67,7 @@ class SpecsTable(SphinxDirective):
 
     def run(self):
         from gpudl.hardware import SPECS
+        from gpudl.hardware import datasheet_number as _fmt
 
         header = (
             "| GPU | year | CC | SMs | FP32 cores/SM | CUDA cores | memory | bandwidth (GB/s) "

@@ -104,13 +104,13 @@ def v1_naive(a, b, out):
         out[i] = a[i] + b[i]
 
 
-# v2_grid_stride: a fixed grid sized to the GPU (a few blocks per SM) instead of to the
-# data; each thread loops over i, i + gridsize, i + 2 * gridsize, ... Each step of the loop
-# is still coalesced across the warp. What changes: the GPU schedules a few thousand blocks
-# once instead of n / threads_per_block of them, each thread computes its index once and
-# then just adds the stride, and one launch handles any n. A memory-bound kernel cannot
-# beat the copy bandwidth, so the gain is small: v2 should be at least as fast as v1 and
-# close to a plain copy of the same bytes.
+# v2_grid_stride: a fixed grid sized to the GPU (as many blocks as the SMs can hold at once)
+# instead of to the data; each thread loops over i, i + gridsize, i + 2 * gridsize, ...
+# Each step of the loop is still coalesced across the warp. What changes: the GPU starts
+# and retires one wave of blocks instead of n / threads_per_block of them, each thread
+# computes its index once and then just adds the stride, and one launch handles any n. A
+# memory-bound kernel cannot beat the copy bandwidth, so the gain is small: v2 should be
+# at least as fast as v1 and close to the bandwidth of a plain copy.
 @cuda.jit
 def v2_grid_stride(a, b, out):
     start = cuda.grid(1)
@@ -124,15 +124,18 @@ def _blocks_to_cover(n: int, threads_per_block: int) -> int:
 
 
 @functools.cache
-def _max_grid_stride_blocks() -> int:
+def _resident_blocks(threads_per_block: int) -> int:
+    """Blocks of this size that all SMs hold at once (full occupancy); 4 on the simulator."""
     if backend.is_simulator():
         return 4
-    return 4 * cuda.get_current_device().MULTIPROCESSOR_COUNT
+    dev = cuda.get_current_device()
+    per_sm = max(1, dev.MAX_THREADS_PER_MULTI_PROCESSOR // threads_per_block)
+    return dev.MULTIPROCESSOR_COUNT * per_sm
 
 
 def _grid_stride_blocks(n: int, threads_per_block: int) -> int:
-    """A few blocks per SM on a GPU, 4 blocks on the simulator; never more than needed."""
-    return min(_max_grid_stride_blocks(), _blocks_to_cover(n, threads_per_block))
+    """One full wave of resident blocks on a GPU, 4 on the simulator; never more than needed."""
+    return min(_resident_blocks(threads_per_block), _blocks_to_cover(n, threads_per_block))
 
 
 def launch_v1(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
@@ -190,26 +193,43 @@ def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256) -> Arr
     return _run(lambda x_, y_, out: launch_saxpy(alpha, x_, y_, out, threads_per_block), x=x, y=y)
 
 
-def saxpy_numpy(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """SAXPY on the CPU with NumPy (float32; two passes over memory and a temporary)."""
-    _check_alpha(alpha)
-    _check_vectors(host_only=True, x=x, y=y)
-    return np.float32(alpha) * x + y
+def _cpu_out(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """The output array of a CPU SAXPY: ``out`` if given (checked), else a new one.
 
-
-@njit(parallel=True)
-def _saxpy_cpu(alpha, x, y):
-    out = np.empty_like(x)
-    for i in prange(x.size):
-        out[i] = alpha * x[i] + y[i]
+    Benchmarks pass ``out``: a fresh 64 MB array costs thousands of first-touch page faults,
+    which would be timed as if they were arithmetic."""
+    if out is None:
+        return np.empty_like(x)
+    _check_vectors(host_only=True, x=x, out=out)
     return out
 
 
-def saxpy_numba_cpu(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def saxpy_numpy(
+    alpha: float, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """SAXPY on the CPU with NumPy (float32; two passes over memory, one core)."""
+    _check_alpha(alpha)
+    _check_vectors(host_only=True, x=x, y=y)
+    out = _cpu_out(x, out)
+    np.multiply(np.float32(alpha), x, out=out)
+    return np.add(out, y, out=out)
+
+
+@njit(parallel=True)
+def _saxpy_cpu(alpha, x, y, out):
+    for i in prange(x.size):
+        out[i] = alpha * x[i] + y[i]
+
+
+def saxpy_numba_cpu(
+    alpha: float, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
     """SAXPY on the CPU with Numba, one loop split across all CPU cores (``prange``)."""
     _check_alpha(alpha)
     _check_vectors(host_only=True, x=x, y=y)
-    return _saxpy_cpu(np.float32(alpha), x, y)
+    out = _cpu_out(x, out)
+    _saxpy_cpu(np.float32(alpha), x, y, out)
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -223,9 +243,12 @@ DEFAULT_WORK = backend.pick(gpu=2048, sim=16)
 
 
 # Each thread runs `work` steps of one of two integer recurrences (exact, so the reference
-# matches bit for bit). With "parity" the two paths alternate lane by lane: every warp has
-# threads on both, and a warp runs path 0 with the odd lanes masked off, then path 1 with
-# the even lanes masked off. With "warp" each warp's 32 threads agree and it runs one path.
+# matches bit for bit). In both modes half the threads take each path, so the total work is
+# the same. With "parity" the two paths alternate lane by lane: every warp has threads on
+# both, and a warp runs path 0 with the odd lanes masked off, then path 1 with the even
+# lanes masked off, costing c0 + c1. With "warp" each warp's 32 threads agree: half the
+# warps cost c0 and half c1, (c0 + c1) / 2 on average. When issuing instructions is the
+# bottleneck (the loops touch no memory), parity mode takes about twice as long.
 @cuda.jit
 def _divergence_kernel(out, by_warp, work):
     i = cuda.grid(1)

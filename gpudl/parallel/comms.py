@@ -1,10 +1,12 @@
-"""Collectives, measured: how fast an all-reduce runs, and a check that it sums correctly.
+"""Communication, measured: how fast an all-reduce and a point-to-point send run, each result
+checked.
 
-Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect) and *Chapter 5,
-"Data parallelism"* (the ring all-reduce cost model against measurement). The model itself is
-:func:`gpudl.estimate.allreduce_time`; this module only communicates and times.
+Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect), *Chapter 2, "Past
+one GPU"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the ring all-reduce
+cost model against measurement). The model itself is :func:`gpudl.estimate.allreduce_time`;
+this module only communicates and times.
 
-Three ways to run the benchmark:
+Three ways to run the all-reduce benchmark:
 
 * from Python (a notebook): ``allreduce_bandwidth(world_size=2)``;
 * ``torchrun --standalone --nproc_per_node=2 -m gpudl.parallel.comms``;
@@ -29,10 +31,13 @@ __all__ = [
     "allreduce_bandwidth",
     "allreduce_bandwidth_worker",
     "check_allreduce",
+    "check_p2p",
     "default_sizes",
     "expected_sum",
     "format_table",
     "main",
+    "p2p_bandwidth",
+    "p2p_bandwidth_worker",
     "rank_input",
 ]
 
@@ -63,17 +68,27 @@ def expected_sum(world_size: int, numel: int, device: torch.device | str = "cpu"
     )
 
 
-def check_allreduce(result: torch.Tensor, world_size: int) -> None:
-    """Raise ``RuntimeError`` unless ``result`` is exactly the all-reduced sum of the inputs."""
-    expected = expected_sum(world_size, result.numel(), result.device)
+def _check_exact(result: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     wrong = (result.flatten() != expected).nonzero().flatten()
     if len(wrong):
         first = int(wrong[0])
         raise RuntimeError(
-            f"all-reduce over {world_size} ranks is wrong at {len(wrong)} of {result.numel()} "
-            f"elements; the first is index {first}: got {result.flatten()[first].item()}, "
+            f"{what} is wrong at {len(wrong)} of {result.numel()} elements; the first is "
+            f"index {first}: got {result.flatten()[first].item()}, "
             f"expected {expected[first].item()}"
         )
+
+
+def check_allreduce(result: torch.Tensor, world_size: int) -> None:
+    """Raise ``RuntimeError`` unless ``result`` is exactly the all-reduced sum of the inputs."""
+    expected = expected_sum(world_size, result.numel(), result.device)
+    _check_exact(result, expected, f"all-reduce over {world_size} ranks")
+
+
+def check_p2p(received: torch.Tensor, sender: int) -> None:
+    """Raise ``RuntimeError`` unless ``received`` is exactly rank ``sender``'s message."""
+    expected = rank_input(sender, received.numel(), received.device)
+    _check_exact(received, expected, f"message from rank {sender}")
 
 
 def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
@@ -160,6 +175,71 @@ def allreduce_bandwidth(
     return per_rank[0]  # every rank holds the same rows: the times were max-reduced
 
 
+def p2p_bandwidth_worker(
+    rank: int, world_size: int, sizes_bytes: list[int], repeats: int, warmup: int
+) -> list[dict]:
+    """Time a ping-pong between ranks 0 and 1 for each message size; other ranks only wait.
+
+    Rank 0 sends its message (:func:`rank_input`) with ``dist.send``; rank 1 receives it and
+    sends it back. A repeat starts after a barrier; the one-way time is half the round trip
+    rank 0 sees (after a ``cuda.synchronize`` on NCCL). Both copies are checked after the
+    clock stops. The row reports the median over ``repeats``, after ``warmup`` untimed trips;
+    ``gbps`` is size / one-way time in GB/s. Rank 0 returns the rows, the others ``[]``.
+    """
+    _check_plan(sizes_bytes, repeats, warmup)
+    if world_size < 2:
+        raise ValueError(f"a point-to-point benchmark needs at least 2 ranks, got {world_size}")
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    rows = []
+    for size in sizes_bytes:
+        message = rank_input(0, size // _ITEMSIZE, device)
+        times = []
+        for step in range(warmup + repeats):
+            buffer = torch.full_like(message, float("nan"))  # poisoned: a lost byte shows
+            dist.barrier()
+            sync()
+            start = time.perf_counter()
+            if rank == 0:
+                dist.send(message, dst=1)
+                dist.recv(buffer, src=1)
+            elif rank == 1:
+                dist.recv(buffer, src=0)
+                dist.send(buffer, dst=0)
+            sync()
+            elapsed = time.perf_counter() - start
+            if rank in (0, 1):
+                check_p2p(buffer, sender=0)
+            if step >= warmup:
+                times.append(elapsed / 2)
+        if rank == 0:
+            time_s = statistics.median(times)
+            rows.append({"size_bytes": size, "backend": dist.get_backend(), "time_s": time_s,
+                         "gbps": size / time_s / 1e9})
+    return rows
+
+
+def p2p_bandwidth(
+    sizes_bytes: list[int] | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    timeout: float = 120.0,
+) -> list[dict]:
+    """Spawn 2 processes and measure point-to-point bandwidth (one row per size).
+
+    Rows have ``size_bytes``, ``backend``, ``time_s`` (one way) and ``gbps`` (GB/s); see
+    :func:`p2p_bandwidth_worker`.
+    """
+    sizes = default_sizes() if sizes_bytes is None else list(sizes_bytes)
+    _check_plan(sizes, repeats, warmup)
+    return spawn(p2p_bandwidth_worker, 2, sizes, repeats, warmup, timeout=timeout)[0]
+
+
 def _human(n_bytes: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n_bytes < 1024 or unit == "GiB":
@@ -167,15 +247,26 @@ def _human(n_bytes: int) -> str:
         n_bytes /= 1024
 
 
+_COLUMNS = [  # key, header, width, how a value is written
+    ("size_bytes", "size", 9, _human),
+    ("world_size", "ranks", 5, str),
+    ("backend", "backend", 7, str),
+    ("time_s", "time (us)", 10, lambda t: f"{t * 1e6:.1f}"),
+    ("algbw_gbs", "algbw (GB/s)", 12, "{:.3f}".format),
+    ("busbw_gbs", "busbw (GB/s)", 12, "{:.3f}".format),
+    ("gbps", "bw (GB/s)", 9, "{:.3f}".format),
+]
+
+
 def format_table(rows: list[dict]) -> str:
-    """The rows of :func:`allreduce_bandwidth` as a text table."""
-    lines = [f"{'size':>9} {'ranks':>5} {'backend':>7} {'time (us)':>10} "
-             f"{'algbw (GB/s)':>12} {'busbw (GB/s)':>12}"]
+    """The rows of :func:`allreduce_bandwidth` or :func:`p2p_bandwidth` as a text table.
+
+    One column for each key the rows have, in a fixed order.
+    """
+    columns = [column for column in _COLUMNS if rows and column[0] in rows[0]]
+    lines = [" ".join(f"{header:>{width}}" for _, header, width, _ in columns)]
     for row in rows:
-        lines.append(
-            f"{_human(row['size_bytes']):>9} {row['world_size']:>5} {row['backend']:>7} "
-            f"{row['time_s'] * 1e6:>10.1f} {row['algbw_gbs']:>12.3f} {row['busbw_gbs']:>12.3f}"
-        )
+        lines.append(" ".join(f"{fmt(row[key]):>{width}}" for key, _, width, fmt in columns))
     return "\n".join(lines)
 
 

@@ -1,0 +1,303 @@
+"""Memory-access patterns: coalesced, strided and misaligned copies, and matrix transpose.
+
+Book section: Chapter 2, "Coalescing" (the three copies and the naive transpose) and "Shared
+memory and bank conflicts" (the tiled transposes).
+
+Global memory is read in 32-byte sectors. When the 32 lanes of a warp load 32 consecutive
+float32 words starting on a 128-byte boundary, the warp's request touches 4 sectors and uses
+every byte of them (coalesced); any other pattern touches more sectors for the same useful
+bytes. :mod:`gpudl.trace` counts the sectors of each request on the simulator.
+
+Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
+return device arrays), float32 and C-contiguous. Outputs are allocated poisoned (NaN) before a
+launch, so an element that a kernel forgets to write is caught by the comparison with the
+reference. Empty results are returned without a launch (a grid of 0 blocks is an error).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
+
+# isort: split
+import numpy as np
+from numba import cuda, float32
+
+# A NumPy array or a numba device array (whose class differs between GPU and simulator).
+Array = Any
+
+__all__ = [
+    "THREADS_PER_BLOCK",
+    "TILE",
+    "BLOCK_ROWS",
+    "PADDED",
+    "VARIANTS",
+    "reference_copy",
+    "reference_copy_strided",
+    "reference_copy_offset",
+    "reference_transpose",
+    "copy_kernel",
+    "copy_strided_kernel",
+    "copy_offset_kernel",
+    "launch_copy",
+    "launch_copy_strided",
+    "launch_copy_offset",
+    "copy",
+    "copy_strided",
+    "copy_offset",
+    "v1_naive",
+    "v2_shared",
+    "v3_padded",
+    "transpose_grid",
+    "launch_naive",
+    "launch_shared",
+    "launch_padded",
+    "transpose",
+]
+
+THREADS_PER_BLOCK = 256
+
+# ------------------------------------------------------------------------------------------
+# Copies: the same bytes out, different addresses in
+# ------------------------------------------------------------------------------------------
+
+
+def reference_copy(x: np.ndarray) -> np.ndarray:
+    """``x`` copied, in NumPy."""
+    return np.array(x, copy=True)
+
+
+def reference_copy_strided(x: np.ndarray, stride: int) -> np.ndarray:
+    """``x[::stride]`` copied, in NumPy."""
+    return np.ascontiguousarray(x[::stride])
+
+
+def reference_copy_offset(x: np.ndarray, offset: int) -> np.ndarray:
+    """``x[offset:]`` copied, in NumPy."""
+    return np.array(x[offset:], copy=True)
+
+
+# copy_kernel: one thread per element. Lane k of a warp reads word k of a 32-word run that
+# starts on a 128-byte boundary (the allocation is 256-byte aligned and each warp starts at a
+# multiple of 32 words), so a warp's read is one request for 4 sectors of 32 bytes, all used.
+# Every other copy here moves the same bytes out and is measured against this one.
+@cuda.jit
+def copy_kernel(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i]
+
+
+# copy_strided_kernel: lane k reads x[k * stride]. The warp's 32 words are stride words
+# apart: stride 2 spreads them over 8 sectors (half of each sector wasted), stride 8 or more
+# puts every lane in a sector of its own (32 sectors, 28 of every 32 bytes fetched for
+# nothing). The writes stay coalesced, so the slowdown is the price of uncoalesced reads.
+@cuda.jit
+def copy_strided_kernel(x, out, stride):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i * stride]
+
+
+# copy_offset_kernel: lane k reads x[k + offset]. The words are consecutive but the run
+# starts offset words past a sector boundary, so unless offset is a multiple of 8 words the
+# warp's 128 bytes straddle 5 sectors instead of 4. At most one extra sector per request:
+# misalignment costs far less than striding.
+@cuda.jit
+def copy_offset_kernel(x, out, offset):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i + offset]
+
+
+def _blocks(n: int) -> int:
+    return math.ceil(n / THREADS_PER_BLOCK)
+
+
+def launch_copy(x: Array, out: Array) -> None:
+    """Launch ``copy_kernel`` on device arrays, one thread per element of ``out``."""
+    copy_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out)
+
+
+def launch_copy_strided(x: Array, out: Array, stride: int) -> None:
+    """Launch ``copy_strided_kernel``: ``out[i] = x[i * stride]``."""
+    copy_strided_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, stride)
+
+
+def launch_copy_offset(x: Array, out: Array, offset: int) -> None:
+    """Launch ``copy_offset_kernel``: ``out[i] = x[i + offset]``."""
+    copy_offset_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, offset)
+
+
+def copy(x: Array) -> Array:
+    """A copy of the float32 vector ``x`` made by the coalesced ``copy_kernel``."""
+    on_device = _check(x, 1)
+    return _run(x, on_device, x.shape, launch_copy)
+
+
+def copy_strided(x: Array, stride: int) -> Array:
+    """``x[::stride]`` for a float32 vector, made by ``copy_strided_kernel``."""
+    on_device = _check(x, 1)
+    _check_int("stride", stride, low=1)
+    n_out = math.ceil(x.size / stride)
+    return _run(x, on_device, (n_out,), lambda x_, out: launch_copy_strided(x_, out, stride))
+
+
+def copy_offset(x: Array, offset: int) -> Array:
+    """``x[offset:]`` for a float32 vector, made by ``copy_offset_kernel``."""
+    on_device = _check(x, 1)
+    _check_int("offset", offset, low=0)
+    if offset >= x.size:
+        raise ValueError(f"offset must be < len(x) = {x.size}, got {offset}")
+    n_out = x.size - offset
+    return _run(x, on_device, (n_out,), lambda x_, out: launch_copy_offset(x_, out, offset))
+
+
+# ------------------------------------------------------------------------------------------
+# Transpose: one side of the copy is necessarily a column
+# ------------------------------------------------------------------------------------------
+
+# Each block owns a TILE x TILE tile of the input and has TILE x BLOCK_ROWS = 32 x 8 threads,
+# so each thread handles TILE / BLOCK_ROWS = 4 rows of the tile (NVIDIA's "An efficient
+# matrix transpose in CUDA C/C++" layout). threadIdx.x runs along a row, so a warp is one row
+# of 32 threads, as with 32 x 32 threads; but a block of 256 threads instead of 1024 lets
+# several blocks share an SM, and each thread's index arithmetic serves 4 elements. It is
+# also 4 times fewer simulated threads.
+TILE = 32
+BLOCK_ROWS = 8
+PADDED = TILE + 1  # a named constant: a shared array's shape must be literal integers
+
+
+def reference_transpose(x: np.ndarray) -> np.ndarray:
+    """``x.T`` as a new C-contiguous array, in NumPy."""
+    return np.ascontiguousarray(np.asarray(x).T)
+
+
+# v1_naive: thread (row, col) reads x[row, col] and writes out[col, row]. A warp reads 32
+# consecutive words of a row of x (coalesced: 4 sectors) and writes them down a column of
+# out, rows x.shape[0] * 4 bytes apart: 32 sectors per request, each 1/8 used.
+@cuda.jit
+def v1_naive(x, out):
+    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x
+    for k in range(0, TILE, BLOCK_ROWS):
+        row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k
+        if row < x.shape[0] and col < x.shape[1]:
+            out[col, row] = x[row, col]
+
+
+# v2_shared: stage the tile in shared memory. The block reads its tile row by row (coalesced)
+# into tile[row, col], waits, then writes rows of out (coalesced) from columns of the tile:
+# lane t reads tile[t, c]. Both global sides now take 4 sectors per request. But shared memory
+# has 32 banks of 4-byte words, bank = word index % 32, and tile[t, c] is word 32 t + c: all
+# 32 lanes hit bank c, a 32-way bank conflict that serialises the read into 32 steps.
+@cuda.jit
+def v2_shared(x, out):
+    tile = cuda.shared.array((TILE, TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    for k in range(0, TILE, BLOCK_ROWS):
+        if row0 + ty + k < x.shape[0] and col0 + tx < x.shape[1]:
+            tile[ty + k, tx] = x[row0 + ty + k, col0 + tx]
+    cuda.syncthreads()
+    for k in range(0, TILE, BLOCK_ROWS):
+        if col0 + ty + k < out.shape[0] and row0 + tx < out.shape[1]:
+            out[col0 + ty + k, row0 + tx] = tile[tx, ty + k]
+
+
+# v3_padded: v2 with one unused column in the tile (TILE x TILE + 1). tile[t, c] is now word
+# 33 t + c, in bank (t + c) % 32: the 32 lanes of the column read hit 32 different banks, so
+# the read is conflict-free, and the row-wise write stays conflict-free. This is the
+# transpose that should run at close to copy bandwidth.
+@cuda.jit
+def v3_padded(x, out):
+    tile = cuda.shared.array((TILE, PADDED), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    for k in range(0, TILE, BLOCK_ROWS):
+        if row0 + ty + k < x.shape[0] and col0 + tx < x.shape[1]:
+            tile[ty + k, tx] = x[row0 + ty + k, col0 + tx]
+    cuda.syncthreads()
+    for k in range(0, TILE, BLOCK_ROWS):
+        if col0 + ty + k < out.shape[0] and row0 + tx < out.shape[1]:
+            out[col0 + ty + k, row0 + tx] = tile[tx, ty + k]
+
+
+def transpose_grid(shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(griddim, blockdim)`` of a transpose of an array of ``shape``: one block per tile."""
+    rows, cols = shape
+    return (math.ceil(cols / TILE), math.ceil(rows / TILE)), (TILE, BLOCK_ROWS)
+
+
+def launch_naive(x: Array, out: Array) -> None:
+    """Launch ``v1_naive`` on device arrays."""
+    v1_naive[transpose_grid(x.shape)](x, out)
+
+
+def launch_shared(x: Array, out: Array) -> None:
+    """Launch ``v2_shared`` on device arrays."""
+    v2_shared[transpose_grid(x.shape)](x, out)
+
+
+def launch_padded(x: Array, out: Array) -> None:
+    """Launch ``v3_padded`` on device arrays."""
+    v3_padded[transpose_grid(x.shape)](x, out)
+
+
+VARIANTS: dict[str, Callable] = {
+    "naive": launch_naive,
+    "shared": launch_shared,
+    "padded": launch_padded,
+}
+
+
+def transpose(x: Array, variant: str = "padded") -> Array:
+    """``x.T`` for a 2-D float32 array of any shape, with the kernel ``VARIANTS[variant]``."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    on_device = _check(x, 2)
+    return _run(x, on_device, (x.shape[1], x.shape[0]), VARIANTS[variant])
+
+
+# ------------------------------------------------------------------------------------------
+# Input checks and the host/device plumbing
+# ------------------------------------------------------------------------------------------
+
+
+def _is_device_array(x: object) -> bool:
+    # Real and simulated numba device arrays both carry this marker.
+    return bool(getattr(x, "__cuda_ndarray__", False))
+
+
+def _check(x: object, ndim: int) -> bool:
+    """Check a float32, ``ndim``-D, C-contiguous array; return True if it is on the device."""
+    on_device = _is_device_array(x)
+    if not (on_device or isinstance(x, np.ndarray)):
+        raise TypeError(f"x must be a NumPy array or a numba device array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise TypeError(f"x must have dtype float32, got {x.dtype}")
+    if x.ndim != ndim:
+        raise ValueError(f"expected a {ndim}-D array, got shape {x.shape}")
+    if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):
+        raise ValueError("x must be C-contiguous, got a strided view")
+    return on_device
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _run(x: Array, on_device: bool, out_shape: tuple[int, ...], launch: Callable) -> Array:
+    """Copy the checked ``x`` to the device if needed and launch into a poisoned output."""
+    if math.prod(out_shape) == 0:
+        if on_device:
+            return cuda.device_array(out_shape, dtype=np.float32)
+        return np.empty(out_shape, dtype=np.float32)
+    x_d = x if on_device else cuda.to_device(x)
+    out = cuda.to_device(np.full(out_shape, np.nan, dtype=np.float32))
+    launch(x_d, out)
+    return out if on_device else out.copy_to_host()
+

@@ -1,0 +1,359 @@
+"""Sum reductions, from one atomic per element to one warp-shuffle pass.
+
+Book section: Chapter 2, "Reductions, step by step", after Mark Harris, "Optimizing Parallel
+Reduction in CUDA" (NVIDIA, 2007).
+
+Every variant sums a float32 vector into one float32 value, entirely on the device, and
+accumulates in float32 as real kernels do. The variants that write one partial sum per block
+(v2 to v5) launch again on those partials until a single block writes the result; their
+partials arrays are poisoned with NaN first, so a block that never writes turns the sum into
+NaN. The atomic variants (v1, v6) add into a zeroed accumulator: a block that never adds
+shows up only as a wrong sum, which the tests catch with the error bound below.
+
+Accuracy: every input element goes through at most ``depth =`` :func:`addition_depth`
+float32 additions on its way to the result, each rounding with a relative error of at most
+``u = 2**-24``, so the computed sum differs from the exact one by at most
+``depth * u / (1 - depth * u) * sum(abs(x))`` (Higham, *Accuracy and Stability of Numerical
+Algorithms*, 2002, section 4.2), which is below ``depth * 2**-23 * sum(abs(x))`` (the float32
+``eps``) while ``depth <= 2**23``: 8 levels per launch for the trees, but n for v1.
+
+NaN in the input gives NaN, ``inf - inf`` gives NaN and a lone ``inf`` gives ``inf``, as in
+NumPy; a sum past the float32 range overflows to ``inf``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+from numba import cuda, float32
+from numba.cuda.cudadrv import driver
+
+# A NumPy array or a numba device array (whose class differs between GPU and simulator).
+Array = Any
+
+__all__ = [
+    "THREADS_PER_BLOCK",
+    "VARIANTS",
+    "reference_sum",
+    "v1_atomic",
+    "v2_interleaved",
+    "v3_sequential",
+    "v4_first_add_grid_stride",
+    "v5_warp_shuffle",
+    "v6_one_pass_atomic",
+    "addition_depth",
+    "reduce_sum",
+]
+
+#: Threads per block. The trees halve the number of active threads at each step, so this
+#: must be a power of two, and v5/v6 need at least two warps (64) before the warp stage.
+THREADS_PER_BLOCK = TPB = 256
+if TPB & (TPB - 1) or not 64 <= TPB <= 1024:
+    raise ValueError(f"THREADS_PER_BLOCK must be a power of two in [64, 1024], got {TPB}")
+LOG2_TPB = TPB.bit_length() - 1  # levels of a block's tree: 8 for 256 threads
+WARP = backend.WARP_SIZE
+FULL_MASK = 0xFFFFFFFF
+
+
+def reference_sum(x: Array) -> float:
+    """The exact sum of ``x``, correctly rounded to float64 (``math.fsum``); with NaN or
+    infinities in ``x``, what NumPy gives (NaN, or the infinity)."""
+    on_device = _check_input(x)
+    host = (x.copy_to_host() if on_device else x).astype(np.float64)
+    if not np.isfinite(host).all():
+        with np.errstate(invalid="ignore"):  # inf - inf is NaN, as intended
+            return float(host.sum())
+    return math.fsum(host)
+
+
+# ------------------------------------------------------------------------------------------
+# The kernels, in the order of the story
+# ------------------------------------------------------------------------------------------
+
+
+# v1_atomic: one thread per element, each adding its element straight into one global
+# accumulator. Correct, but every addition is a read-modify-write of the same address, which
+# the memory system serialises: n additions one after another, however many threads wait.
+@cuda.jit
+def v1_atomic(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(out, 0, x[i])
+
+
+# v2_interleaved: each block loads 256 elements into shared memory and sums them as a tree
+# in 8 steps, so the additions of a step run in parallel; thread 0 writes the block's
+# partial sum. Interleaved addressing: at step s the threads with tid % (2 * s) == 0 work,
+# so every warp keeps running with most of its lanes idle (divergence), and the modulo
+# itself is slow. Better than v1: n / 256 global writes instead of n serialised atomics.
+@cuda.jit
+def v2_interleaved(x, partials):
+    shared = cuda.shared.array(TPB, float32)
+    tid = cuda.threadIdx.x
+    i = cuda.grid(1)
+    shared[tid] = x[i] if i < x.size else float32(0)
+    cuda.syncthreads()
+    s = 1
+    while s < TPB:
+        if tid % (2 * s) == 0:
+            shared[tid] += shared[tid + s]
+        cuda.syncthreads()
+        s *= 2
+    if tid == 0:
+        partials[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit(device=True)
+def _tree_sequential(shared, tid):
+    """Sum ``shared[:TPB]`` into ``shared[0]``: step s adds the upper half onto the lower."""
+    s = TPB // 2
+    while s > 0:
+        if tid < s:
+            shared[tid] += shared[tid + s]
+        cuda.syncthreads()
+        s //= 2
+
+
+# v3_sequential: the same tree with sequential addressing: at step s the first s threads add
+# shared[tid + s] onto shared[tid]. The working threads are contiguous, so whole warps are
+# either busy or idle (no divergence until fewer than 32 remain), and the 32 lanes of a warp
+# touch 32 consecutive words, one per shared-memory bank (no bank conflicts).
+@cuda.jit
+def v3_sequential(x, partials):
+    shared = cuda.shared.array(TPB, float32)
+    tid = cuda.threadIdx.x
+    i = cuda.grid(1)
+    shared[tid] = x[i] if i < x.size else float32(0)
+    cuda.syncthreads()
+    _tree_sequential(shared, tid)
+    if tid == 0:
+        partials[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit(device=True)
+def _thread_sum(x):
+    """This thread's float32 sum of x[i], x[i + gridsize], x[i + 2 * gridsize], ..."""
+    acc = float32(0)
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        acc += x[i]
+    return acc
+
+
+# v4_first_add_grid_stride: a fixed grid (as many blocks as fit on the GPU at once) instead
+# of one thread per element. Each thread first adds up its elements with a grid-stride loop
+# while loading them (sequential, coalesced reads, several loads in flight once the compiler
+# unrolls the loop), and only then do the block's threads meet for the v3 tree. Most of the
+# work is now plain loads and adds in registers; the tree and its syncthreads run once per
+# thread instead of once per 256 elements, and the second pass has only grid-size partials.
+@cuda.jit
+def v4_first_add_grid_stride(x, partials):
+    shared = cuda.shared.array(TPB, float32)
+    tid = cuda.threadIdx.x
+    shared[tid] = _thread_sum(x)
+    cuda.syncthreads()
+    _tree_sequential(shared, tid)
+    if tid == 0:
+        partials[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit(device=True)
+def _tree_warp_shuffle(shared, tid):
+    """Sum ``shared[:TPB]``; the result is returned in thread 0 (other threads get junk).
+
+    Shared-memory steps until 64 values remain, then warp 0 adds the two halves and
+    finishes with five register-to-register shuffles: all 32 of its lanes take part in
+    each one (full mask), and no syncthreads is needed inside a warp."""
+    s = TPB // 2
+    while s > WARP:
+        if tid < s:
+            shared[tid] += shared[tid + s]
+        cuda.syncthreads()
+        s //= 2
+    total = float32(0)
+    if tid < WARP:
+        total = shared[tid] + shared[tid + WARP]
+        offset = WARP // 2
+        while offset > 0:
+            total += cuda.shfl_down_sync(FULL_MASK, total, offset)
+            offset //= 2
+    return total
+
+
+# v5_warp_shuffle: v4 with the last five steps of the tree done by warp shuffles. Once 32
+# values remain, one warp holds them; each shfl_down_sync reads a register of another lane
+# directly, so those steps need neither shared memory nor a block-wide syncthreads (five
+# barriers fewer, and warps 1 to 7 can leave early).
+@cuda.jit
+def v5_warp_shuffle(x, partials):
+    shared = cuda.shared.array(TPB, float32)
+    tid = cuda.threadIdx.x
+    shared[tid] = _thread_sum(x)
+    cuda.syncthreads()
+    total = _tree_warp_shuffle(shared, tid)
+    if tid == 0:
+        partials[cuda.blockIdx.x] = total
+
+
+# v6_one_pass_atomic: v5, but each block adds its partial sum to the result with a single
+# atomic instead of writing it out for another launch. One launch reads the data once; the
+# grid-size atomics on one address are few enough not to matter (unlike v1's n of them).
+@cuda.jit
+def v6_one_pass_atomic(x, out):
+    shared = cuda.shared.array(TPB, float32)
+    tid = cuda.threadIdx.x
+    shared[tid] = _thread_sum(x)
+    cuda.syncthreads()
+    total = _tree_warp_shuffle(shared, tid)
+    if tid == 0:
+        cuda.atomic.add(out, 0, total)
+
+
+# ------------------------------------------------------------------------------------------
+# Launchers: device input (size >= 1) in, the sum left in out[0] (a device array)
+# ------------------------------------------------------------------------------------------
+
+
+def _blocks_to_cover(n: int) -> int:
+    return math.ceil(n / TPB)
+
+
+@functools.cache
+def _resident_blocks() -> int:
+    """Blocks of TPB threads that the whole GPU runs at once; 4 on the simulator."""
+    if backend.is_simulator():
+        return 4
+    device = cuda.get_current_device()
+    return device.MULTIPROCESSOR_COUNT * (device.MAX_THREADS_PER_MULTIPROCESSOR // TPB)
+
+
+def _grid_stride_blocks(n: int) -> int:
+    return min(_resident_blocks(), _blocks_to_cover(n))
+
+
+def _filled(size: int, byte: int) -> Array:
+    """A device float32 array with every byte set on the device: 0xFF is NaN, 0 is 0.0."""
+    a = cuda.device_array(size, dtype=np.float32)
+    driver.device_memset(a, byte, a.nbytes)  # no host copy, so no wait for earlier kernels
+    return a
+
+
+def _poisoned(size: int) -> Array:
+    return _filled(size, 0xFF)
+
+
+def _zero(out: Array) -> None:
+    driver.device_memset(out, 0, out.nbytes)
+
+
+def _tree_passes(kernel: Callable, x: Array, out: Array) -> None:
+    """One thread per element: n values -> ceil(n / 256) partials -> ... -> out[0]."""
+    while x.size > TPB:
+        partials = _poisoned(_blocks_to_cover(x.size))
+        kernel[partials.size, TPB](x, partials)
+        x = partials
+    kernel[1, TPB](x, out)
+
+
+def _grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
+    """A fixed grid writes one partial per block; one block then sums them into out[0]."""
+    blocks = _grid_stride_blocks(x.size)
+    if blocks > 1:
+        partials = _poisoned(blocks)
+        kernel[blocks, TPB](x, partials)
+        x = partials
+    kernel[1, TPB](x, out)
+
+
+def _atomic_pass(kernel: Callable, blocks_for: Callable[[int], int], x: Array, out: Array) -> None:
+    """Zero the accumulator out[0], then one launch whose threads or blocks add into it."""
+    _zero(out)
+    kernel[blocks_for(x.size), TPB](x, out)
+
+
+#: Variant name -> launcher(x, out) on device arrays (x.size >= 1); the sum ends in out[0].
+VARIANTS: dict[str, Callable[[Array, Array], None]] = {
+    "v1_atomic": functools.partial(_atomic_pass, v1_atomic, _blocks_to_cover),
+    "v2_interleaved": functools.partial(_tree_passes, v2_interleaved),
+    "v3_sequential": functools.partial(_tree_passes, v3_sequential),
+    "v4_first_add_grid_stride": functools.partial(_grid_stride_passes, v4_first_add_grid_stride),
+    "v5_warp_shuffle": functools.partial(_grid_stride_passes, v5_warp_shuffle),
+    "v6_one_pass_atomic": functools.partial(_atomic_pass, v6_one_pass_atomic, _grid_stride_blocks),
+}
+
+
+def addition_depth(n: int, variant: str) -> int:
+    """The most float32 additions any of ``n`` input elements goes through in ``variant``.
+
+    v1: a chain of n atomics. v2, v3: 8 tree levels per launch. v4, v5: each thread's
+    grid-stride chain, 8 levels, then one block's chain over the partials and 8 levels. v6:
+    the chain, 8 levels, then one atomic per block. Never more than n: an addition with
+    only one element below it (the rest are padding zeros) is exact.
+    """
+    _check_variant(variant)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if variant == "v1_atomic":
+        return n
+    if variant in ("v2_interleaved", "v3_sequential"):
+        launches, size = 1, n
+        while size > TPB:
+            launches, size = launches + 1, _blocks_to_cover(size)
+        return min(n, launches * LOG2_TPB)
+    blocks = _grid_stride_blocks(n)
+    depth = math.ceil(n / (blocks * TPB)) + LOG2_TPB
+    if variant == "v6_one_pass_atomic":
+        depth += blocks
+    elif blocks > 1:
+        depth += _blocks_to_cover(blocks) + LOG2_TPB
+    return min(n, depth)
+
+
+def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
+    """The sum of a float32 vector (host or device array) on the GPU, as a Python float.
+
+    The result is the float32 value the kernel ``VARIANTS[variant]`` computed; an empty
+    vector gives 0.0 without a launch.
+    """
+    _check_variant(variant)
+    on_device = _check_input(x)
+    if x.size == 0:
+        return 0.0
+    out = _poisoned(1)
+    VARIANTS[variant](x if on_device else cuda.to_device(x), out)
+    return float(out.copy_to_host()[0])
+
+
+# ------------------------------------------------------------------------------------------
+# Input checks
+# ------------------------------------------------------------------------------------------
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+
+
+def _check_input(x: object) -> bool:
+    """Check for a float32, 1-D, contiguous vector; return True if it is on the device."""
+    if isinstance(x, np.ndarray):
+        contiguous = x.flags.c_contiguous
+    elif getattr(x, "__cuda_ndarray__", False):  # real and simulated device arrays
+        contiguous = x.is_c_contiguous()
+    else:
+        raise TypeError(
+            f"x must be a NumPy array or a numba device array, got {type(x).__name__}"
+        )
+    if x.dtype != np.float32:
+        raise TypeError(f"x must have dtype float32, got {x.dtype}")
+    if x.ndim != 1:
+        raise ValueError(f"x must be 1-D, got {x.ndim}-D with shape {x.shape}")
+    if not contiguous:
+        raise ValueError("x must be contiguous, got a strided view")
+    return not isinstance(x, np.ndarray)

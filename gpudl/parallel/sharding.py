@@ -1,0 +1,191 @@
+"""What sharding saves: the bytes of parameters, gradients and Adam state each rank holds after
+a training step, with the model replicated or sharded by FSDP2.
+
+Book section: *Chapter 2, "Memory across GPUs"*. The formula is
+:func:`gpudl.estimate.model_state_memory` (ZeRO's accounting); this module counts the bytes in
+the tensors a step leaves on each rank, to hold the formula to.
+
+FSDP2 (``torch.distributed.fsdp.fully_shard``) shards every parameter along dim 0: with
+``N`` ranks and ``d0`` rows, each rank owns a chunk of ``c = ceil(d0 / N)`` rows, so rank ``r``
+holds rows ``[r c, min((r + 1) c, d0))`` (:func:`shard_numel`), and the last ranks may hold
+fewer rows, or none. The parameter's storage is padded to ``c`` rows on every rank, so that the
+all-gather moves equal chunks; the local tensor (``DTensor.to_local()``), its gradient and its
+Adam state have the unpadded size. The gradients are reduce-scattered and Adam updates only the
+local shard, so parameters, gradients and optimizer state are all divided: ZeRO stage 3.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from gpudl.parallel.launch import spawn
+
+__all__ = [
+    "DIMS",
+    "STRATEGIES",
+    "format_table",
+    "make_batch",
+    "make_mlp",
+    "reference_loss",
+    "shard_numel",
+    "state_bytes",
+    "state_bytes_worker",
+]
+
+DIMS = (64, 256, 256, 64)  # 98,880 parameters; every Linear's dim 0 (256, 256, 64) divides by 4
+STRATEGIES = ("replicated", "fsdp2")
+_BATCH = 8  # samples per rank
+_LR = 1e-2
+
+
+def _check_dims(dims: Sequence[int]) -> None:
+    if len(dims) < 2 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1
+                            for d in dims):
+        raise ValueError(f"dims must be at least 2 positive ints (layer widths), got {dims!r}")
+
+
+def make_mlp(dims: Sequence[int] = DIMS, seed: int = 0) -> nn.Sequential:
+    """Linear layers of widths ``dims`` with ReLUs between, initialised from ``seed`` (the
+    caller's random state is left as it was)."""
+    _check_dims(dims)
+    layers: list[nn.Module] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
+            layers += [nn.Linear(d_in, d_out), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def make_batch(world_size: int, dims: Sequence[int] = DIMS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of the fixed batch: 8 samples per rank, the same in every run."""
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(_BATCH * world_size, dims[0], generator=generator)
+    return inputs, torch.randn(_BATCH * world_size, dims[-1], generator=generator)
+
+
+def reference_loss(world_size: int, dims: Sequence[int] = DIMS) -> float:
+    """The loss after one Adam step on the whole batch in one process, the same model and data
+    as :func:`state_bytes_worker`: what every strategy must reproduce."""
+    model = make_mlp(dims)
+    x, y = make_batch(world_size, dims)
+    optimizer = torch.optim.Adam(model.parameters(), lr=_LR)
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+    with torch.no_grad():
+        return nn.functional.mse_loss(model(x), y).item()
+
+
+def shard_numel(shape: Sequence[int], world_size: int, rank: int) -> int:
+    """Elements of a parameter of ``shape`` that FSDP2 leaves on ``rank`` (see the module)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    d0, rest = shape[0], math.prod(shape[1:])
+    chunk = math.ceil(d0 / world_size)
+    return max(0, min((rank + 1) * chunk, d0) - rank * chunk) * rest
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+def _local_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of this rank's part of each tensor (its local shard, for a DTensor)."""
+    local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+    return sum(t.numel() * t.element_size() for t in local)
+
+
+def _average_gradients(model: nn.Module) -> None:
+    """The collective of plain data parallelism: every rank ends with the mean gradient."""
+    for param in model.parameters():
+        dist.all_reduce(param.grad)
+        param.grad /= dist.get_world_size()
+
+
+def _shard(model: nn.Module, device_type: str) -> None:
+    """FSDP2: shard each Linear (a unit of all-gather), then the root."""
+    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def state_bytes_worker(
+    rank: int, world_size: int, strategy: str, dims: Sequence[int] = DIMS
+) -> dict:
+    """One Adam step of :func:`make_mlp` (fp32), then the bytes of model state on this rank.
+
+    Every rank builds the same model (same seed) and takes its own slice of
+    :func:`make_batch` (mean-squared error). ``"replicated"``: each rank keeps the
+    whole model and the gradients are all-reduced; ``"fsdp2"``: :func:`fully_shard` on every
+    Linear and the root. Returned, counted from the local tensors: ``param_bytes``,
+    ``grad_bytes``, ``adam_bytes`` (``exp_avg`` and ``exp_avg_sq``) and their sum
+    ``total_bytes``, ZeRO's model state; ``step_bytes`` apart, Adam's step counters (one fp32
+    scalar per parameter tensor, whole on every rank, not in ZeRO's accounting). Also
+    ``n_params`` and ``loss``, the batch's loss after the step: the same on every rank, and as
+    :func:`reference_loss` to rounding.
+    """
+    _check_strategy(strategy)
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    model = make_mlp(dims).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    if strategy == "fsdp2":
+        _shard(model, device.type)
+    mine = slice(rank * _BATCH, (rank + 1) * _BATCH)
+    x, y = (t[mine].to(device) for t in make_batch(world_size, dims))
+    optimizer = torch.optim.Adam(model.parameters(), lr=_LR)
+
+    nn.functional.mse_loss(model(x), y).backward()
+    if strategy == "replicated":
+        _average_gradients(model)
+    optimizer.step()
+
+    params = list(model.parameters())  # counted before the next forward can unshard them
+    states = [optimizer.state[p] for p in params]
+    counts = {
+        "param_bytes": _local_bytes(params),
+        "grad_bytes": _local_bytes([p.grad for p in params]),
+        "adam_bytes": _local_bytes([s[k] for s in states for k in ("exp_avg", "exp_avg_sq")]),
+        "step_bytes": _local_bytes([s["step"] for s in states]),
+    }
+    with torch.no_grad():
+        loss = nn.functional.mse_loss(model(x), y).detach()
+    dist.all_reduce(loss)
+    return {
+        "rank": rank, "world_size": world_size, "strategy": strategy, "n_params": n_params,
+        **counts,
+        "total_bytes": counts["param_bytes"] + counts["grad_bytes"] + counts["adam_bytes"],
+        "loss": loss.item() / world_size,
+    }
+
+
+def state_bytes(
+    world_size: int, strategy: str, dims: Sequence[int] = DIMS, timeout: float = 120.0
+) -> list[dict]:
+    """Spawn ``world_size`` ranks running :func:`state_bytes_worker`; one dict per rank."""
+    _check_strategy(strategy)
+    _check_dims(dims)
+    return spawn(state_bytes_worker, world_size, strategy, tuple(dims), timeout=timeout)
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows of :func:`state_bytes` as a text table, in bytes."""
+    lines = [f"{'strategy':>10} {'ranks':>5} {'rank':>4} {'params':>8} {'grads':>8} "
+             f"{'Adam m,v':>8} {'total':>8} {'steps':>5}"]
+    for row in rows:
+        lines.append(
+            f"{row['strategy']:>10} {row['world_size']:>5} {row['rank']:>4} "
+            f"{row['param_bytes']:>8} {row['grad_bytes']:>8} {row['adam_bytes']:>8} "
+            f"{row['total_bytes']:>8} {row['step_bytes']:>5}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,300 @@
+"""gpudl.kernels.memory: the copies and the transposes against their references, poisoning,
+bad input, host and device arrays, and (on a GPU) bandwidth."""
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from gpudl import backend  # first: chooses GPU or simulator before numba is imported
+
+# isort: split
+from numba import cuda
+
+from gpudl.kernels import memory
+from gpudl.timing import gbps, time_cuda
+
+# Up to 70 x 70 (3 x 3 tiles of 256 threads): the simulator runs each GPU thread as a Python
+# thread (about 0.1 ms each). 1 x N, N x 1, primes and sizes that are not multiples of 32.
+dims = st.integers(min_value=1, max_value=70)
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+few = settings(max_examples=3, deadline=None, database=None)
+
+
+def random_array(shape, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (10.0 ** rng.integers(-3, 4) * rng.standard_normal(shape)).astype(np.float32)
+
+
+def assert_transposed(got: np.ndarray, x: np.ndarray) -> None:
+    """Exact equality with x.T; NaN counts as equal to NaN only where x.T has one too."""
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    assert got.shape == (x.shape[1], x.shape[0])
+    np.testing.assert_array_equal(got, memory.reference_transpose(x))
+
+
+# ------------------------------------------------------------------------------------------
+# Correctness against the references
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", sorted(memory.VARIANTS))
+@few
+@given(rows=dims, cols=dims, seed=seeds)
+@example(rows=1, cols=70, seed=0)
+@example(rows=67, cols=1, seed=1)
+@example(rows=37, cols=61, seed=2)
+def test_transpose_matches_reference(variant, rows, cols, seed):
+    x = random_array((rows, cols), seed)
+    assert_transposed(memory.transpose(x, variant=variant), x)
+
+
+def test_transpose_default_is_padded_and_keeps_the_input():
+    x = random_array((20, 40), seed=3)
+    before = x.copy()
+    assert_transposed(memory.transpose(x), x)
+    np.testing.assert_array_equal(x, before)
+
+
+@few
+@given(n=st.integers(1, 1000), stride=st.integers(1, 40), offset=st.integers(0, 1000), seed=seeds)
+@example(n=1, stride=1, offset=0, seed=0)
+@example(n=257, stride=2, offset=1, seed=1)
+@example(n=1000, stride=1000, offset=999, seed=2)
+def test_copies_match_references(n, stride, offset, seed):
+    x = random_array(n, seed)
+    offset = min(offset, n - 1)
+    for got, expected in [
+        (memory.copy(x), memory.reference_copy(x)),
+        (memory.copy_strided(x, stride), memory.reference_copy_strided(x, stride)),
+        (memory.copy_offset(x, offset), memory.reference_copy_offset(x, offset)),
+    ]:
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_stride_larger_than_the_array_copies_one_element():
+    x = random_array(10, seed=4)
+    np.testing.assert_array_equal(memory.copy_strided(x, 11), x[:1])
+
+
+# ------------------------------------------------------------------------------------------
+# NaN and poisoned outputs
+# ------------------------------------------------------------------------------------------
+
+
+def test_nan_in_the_input_lands_in_the_transposed_places():
+    x = random_array((20, 35), seed=5)
+    x[[0, 7, 19], [34, 0, 20]] = np.nan
+    for variant in memory.VARIANTS:
+        out = memory.transpose(x, variant=variant)
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(x).T)
+        assert_transposed(out, x)
+    v = x.ravel()
+    np.testing.assert_array_equal(np.isnan(memory.copy(v)), np.isnan(v))
+    np.testing.assert_array_equal(np.isnan(memory.copy_strided(v, 3)), np.isnan(v[::3]))
+    np.testing.assert_array_equal(np.isnan(memory.copy_offset(v, 5)), np.isnan(v[5:]))
+
+
+def test_a_nan_where_the_reference_has_none_fails_the_check():
+    x = random_array((5, 7), seed=6)
+    out = memory.transpose(x)
+    out[2, 3] = np.nan
+    with pytest.raises(AssertionError):
+        assert_transposed(out, x)
+
+
+def test_poisoned_output_catches_a_launcher_that_skips_tiles(monkeypatch):
+    def first_tile_column_only(x, out):
+        (_, grid_y), block = memory.transpose_grid(x.shape)
+        memory.v3_padded[(1, grid_y), block](x, out)
+
+    monkeypatch.setitem(memory.VARIANTS, "broken", first_tile_column_only)
+    monkeypatch.setitem(memory.VARIANTS, "nothing", lambda x, out: None)
+    x = random_array((20, 45), seed=7)
+    out = memory.transpose(x, variant="broken")
+    assert not np.isnan(out[:32]).any() and np.isnan(out[32:]).all()
+    with pytest.raises(AssertionError):
+        assert_transposed(out, x)
+    assert np.isnan(memory.transpose(x, variant="nothing")).all()
+
+
+def test_poisoned_output_catches_a_copy_that_stops_short(monkeypatch):
+    def first_block_only(x, out):
+        memory.copy_kernel[1, memory.THREADS_PER_BLOCK](x, out)
+
+    monkeypatch.setattr(memory, "launch_copy", first_block_only)
+    x = random_array(300, seed=8)
+    out = memory.copy(x)
+    assert np.isnan(out[256:]).all() and not np.isnan(out[:256]).any()
+
+
+# ------------------------------------------------------------------------------------------
+# Host and device arrays, empty inputs
+# ------------------------------------------------------------------------------------------
+
+
+def test_device_arrays_in_give_device_arrays_out():
+    x = random_array((33, 17), seed=9)
+    x_d = cuda.to_device(x)
+    for variant in memory.VARIANTS:
+        out = memory.transpose(x_d, variant=variant)
+        assert not isinstance(out, np.ndarray) and hasattr(out, "copy_to_host")
+        assert_transposed(out.copy_to_host(), x)
+    v = x.ravel()
+    v_d = cuda.to_device(v)
+    for got, expected in [
+        (memory.copy(v_d), v),
+        (memory.copy_strided(v_d, 4), v[::4]),
+        (memory.copy_offset(v_d, 9), v[9:]),
+    ]:
+        assert not isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got.copy_to_host(), expected)
+    np.testing.assert_array_equal(x_d.copy_to_host(), x)
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_empty_inputs_give_empty_outputs_without_a_launch(monkeypatch, on_device):
+    def boom(*args):
+        raise AssertionError("launched a kernel for an empty output")
+
+    for name in ("launch_copy", "launch_copy_strided", "launch_copy_offset"):
+        monkeypatch.setattr(memory, name, boom)
+    for variant in memory.VARIANTS:
+        monkeypatch.setitem(memory.VARIANTS, variant, boom)
+
+    def put(x):
+        return cuda.to_device(x) if on_device else x
+
+    results = [
+        (memory.transpose(put(np.empty((0, 5), np.float32))), (5, 0)),
+        (memory.transpose(put(np.empty((3, 0), np.float32)), variant="naive"), (0, 3)),
+        (memory.copy(put(np.empty(0, np.float32))), (0,)),
+        (memory.copy_strided(put(np.empty(0, np.float32)), 3), (0,)),
+    ]
+    for out, shape in results:
+        assert out.shape == shape and out.dtype == np.float32
+        assert isinstance(out, np.ndarray) != on_device
+
+
+def test_copy_offset_of_an_empty_array_has_no_valid_offset():
+    with pytest.raises(ValueError, match=r"offset must be < len\(x\) = 0, got 0"):
+        memory.copy_offset(np.empty(0, np.float32), 0)
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input: clear errors
+# ------------------------------------------------------------------------------------------
+
+MATRIX = np.ones((4, 6), dtype=np.float32)
+VECTOR = np.ones(8, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("x", "error", "match"),
+    [
+        ([[1.0, 2.0]], TypeError, "x must be a NumPy array or a numba device array, got list"),
+        (None, TypeError, "got NoneType"),
+        (MATRIX.astype(np.float64), TypeError, "x must have dtype float32, got float64"),
+        (MATRIX.astype(np.int32), TypeError, "x must have dtype float32, got int32"),
+        (VECTOR, ValueError, r"expected a 2-D array, got shape \(8,\)"),
+        (np.ones((2, 3, 4), np.float32), ValueError, r"a 2-D array, got shape \(2, 3, 4\)"),
+        (np.float32(1.0), TypeError, "got float32"),
+        (MATRIX[:, ::2], ValueError, "x must be C-contiguous"),
+        (MATRIX.T, ValueError, "x must be C-contiguous"),
+        (cuda.to_device(MATRIX)[:, ::2], ValueError, "x must be C-contiguous"),
+    ],
+)
+def test_transpose_rejects_bad_arrays(x, error, match):
+    with pytest.raises(error, match=match):
+        memory.transpose(x)
+
+
+@pytest.mark.parametrize("copy", [memory.copy, lambda x: memory.copy_strided(x, 2),
+                                  lambda x: memory.copy_offset(x, 1)])
+@pytest.mark.parametrize(
+    ("x", "error", "match"),
+    [
+        ([1.0, 2.0], TypeError, "x must be a NumPy array or a numba device array, got list"),
+        (VECTOR.astype(np.float16), TypeError, "x must have dtype float32, got float16"),
+        (MATRIX, ValueError, r"expected a 1-D array, got shape \(4, 6\)"),
+        (np.ones(16, np.float32)[::2], ValueError, "x must be C-contiguous"),
+    ],
+)
+def test_copies_reject_bad_arrays(copy, x, error, match):
+    with pytest.raises(error, match=match):
+        copy(x)
+
+
+@pytest.mark.parametrize("stride", [0, -2, 1.5, True, "2", None])
+def test_stride_must_be_a_positive_integer(stride):
+    with pytest.raises(ValueError, match="stride must be an integer >= 1"):
+        memory.copy_strided(VECTOR, stride)
+
+
+@pytest.mark.parametrize(
+    ("offset", "match"),
+    [
+        (-1, "offset must be an integer >= 0, got -1"),
+        (2.0, "offset must be an integer >= 0, got 2.0"),
+        (False, "offset must be an integer >= 0"),
+        (8, r"offset must be < len\(x\) = 8, got 8"),
+        (100, r"offset must be < len\(x\) = 8, got 100"),
+    ],
+)
+def test_offset_must_be_inside_the_array(offset, match):
+    with pytest.raises(ValueError, match=match):
+        memory.copy_offset(VECTOR, offset)
+
+
+def test_numpy_integers_are_accepted_as_stride_and_offset():
+    x = random_array(50, seed=10)
+    np.testing.assert_array_equal(memory.copy_strided(x, np.int64(3)), x[::3])
+    np.testing.assert_array_equal(memory.copy_offset(x, np.int32(7)), x[7:])
+
+
+def test_unknown_variant_lists_the_variants():
+    with pytest.raises(ValueError, match=r"one of \['naive', 'padded', 'shared'\], got 'v9'"):
+        memory.transpose(MATRIX, variant="v9")
+
+
+def test_transpose_grid_covers_every_tile():
+    assert memory.transpose_grid((64, 64)) == ((2, 2), (32, 8))
+    assert memory.transpose_grid((1, 70)) == ((3, 1), (32, 8))
+    assert memory.transpose_grid((33, 1)) == ((1, 2), (32, 8))
+
+
+# ------------------------------------------------------------------------------------------
+# On a GPU only: bandwidth
+# ------------------------------------------------------------------------------------------
+
+
+def _copy_gbps(n: int) -> float:
+    x = cuda.to_device(np.ones(n, np.float32))
+    out = cuda.device_array_like(x)
+    return gbps(2 * n * 4, time_cuda(memory.launch_copy, x, out, inner=10).median)
+
+
+@pytest.mark.gpu
+def test_coalesced_copy_reaches_90_percent_of_a_torch_copy():
+    import torch
+
+    n = backend.pick(gpu=1 << 26, sim=1024)
+    src = torch.ones(n, device="cuda")
+    dst = torch.empty_like(src)
+    torch_gbps = gbps(2 * n * 4, time_cuda(dst.copy_, src, inner=10).median)
+    assert _copy_gbps(n) >= 0.9 * torch_gbps
+
+
+@pytest.mark.gpu
+def test_padded_transpose_runs_near_copy_bandwidth_and_beats_naive():
+    side = backend.pick(gpu=8192, sim=64)
+    x = cuda.to_device(random_array((side, side), seed=11))
+    out = cuda.device_array_like(x)
+    seconds = {
+        name: time_cuda(memory.VARIANTS[name], x, out, inner=10).median
+        for name in ("naive", "padded")
+    }
+    assert gbps(2 * x.size * 4, seconds["padded"]) >= 0.8 * _copy_gbps(x.size)
+    assert seconds["padded"] < seconds["naive"]

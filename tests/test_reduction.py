@@ -1,0 +1,403 @@
+"""gpudl.kernels.reduction: every variant against the float64 sum within its derived error
+bound, the multi-pass logic, poisoned partials, NaN and inf, bad input, and (on a GPU)
+bandwidth against a copy and torch.sum."""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from gpudl import backend  # first: chooses GPU or simulator before numba is imported
+
+# isort: split
+from numba import cuda
+
+from gpudl.kernels import reduction as red
+from gpudl.timing import gbps, time_cuda
+
+TPB = red.THREADS_PER_BLOCK
+EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
+PRIMES = [p for p in range(2, 3001) if all(p % d for d in range(2, math.isqrt(p) + 1))]
+EDGE_SIZES = [0, 1, 31, 33, 255, 257, 1000, 2999]  # 2999 is prime
+KINDS = ("normal", "positive", "wide")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fast_thread_switching():
+    # The simulator runs each GPU thread as a Python thread; switching between them more
+    # often makes syncthreads and shuffles cheaper (see shared/TOOLCHAIN.md).
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(5e-4)
+    yield
+    sys.setswitchinterval(before)
+
+
+def make_data(n: int, seed: int, kind: str = "normal") -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "normal":  # cancellation: |sum| much smaller than sum(|x|)
+        x = 10.0 ** rng.integers(-3, 4) * rng.standard_normal(n)
+    elif kind == "positive":  # no cancellation: the worst case for rounding error
+        x = rng.uniform(0.5, 1.5, n)
+    else:  # magnitudes spread over 12 decades, mixed signs
+        x = rng.choice([-1, 1], n) * 10.0 ** rng.uniform(-6, 6, n)
+    return x.astype(np.float32)
+
+
+def assert_within_bound(got: float, x: np.ndarray, variant: str) -> None:
+    """|got - exact| <= depth * eps32 * sum(|x|), NaN and inf as in NumPy.
+
+    Each element goes through at most depth = addition_depth(n, variant) float32 additions,
+    each with a relative rounding error of at most u = eps32 / 2, so the float32 sum is off
+    by at most gamma(depth) * sum(|x|) with gamma(k) = k u / (1 - k u) <= 2 k u = k eps32
+    while k u <= 1/2, i.e. depth <= 2**23 (Higham 2002, section 4.2). The slack between
+    k u and k eps32 also covers the float64 reference's own rounding (2**-53 |sum|).
+    depth <= n for every variant, so this is never looser than n * eps32 * sum(|x|), and
+    for the trees it is 8 per launch.
+    """
+    exact = red.reference_sum(x)
+    if math.isnan(exact):
+        assert math.isnan(got), f"{variant}: expected NaN, got {got}"
+    elif math.isinf(exact):
+        assert got == exact, f"{variant}: expected {exact}, got {got}"
+    else:
+        depth = red.addition_depth(x.size, variant) if x.size else 0
+        bound = depth * EPS32 * math.fsum(np.abs(x.astype(np.float64)))
+        assert abs(got - exact) <= bound, (
+            f"{variant}, n={x.size}: got {got!r}, exact {exact!r}, "
+            f"error {abs(got - exact):.3g} > bound {bound:.3g} (depth {depth})"
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# Correctness against the float64 reference
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(red.VARIANTS))
+@settings(max_examples=1, deadline=None, database=None)
+@given(
+    n=st.sampled_from(PRIMES),
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(KINDS),
+)
+@example(n=0, seed=0, kind="normal")
+@example(n=1, seed=1, kind="wide")
+@example(n=31, seed=2, kind="positive")
+@example(n=33, seed=3, kind="wide")
+@example(n=255, seed=4, kind="normal")
+@example(n=257, seed=5, kind="positive")
+@example(n=1000, seed=6, kind="wide")
+def test_sum_matches_float64_reference_within_the_bound(variant, n, seed, kind):
+    x = make_data(n, seed, kind)
+    got = red.reduce_sum(x, variant=variant)
+    assert isinstance(got, float)
+    assert_within_bound(got, x, variant)
+
+
+@pytest.mark.parametrize("n", EDGE_SIZES[1:] + [1 << 20, (1 << 26) + 13])
+def test_depths_stay_within_n_and_grow_as_derived(n):
+    depths = {v: red.addition_depth(n, v) for v in red.VARIANTS}
+    assert all(1 <= d <= n for d in depths.values())
+    assert depths["v1_atomic"] == n
+    launches = max(1, math.ceil(math.log(n, TPB)))  # n -> n/256 -> ... -> 1
+    assert depths["v2_interleaved"] == depths["v3_sequential"] == min(n, 8 * launches)
+    assert depths["v4_first_add_grid_stride"] == depths["v5_warp_shuffle"]
+    if n > 8 * TPB * 1024:  # the bound that matters: far below v1's n
+        assert depths["v6_one_pass_atomic"] < n / 100
+
+
+def test_the_bound_is_tight_enough_to_catch_a_lost_element():
+    x = make_data(300, seed=11, kind="positive")  # every element >= 0.5
+    exact = red.reduce_sum(x, variant="v6_one_pass_atomic")
+    assert_within_bound(exact, x, "v6_one_pass_atomic")
+    with pytest.raises(AssertionError, match="bound"):
+        assert_within_bound(exact - float(x[0]), x, "v6_one_pass_atomic")
+
+
+# ------------------------------------------------------------------------------------------
+# The passes: block-partials counts for lengths just above a multiple of the block
+# ------------------------------------------------------------------------------------------
+
+
+class HostKernel:
+    """Stands in for a block-partials kernel: records each launch and writes, for every
+    block, the float64 sum of the elements its threads read (one each, or grid-stride)."""
+
+    def __init__(self, grid_stride: bool) -> None:
+        self.grid_stride = grid_stride
+        self.launches: list[tuple[int, int, int, int]] = []
+
+    def __getitem__(self, config):
+        blocks, threads = config
+
+        def launch(x, out):
+            host = x.copy_to_host().astype(np.float64)
+            self.launches.append((host.size, blocks, threads, out.size))
+            i = np.arange(host.size)
+            owner = (i % (blocks * threads) if self.grid_stride else i) // threads
+            sums = np.bincount(owner, weights=host, minlength=blocks)  # a block past the
+            result = out.copy_to_host()  # grid (owner >= blocks) is never written
+            result[:blocks] = sums[:blocks]
+            out.copy_to_device(result)
+
+        return launch
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [
+        (1, [(1, 1, TPB, 1)]),
+        (256, [(256, 1, TPB, 1)]),
+        (257, [(257, 2, TPB, 2), (2, 1, TPB, 1)]),
+        (65536, [(65536, 256, TPB, 256), (256, 1, TPB, 1)]),
+        (65537, [(65537, 257, TPB, 257), (257, 2, TPB, 2), (2, 1, TPB, 1)]),
+    ],
+)
+def test_tree_passes_launch_until_one_block_is_left(n, expected):
+    kernel = HostKernel(grid_stride=False)
+    x = np.arange(n, dtype=np.float32) % 7
+    out = red._poisoned(1)
+    red._tree_passes(kernel, cuda.to_device(x), out)
+    assert kernel.launches == expected
+    assert out.copy_to_host()[0] == x.sum(dtype=np.float64)
+
+
+@pytest.mark.parametrize("extra", [0, 1, 255])
+@pytest.mark.parametrize("full_blocks", [1, 2, 3, 4, 7])
+def test_grid_stride_passes_use_the_grid_then_one_block(full_blocks, extra):
+    n = full_blocks * TPB + extra
+    grid = min(red._resident_blocks(), math.ceil(n / TPB))
+    kernel = HostKernel(grid_stride=True)
+    x = np.arange(n, dtype=np.float32) % 5
+    out = red._poisoned(1)
+    red._grid_stride_passes(kernel, cuda.to_device(x), out)
+    expected = [(n, grid, TPB, grid), (grid, 1, TPB, 1)] if grid > 1 else [(n, 1, TPB, 1)]
+    assert kernel.launches == expected
+    assert out.copy_to_host()[0] == x.sum(dtype=np.float64)
+
+
+class Spy:
+    """Wraps a real kernel; keeps a host copy of what each launch wrote."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.outputs = kernel, []
+
+    def __getitem__(self, config):
+        def launch(x, out):
+            self.kernel[config](x, out)
+            self.outputs.append(out.copy_to_host())
+
+        return launch
+
+
+@pytest.mark.parametrize(
+    ("passes", "kernel", "n"),
+    [
+        (red._tree_passes, red.v3_sequential, TPB + 1),  # one block over, then one
+        (red._grid_stride_passes, red.v5_warp_shuffle, 4 * TPB + 1),  # a full grid (simulator)
+    ],
+)
+def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
+    grid_stride = passes is red._grid_stride_passes
+    blocks = red._grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
+    x = make_data(n, seed=n, kind="positive")
+    spy = Spy(kernel)
+    out = red._poisoned(1)
+    passes(spy, cuda.to_device(x), out)
+    first, last = spy.outputs
+    assert first.shape == (blocks,) and not np.isnan(first).any()
+    i = np.arange(n)
+    owner = (i % (blocks * TPB) if grid_stride else i) // TPB
+    per_block = np.bincount(owner, weights=x.astype(np.float64), minlength=blocks)
+    np.testing.assert_allclose(first, per_block, rtol=16 * EPS32)
+    assert last.shape == (1,) and last[0] == out.copy_to_host()[0]
+
+
+# ------------------------------------------------------------------------------------------
+# Poisoning: a block that does not write (or add) is caught
+# ------------------------------------------------------------------------------------------
+
+
+def skip_last_block(x, out):
+    partials = red._poisoned(math.ceil(x.size / TPB))
+    red.v3_sequential[partials.size - 1, TPB](x, partials)  # one block short
+    red.v3_sequential[1, TPB](partials, out)
+
+
+def one_partial_too_many(x, out):
+    partials = red._poisoned(3)  # but only two blocks are launched to fill it
+    red.v5_warp_shuffle[2, TPB](x, partials)
+    red.v5_warp_shuffle[1, TPB](partials, out)
+
+
+def atomic_one_block_short(x, out):
+    red._zero(out)
+    red.v1_atomic[math.ceil(x.size / TPB) - 1, TPB](x, out)
+
+
+def atomic_without_zeroing(x, out):
+    red.v1_atomic[math.ceil(x.size / TPB), TPB](x, out)
+
+
+@pytest.mark.parametrize(
+    ("broken", "like", "nan"),
+    [
+        (skip_last_block, "v3_sequential", True),
+        (one_partial_too_many, "v5_warp_shuffle", True),
+        (atomic_one_block_short, "v1_atomic", False),
+        (atomic_without_zeroing, "v1_atomic", True),
+    ],
+)
+def test_a_launcher_that_skips_work_fails_the_check(monkeypatch, broken, like, nan):
+    monkeypatch.setitem(red.VARIANTS, "broken", broken)
+    x = make_data(300, seed=12, kind="positive")  # > 1 block; no cancellation hides a loss
+    got = red.reduce_sum(x, variant="broken")
+    assert math.isnan(got) == nan
+    with pytest.raises(AssertionError):
+        assert_within_bound(got, x, like)
+
+
+# ------------------------------------------------------------------------------------------
+# NaN and inf
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(red.VARIANTS))
+def test_nan_propagates(variant):
+    x = make_data(40, seed=13)
+    x[-1] = np.nan
+    assert math.isnan(red.reduce_sum(x, variant=variant))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("variant", list(red.VARIANTS))
+def test_inf_as_in_numpy(variant):
+    x = make_data(40, seed=14)
+    x[3] = np.inf
+    assert red.reduce_sum(x, variant=variant) == np.sum(x) == math.inf
+    x[20] = -np.inf
+    assert math.isnan(red.reduce_sum(x, variant=variant)) and math.isnan(np.sum(x))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_a_sum_past_the_float32_range_overflows_to_inf():
+    x = np.full(3, 2e38, dtype=np.float32)
+    assert red.reduce_sum(x, variant="v3_sequential") == np.sum(x) == math.inf
+
+
+def test_reference_sum_is_exact_and_numpy_like_for_non_finite():
+    x = np.array([1e8, 1.0, -1e8, 1e-8], dtype=np.float32)
+    assert red.reference_sum(x) == math.fsum(x.astype(np.float64))
+    assert red.reference_sum(np.array([1, np.inf], np.float32)) == math.inf
+    assert math.isnan(red.reference_sum(np.array([-np.inf, np.inf], np.float32)))
+    assert red.reference_sum(cuda.to_device(x)) == red.reference_sum(x)
+
+
+# ------------------------------------------------------------------------------------------
+# Host and device arrays, empty input
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["v2_interleaved", "v6_one_pass_atomic"])
+def test_device_arrays_are_accepted_and_left_alone(variant):
+    x = make_data(300, seed=15)
+    x_d = cuda.to_device(x)
+    got = red.reduce_sum(x_d, variant=variant)
+    assert isinstance(got, float)
+    assert_within_bound(got, x, variant)
+    np.testing.assert_array_equal(x_d.copy_to_host(), x)
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_empty_input_gives_zero_without_a_launch(monkeypatch, on_device):
+    def no_launch(x, out):
+        raise AssertionError("launched on empty input")
+
+    empty = np.empty(0, dtype=np.float32)
+    for variant in red.VARIANTS:
+        monkeypatch.setitem(red.VARIANTS, variant, no_launch)
+        got = red.reduce_sum(cuda.to_device(empty) if on_device else empty, variant=variant)
+        assert got == 0.0 and isinstance(got, float)
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input: clear errors
+# ------------------------------------------------------------------------------------------
+
+GOOD = np.ones(8, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("x", "error", "match"),
+    [
+        ([1.0] * 8, TypeError, "x must be a NumPy array or a numba device array, got list"),
+        (None, TypeError, "got NoneType"),
+        (np.float32(1.0), TypeError, "got float32"),
+        (GOOD.astype(np.float64), TypeError, "x must have dtype float32, got float64"),
+        (GOOD.astype(np.int32), TypeError, "x must have dtype float32, got int32"),
+        (GOOD.reshape(2, 4), ValueError, r"x must be 1-D, got 2-D with shape \(2, 4\)"),
+        (np.array(1.0, np.float32), ValueError, "x must be 1-D, got 0-D"),
+        (np.ones(16, np.float32)[::2], ValueError, "x must be contiguous"),
+        (cuda.to_device(np.ones(16, np.float32))[::2], ValueError, "x must be contiguous"),
+    ],
+)
+def test_bad_input_is_rejected(x, error, match):
+    with pytest.raises(error, match=match):
+        red.reduce_sum(x)
+    with pytest.raises(error, match=match):
+        red.reference_sum(x)
+
+
+def test_unknown_variant_lists_the_variants():
+    with pytest.raises(ValueError, match=r"variant must be one of \['v1_atomic', .*'v6_"):
+        red.reduce_sum(GOOD, variant="v7")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        red.addition_depth(8, "v7")
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.0, True])
+def test_addition_depth_needs_a_positive_length(n):
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
+        red.addition_depth(n, "v1_atomic")
+
+
+def test_block_size_is_a_power_of_two_with_two_warps_at_least():
+    assert TPB == 256 and TPB & (TPB - 1) == 0 and red.LOG2_TPB == 8
+
+
+# ------------------------------------------------------------------------------------------
+# On a GPU only
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", list(red.VARIANTS))
+def test_large_sums_on_the_gpu(variant):
+    n = backend.pick(gpu=(1 << 23) - 13, sim=300)  # v2/v3: three launches; v1: depth < 2**23
+    x = make_data(n, seed=16, kind="positive")
+    assert_within_bound(red.reduce_sum(x, variant=variant), x, variant)
+
+
+@pytest.mark.gpu
+def test_best_variant_beats_torch_sum_at_85_percent_of_copy_bandwidth():
+    import torch
+
+    n = backend.pick(gpu=1 << 26, sim=4096)
+    host = make_data(n, seed=17, kind="positive")
+    x, out = cuda.to_device(host), cuda.device_array(1, dtype=np.float32)
+    src = torch.as_tensor(host, device="cuda")
+    dst = torch.empty_like(src)
+    copy = time_cuda(dst.copy_, src, inner=10)
+    torch_sum = time_cuda(torch.sum, src, inner=10)
+    timings = {}
+    for variant in ("v4_first_add_grid_stride", "v5_warp_shuffle", "v6_one_pass_atomic"):
+        timings[variant] = time_cuda(red.VARIANTS[variant], x, out, inner=10)
+        assert_within_bound(float(out.copy_to_host()[0]), host, variant)
+    best = min(timings, key=lambda v: timings[v].median)
+    reduce_gbps = gbps(4 * n, timings[best].median)  # reads n floats
+    copy_gbps = gbps(8 * n, copy.median)  # reads and writes n floats
+    assert reduce_gbps >= 0.85 * copy_gbps, (best, reduce_gbps, copy_gbps)
+    assert timings[best].median <= torch_sum.median, (best, timings[best], torch_sum)

@@ -1,0 +1,47 @@
+"""Chapter 2's exercise: the warp-shuffle stage of a reduction, against NumPy."""
+
+import numpy as np
+import pytest
+
+from gpudl.solutions import ch02
+
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def per_warp_reference(x: np.ndarray) -> np.ndarray:
+    padded = np.zeros(-(-x.size // 32) * 32)
+    padded[: x.size] = x
+    return padded.reshape(-1, 32).sum(axis=1)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 100, 257])
+def test_warp_sums_match_numpy(n):
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    got = ch02.warp_sums(x)
+    assert got.dtype == np.float32 and got.shape == (-(-n // 32),)
+    # Five butterfly levels: each element meets at most 5 float32 roundings.
+    bound = 5 * EPS32 * per_warp_reference(np.abs(x))
+    assert (np.abs(got - per_warp_reference(x)) <= bound).all()
+
+
+def test_every_lane_ends_with_its_warps_total():
+    x = np.arange(70, dtype=np.float32)  # small integers: every sum is exact
+    lanes = ch02.warp_sums(x, every_lane=True)
+    assert lanes.shape == (3, 32)
+    expected = per_warp_reference(x)
+    np.testing.assert_array_equal(lanes, np.repeat(expected[:, None], 32, axis=1))
+
+
+def test_nan_stays_in_its_warp():
+    x = np.ones(96, dtype=np.float32)
+    x[40] = np.nan
+    got = ch02.warp_sums(x)
+    assert np.isnan(got[1]) and (got[[0, 2]] == 32).all()
+
+
+def test_empty_and_bad_input():
+    assert ch02.warp_sums(np.empty(0, np.float32)).shape == (0,)
+    with pytest.raises(TypeError, match="float32"):
+        ch02.warp_sums(np.ones(4))
+    with pytest.raises(ValueError, match="1-D"):
+        ch02.warp_sums(np.ones((2, 2), np.float32))
