@@ -29,6 +29,12 @@ def _bench_elementwise() -> dict:
     return bench_elementwise()
 
 
+def _bench_memory() -> dict:
+    from gpudl.bench import bench_memory
+
+    return bench_memory()
+
+
 def _bench_allreduce() -> dict:
     from gpudl.parallel.comms import allreduce_bandwidth
 
@@ -41,6 +47,7 @@ def _bench_allreduce() -> dict:
 
 BENCHMARKS: dict[str, Callable[[], dict]] = {
     "elementwise": _bench_elementwise,
+    "memory": _bench_memory,
     "allreduce": _bench_allreduce,
 }
 

@@ -82,6 +82,8 @@ def machine() -> dict:
 def _to_json(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
@@ -212,4 +214,108 @@ def bench_elementwise(n: int | None = None, repeats: int | None = None) -> dict:
         "v2_fraction_of_copy": fraction,
         "saxpy_cpu_vs_gpu": cpu_vs_gpu,
         "divergence": divergence,
+    }
+
+
+def bench_memory(time_kernels: bool | None = None, n: int | None = None) -> dict:
+    """Chapter 2's measurements: copies (coalesced, strided, misaligned), the three
+    transposes and the six reductions, each against a torch copy (and ``torch.sum``) in the
+    same run; latency and bandwidth per level; point-to-point bandwidth between two ranks.
+
+    Every kernel's output is checked before its time is reported. ``time_kernels`` defaults
+    to True on a GPU and False on the simulator, whose kernel timings mean nothing (tests
+    pass True with a tiny ``n`` to exercise the code path).
+    """
+    from gpudl.kernels import hierarchy
+    from gpudl.kernels import memory as mem
+    from gpudl.kernels import reduction as red
+    from gpudl.parallel.comms import p2p_bandwidth
+
+    on_gpu = backend.name() == "cuda"
+    time_kernels = on_gpu if time_kernels is None else time_kernels
+    payload: dict = {"timings_meaningful": on_gpu,
+                     "note": "" if on_gpu else _SIMULATOR_NOTE + "; kernels not timed"}
+    if time_kernels:
+        payload |= _memory_kernels(mem, red, backend.pick(gpu=1 << 26, sim=2048) if n is None
+                                   else n)
+        print("[memory] latency and bandwidth per level", flush=True)
+        results = hierarchy.measure()
+        payload["hierarchy"] = results
+        payload["hierarchy_table"] = hierarchy.table(results)
+    print("[memory] point-to-point bandwidth, 2 ranks", flush=True)
+    payload["p2p"] = p2p_bandwidth(repeats=backend.pick(gpu=20, sim=5))
+    return payload
+
+
+def _memory_kernels(mem, red, n: int) -> dict:
+    """Time the copies, transposes and reductions of Chapter 2 on ``n`` float32 values."""
+    timed = {"warmup": backend.pick(gpu=3, sim=0), "repeats": backend.pick(gpu=20, sim=1),
+             "inner": backend.pick(gpu=10, sim=1)}
+    on_gpu = backend.name() == "cuda"
+    rng = np.random.default_rng(0)
+    x_host = rng.standard_normal(n, dtype=np.float32)
+    x = cuda.to_device(x_host)
+    print(f"[memory] n = {n:,} float32 ({backend.name()})", flush=True)
+    src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
+    dst = torch.empty_like(src)
+    copies = {"torch_copy": _row("torch copy", time_cuda(dst.copy_, src, **timed), 8 * n)}
+
+    def check(got, expected) -> None:
+        np.testing.assert_array_equal(got.copy_to_host(), expected)
+
+    out = cuda.device_array(n, dtype=np.float32)
+    copies["coalesced"] = _row("copy", time_cuda(mem.launch_copy, x, out, **timed), 8 * n)
+    check(out, x_host)
+    for stride in (2, 4, 8, 32):
+        out = cuda.device_array(-(-n // stride), dtype=np.float32)
+        timing = time_cuda(mem.launch_copy_strided, x, out, stride, **timed)
+        check(out, x_host[::stride])
+        # useful bytes: each output element read once and written once
+        copies[f"stride_{stride}"] = _row(f"copy stride {stride}", timing, 8 * out.size)
+    out = cuda.device_array(n - 1, dtype=np.float32)
+    timing = time_cuda(mem.launch_copy_offset, x, out, 1, **timed)
+    check(out, x_host[1:])
+    copies["offset_1"] = _row("copy offset 1", timing, 8 * out.size)
+    copy_gbs = copies["torch_copy"]["gbps"]
+
+    side = int(np.sqrt(n))
+    m = x_host[: side * side].reshape(side, side)
+    md = cuda.to_device(m)
+    transposes = {}
+    for variant, launch in mem.VARIANTS.items():
+        out = cuda.device_array((side, side), dtype=np.float32)
+        timing = time_cuda(launch, md, out, **timed)
+        check(out, m.T)
+        transposes[variant] = _row(f"transpose {variant}", timing, 8 * side * side)
+
+    reductions = {}
+    for variant, launch in red.VARIANTS.items():
+        out = cuda.device_array(1, dtype=np.float32)
+        timing = time_cuda(launch, x, out, **timed)
+        got, exact = float(out.copy_to_host()[0]), red.reference_sum(x_host)
+        bound = red.addition_depth(n, variant) * float(np.finfo(np.float32).eps) * float(
+            np.abs(x_host.astype(np.float64)).sum())
+        if not abs(got - exact) <= bound:
+            raise RuntimeError(f"{variant}: sum {got} is off the exact {exact} by more than "
+                               f"its error bound {bound}")
+        reductions[variant] = _row(f"reduce {variant}", timing, 4 * n)
+    reductions["torch_sum"] = _row("torch.sum", time_cuda(torch.sum, src, **timed), 4 * n)
+
+    def fraction(row: dict) -> float | None:
+        return row["gbps"] / copy_gbs if row["gbps"] is not None and copy_gbs else None
+
+    best = min(red.VARIANTS, key=lambda v: reductions[v]["median_s"])
+    return {
+        "n": n,
+        "copies": copies,
+        "transpose_side": side,
+        "transposes": transposes,
+        "reductions": reductions,
+        "fractions_of_copy": {
+            "coalesced_copy": fraction(copies["coalesced"]),
+            "padded_transpose": fraction(transposes["padded"]),
+            f"best_reduction ({best})": fraction(reductions[best]),
+        },
+        "best_reduction_over_torch_sum": (reductions["torch_sum"]["median_s"]
+                                          / reductions[best]["median_s"] if on_gpu else None),
     }

@@ -1,7 +1,9 @@
 """The book's figures, drawn from data the notebooks compute (and print, so nbval checks it).
 
 Book section: every chapter's lab; Chapter 1 uses :func:`occupancy_curves`,
-:func:`time_bars`, :func:`allreduce_bandwidth` and :func:`ring_allreduce_model`.
+:func:`time_bars`, :func:`allreduce_bandwidth` and :func:`ring_allreduce_model`; Chapter 2
+:func:`sectors_per_request`, :func:`roofline`, :func:`bandwidth_vs_size` and
+:func:`state_bytes`.
 """
 
 from __future__ import annotations
@@ -9,12 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 
-from gpudl.estimate import allreduce_time
+from gpudl.estimate import allreduce_time, ridge_point
+from gpudl.estimate import roofline as attainable
 from gpudl.hardware import occupancy
 
-__all__ = ["occupancy_curves", "time_bars", "allreduce_bandwidth", "ring_allreduce_model"]
+__all__ = [
+    "occupancy_curves", "time_bars", "allreduce_bandwidth", "ring_allreduce_model",
+    "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes",
+]
 
 
 def _occupancy_or_zero(threads: int, regs: int, cc: tuple[int, int]) -> float:
@@ -102,6 +109,67 @@ def ring_allreduce_model(
     ax.axhline(2 * n_bytes / bandwidth * 1e3, color="k", lw=0.8, ls=":", label="limit 2 S/B")
     ax.set(xlabel="ranks N", ylabel="time (ms)", ylim=(0, None),
            title=f"Ring all-reduce of {n_bytes / 1e9:g} GB at {bus_bandwidth_gbs:g} GB/s")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def sectors_per_request(rows: Sequence[dict]) -> Figure:
+    """Sectors per warp request for each access pattern (rows of
+    :func:`gpudl.kernels.memory.coalescing_report`), against the ideal."""
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    names = [r["pattern"] for r in rows]
+    ax.bar(names, [r["sectors"] for r in rows], label="traced")
+    ax.axhline(rows[0]["ideal"], color="k", ls="--", lw=1, label="ideal (coalesced)")
+    ax.set(ylabel="32-byte sectors per request", title="One warp's float32 load")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def roofline(peak_flops: float, peak_bandwidth: float, points: dict[str, tuple],
+             title: str) -> Figure:
+    """The roofline of a device (flop/s, bytes/s) with kernels placed on it by arithmetic
+    intensity. ``points`` maps a name to ``(intensity, measured flop/s or None)``: measured
+    points are drawn where they were measured, the others on the roof."""
+    intensities = np.logspace(-2, 3, 200)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog(intensities, attainable(intensities, peak_flops, peak_bandwidth), "k-",
+              label="attainable = min(peak, intensity x bandwidth)")
+    ax.axvline(ridge_point(peak_flops, peak_bandwidth), color="grey", ls=":", lw=1,
+               label="ridge point")
+    for name, (intensity, measured) in points.items():
+        y = measured if measured is not None else attainable(intensity, peak_flops,
+                                                             peak_bandwidth)
+        ax.plot(intensity, y, "o" if measured is not None else "s", label=name)
+    ax.set(xlabel="arithmetic intensity (flop/byte)", ylabel="flop/s", title=title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
+    """Bandwidth (``row[key]``, GB/s) against message size (``row["size_bytes"]``)."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["size_bytes"] for r in rows], [r[key] for r in rows], "o-")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="message size (bytes)", ylabel="GB/s", title=title)
+    fig.tight_layout()
+    return fig
+
+
+def state_bytes(rows: Sequence[dict]) -> Figure:
+    """Bytes of parameters, gradients and Adam state on rank 0 for each strategy and world
+    size (rows of :func:`gpudl.parallel.sharding.state_bytes`, rank 0's), stacked."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [f"{r['strategy']}\nN={r['world_size']}" for r in rows]
+    bottom = np.zeros(len(rows))
+    for key, label in (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
+                       ("adam_bytes", "Adam m, v")):
+        values = np.array([r[key] for r in rows], dtype=float) / 1e3
+        ax.bar(labels, values, bottom=bottom, label=label)
+        bottom += values
+    ax.set(ylabel="kB on rank 0", title="Model state per rank (fp32 Adam)")
     ax.legend()
     fig.tight_layout()
     return fig

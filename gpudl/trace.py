@@ -30,6 +30,7 @@ import functools
 import inspect
 import linecache
 import math
+import multiprocessing as mp
 import os
 import re
 import sys
@@ -47,7 +48,7 @@ import numpy as np
 
 __all__ = [
     "Access", "Request", "RequestStats", "Trace", "trace", "SECTOR_BYTES", "BANKS", "BANK_BYTES",
-    "KINDS", "OPS",
+    "KINDS", "OPS", "on_simulator",
 ]
 
 SECTOR_BYTES = 32
@@ -365,3 +366,21 @@ def trace(
     finally:
         kernelapi.FakeCUDAShared.array = original
     return Trace(kernel.py_func.__name__, parameters, tuple(sorted(log)))
+
+
+def on_simulator(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` where Numba's CUDA simulator runs: in this process on the simulator, and
+    in a child process started with ``GPUDL_BACKEND=simulator`` when this one uses a GPU, so
+    that a lab shows the same traces on both backends. ``fn`` must be importable by name."""
+    if backend.is_simulator():
+        return fn(*args)
+    saved = os.environ.get("GPUDL_BACKEND")
+    os.environ["GPUDL_BACKEND"] = "simulator"  # the child decides its backend at import
+    try:
+        with mp.get_context("spawn").Pool(1) as pool:
+            return pool.apply(fn, args)
+    finally:
+        if saved is None:
+            del os.environ["GPUDL_BACKEND"]
+        else:
+            os.environ["GPUDL_BACKEND"] = saved

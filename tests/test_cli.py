@@ -38,7 +38,7 @@ def test_bench_elementwise_writes_json_with_the_machine(tmp_path):
 
 
 def test_every_benchmark_topic_is_a_cli_choice():
-    assert set(BENCHMARKS) == {"elementwise", "allreduce"}
+    assert set(BENCHMARKS) == {"elementwise", "memory", "allreduce"}
 
 
 def test_unknown_topic_or_notebook_is_an_error():
@@ -46,3 +46,20 @@ def test_unknown_topic_or_notebook_is_an_error():
         main(["bench", "nonsense"])
     with pytest.raises(SystemExit, match="no notebook"):
         main(["notebooks", "99-nothing"])
+
+
+def test_bench_memory_checks_and_records_every_kernel(tmp_path):
+    from gpudl.bench import bench_memory, write_results
+
+    payload = bench_memory(time_kernels=True, n=300)
+    record = json.loads(write_results("memory", payload, directory=tmp_path).read_text())["payload"]
+    assert set(record["copies"]) == {"torch_copy", "coalesced", "stride_2", "stride_4",
+                                     "stride_8", "stride_32", "offset_1"}
+    assert set(record["transposes"]) == {"naive", "shared", "padded"}
+    assert len(record["reductions"]) == 7  # six variants and torch.sum
+    assert record["copies"]["stride_32"]["bytes"] == 8 * 10  # ceil(300 / 32) elements
+    assert [r["size_bytes"] for r in record["p2p"]] == sorted(r["size_bytes"] for r in record["p2p"])
+    if backend.is_simulator():
+        assert record["timings_meaningful"] is False
+        assert set(record["fractions_of_copy"].values()) == {None}
+        assert "not measured (simulator)" in record["hierarchy_table"]

@@ -50,3 +50,28 @@ def test_allreduce_plot_uses_the_rows():
 def test_time_bars_in_milliseconds():
     fig = plots.time_bars({"a": 1e-3, "b": 2e-3}, "t")
     assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([1.0, 2.0])
+
+
+def test_sectors_plot_uses_the_report_rows():
+    rows = [{"pattern": "stride 1", "sectors": 4.0, "ideal": 4.0},
+            {"pattern": "stride 2", "sectors": 8.0, "ideal": 4.0}]
+    fig = plots.sectors_per_request(rows)
+    assert [p.get_height() for p in fig.axes[0].patches] == [4.0, 8.0]
+
+
+def test_roofline_plot_places_points_on_the_roof_or_where_measured():
+    fig = plots.roofline(10e12, 1e12, {"sum": (0.25, None), "copy": (0.0625, 3e10)}, "t")
+    roof, _, on_roof, measured = fig.axes[0].get_lines()
+    assert on_roof.get_ydata()[0] == pytest.approx(0.25e12)  # 0.25 flop/B x 1 TB/s
+    assert measured.get_ydata()[0] == pytest.approx(3e10)
+    assert max(roof.get_ydata()) == pytest.approx(10e12)
+
+
+def test_state_bytes_plot_stacks_the_three_kinds():
+    rows = [{"strategy": "replicated", "world_size": 2, "param_bytes": 4000, "grad_bytes": 4000,
+             "adam_bytes": 8000},
+            {"strategy": "fsdp2", "world_size": 2, "param_bytes": 2000, "grad_bytes": 2000,
+             "adam_bytes": 4000}]
+    fig = plots.state_bytes(rows)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == [4.0, 2.0, 4.0, 2.0, 8.0, 4.0]  # kB: params, grads, Adam per bar

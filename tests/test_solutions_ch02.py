@@ -1,8 +1,9 @@
-"""Chapter 2's exercise: the warp-shuffle stage of a reduction, against NumPy."""
+"""Chapter 2's exercises: the warp-shuffle stage, a bank conflict, Adam on the roofline."""
 
 import numpy as np
 import pytest
 
+import gpudl
 from gpudl.solutions import ch02
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -45,3 +46,24 @@ def test_empty_and_bad_input():
         ch02.warp_sums(np.ones(4))
     with pytest.raises(ValueError, match="1-D"):
         ch02.warp_sums(np.ones((2, 2), np.float32))
+
+
+@pytest.mark.skipif(not gpudl.backend.is_simulator(), reason="the tracer needs the simulator")
+@pytest.mark.parametrize(("width", "degree"), [(32, 32), (33, 1), (64, 32), (34, 2), (31, 1)])
+def test_column_read_conflicts_match_the_bank_arithmetic(width, degree):
+    # word k * width sits in bank (k * width) % 32: count the lanes per bank by hand
+    by_hand = max(np.bincount([(k * width) % 32 for k in range(32)], minlength=32))
+    assert by_hand == degree
+    assert ch02.column_read_conflicts(width) == degree
+
+
+def test_column_read_conflicts_rejects_bad_width():
+    with pytest.raises(ValueError):
+        ch02.column_read_conflicts(0)
+
+
+def test_exercise_roofline_a100():
+    ridge, adam = ch02.exercise_roofline_a100()
+    assert ridge == pytest.approx(19.5e12 / 2039e9)  # about 9.6 flop/byte
+    assert adam == pytest.approx(10 / 28 * 2039e9)  # memory-bound: about 0.73 TFLOP/s
+    assert adam < 0.05 * 19.5e12

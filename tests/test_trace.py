@@ -277,3 +277,28 @@ def test_bad_arguments_are_rejected():
         t.requests(array=1.0)
     with pytest.raises(ValueError, match="no shared load/store requests"):
         t.bank_conflict_degree()
+
+
+def test_reports_give_the_analytic_answers():
+    from gpudl.kernels import memory as mem
+
+    rows = {r["pattern"]: r["sectors"] for r in mem.coalescing_report((1, 2, 32), (1,))}
+    assert rows == {"stride 1": 4.0, "stride 2": 8.0, "stride 32": 32.0, "offset 1": 5.0}
+    report = mem.transpose_report(64)
+    assert (report["naive"]["read_sectors"], report["naive"]["write_sectors"]) == (4.0, 32.0)
+    assert report["shared"]["tile_load_conflicts"] == 32
+    assert report["padded"]["tile_load_conflicts"] == 1
+    assert report["padded"]["write_sectors"] == 4.0
+
+
+def test_on_simulator_runs_in_a_child_when_this_process_uses_a_gpu(monkeypatch):
+    import os
+
+    from gpudl import backend
+    from gpudl.trace import on_simulator
+
+    monkeypatch.setattr(backend, "is_simulator", lambda: False)  # pretend to be on a GPU
+    monkeypatch.delenv("GPUDL_BACKEND", raising=False)
+    assert on_simulator(os.getpid) != os.getpid()  # ran in another process...
+    assert on_simulator(backend.name) == "simulator"  # ...which chose the simulator
+    assert "GPUDL_BACKEND" not in os.environ  # and this process's environment is restored

@@ -30,6 +30,8 @@ from numba import cuda, float32
 Array = Any
 
 __all__ = [
+    "coalescing_report",
+    "transpose_report",
     "THREADS_PER_BLOCK",
     "TILE",
     "BLOCK_ROWS",
@@ -259,6 +261,60 @@ def transpose(x: Array, variant: str = "padded") -> Array:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
     on_device = _check(x, 2)
     return _run(x, on_device, (x.shape[1], x.shape[0]), VARIANTS[variant])
+
+
+# ------------------------------------------------------------------------------------------
+# What the tracer sees (Chapter 2, "Coalescing, seen by the tracer" and "Transpose and bank
+# conflicts"): run with gpudl.trace.on_simulator, so a lab prints the same on a GPU.
+# ------------------------------------------------------------------------------------------
+
+
+def coalescing_report(strides: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
+                      offsets: tuple[int, ...] = (1,)) -> list[dict]:
+    """Global 32-byte sectors per warp request of the strided and misaligned copy kernels.
+
+    One row per access pattern: ``pattern``, ``sectors`` (mean sectors per load request over
+    full warps) and ``ideal`` (4: 32 lanes x 4 bytes = 128 bytes = 4 sectors)."""
+    from gpudl.trace import trace
+
+    rows = []
+    for stride in strides:
+        x = np.arange(128 * stride, dtype=np.float32)
+        out = np.full(128, np.nan, dtype=np.float32)
+        t = trace(copy_strided_kernel, 1, 128, x, out, stride)
+        stats = t.sectors_per_request("x")
+        rows.append({"pattern": f"stride {stride}", "sectors": stats.mean, "ideal": stats.ideal})
+    for offset in offsets:
+        x = np.arange(128 + offset, dtype=np.float32)
+        out = np.full(128, np.nan, dtype=np.float32)
+        t = trace(copy_offset_kernel, 1, 128, x, out, offset)
+        stats = t.sectors_per_request("x")
+        rows.append({"pattern": f"offset {offset}", "sectors": stats.mean, "ideal": stats.ideal})
+    return rows
+
+
+def transpose_report(side: int = 64) -> dict[str, dict]:
+    """For each transpose variant on a ``side`` x ``side`` matrix: global sectors per request
+    on the read (``x``) and the write (``out``), and the shared tile's bank-conflict degree
+    on its row-wise store and its column-wise load (None for the naive kernel, which has no
+    tile)."""
+    from gpudl.trace import trace
+
+    x = np.arange(side * side, dtype=np.float32).reshape(side, side)
+    report = {}
+    for name, kernel in (("naive", v1_naive), ("shared", v2_shared), ("padded", v3_padded)):
+        out = np.full((side, side), np.nan, dtype=np.float32)
+        t = trace(kernel, *transpose_grid(x.shape), x, out)
+        if not np.array_equal(out, x.T):
+            raise RuntimeError(f"the traced {name} transpose is wrong")
+        row = {"read_sectors": t.sectors_per_request("x").mean,
+               "write_sectors": t.sectors_per_request("out", op="store").mean,
+               "tile_store_conflicts": None, "tile_load_conflicts": None}
+        if name != "naive":
+            row["tile_store_conflicts"] = t.bank_conflict_degree("tile", op="store").max
+            row["tile_load_conflicts"] = t.bank_conflict_degree("tile", op="load").max
+        report[name] = row
+    return report
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Solutions to the exercises of Chapter 2, the memory hierarchy.
 
-Book section: Chapter 2, "Reductions, step by step" (exercise: write the warp-shuffle stage).
+Book section: Chapter 2, "Exercises": write the warp-shuffle stage of a reduction, find a
+bank conflict with the tracer, and place fp32 Adam on an A100's roofline.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl.estimate import ridge_point, roofline
+from gpudl.hardware import SPECS
 from gpudl.kernels.reduction import _check_input
+from gpudl.trace import trace
 
 WARP = backend.WARP_SIZE
 FULL_MASK = 0xFFFFFFFF
@@ -57,3 +61,38 @@ def warp_sums(x: np.ndarray, every_lane: bool = False) -> np.ndarray:
         _warp_sums_kernel[blocks, THREADS_PER_BLOCK](x, lane_totals)
     per_lane = lane_totals.reshape(warps, WARP)
     return per_lane if every_lane else per_lane[:, 0].copy()
+
+
+@cuda.jit
+def _column_read_kernel(out, width):
+    tile = cuda.shared.array(0, float32)  # a 32 x width tile, row-major, in dynamic shared memory
+    lane = cuda.threadIdx.x
+    for j in range(width):  # each lane fills its own row
+        tile[lane * width + j] = lane * width + j
+    cuda.syncthreads()
+    out[lane] = tile[lane * width]  # the warp reads column 0: lane k reads row k
+
+
+def column_read_conflicts(width: int) -> int:
+    """Bank-conflict degree of one warp reading column 0 of a 32 x ``width`` float32 tile.
+
+    Word ``k * width`` lies in bank ``(k * width) % 32``: with a width of 32 (or 64) every
+    lane's word is in bank 0, a 32-way conflict; a width of 33 spreads them over all 32 banks.
+    Counted by the tracer, so this runs on the simulator only."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(f"width must be an integer >= 1, got {width!r}")
+    out = np.full(WARP, np.nan, dtype=np.float32)
+    t = trace(_column_read_kernel, 1, WARP, out, width, dynamic_shared_bytes=WARP * width * 4)
+    if not np.array_equal(out, np.arange(WARP, dtype=np.float32) * width):
+        raise RuntimeError("the column read returned the wrong words")
+    return t.bank_conflict_degree(array="dynamic", op="load").max
+
+
+def exercise_roofline_a100() -> tuple[float, float]:
+    """(ridge point in flop/byte, attainable flop/s of fp32 Adam) on an A100 80GB in FP32.
+
+    fp32 Adam does about 10 flops per parameter while moving 28 bytes (read p, g, m, v;
+    write p, m, v), an intensity of 10 / 28 flop/byte, far left of the ridge."""
+    a100 = SPECS["A100 80GB SXM"]
+    peak, bandwidth = a100.fp32_tflops * 1e12, a100.memory_bandwidth_gbs * 1e9
+    return ridge_point(peak, bandwidth), float(roofline(10 / 28, peak, bandwidth))
