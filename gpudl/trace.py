@@ -102,7 +102,7 @@ class Request:
 
     @property
     def conflict_degree(self) -> int:
-        """Most distinct 4-byte words asked of one bank (1: conflict-free)."""
+        """The most distinct 4-byte words any one bank is asked for; 1 means conflict-free."""
         words = {
             w
             for a in self.addresses

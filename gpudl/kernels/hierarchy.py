@@ -63,7 +63,7 @@ __all__ = [
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
-#: Bytes between two slots of a chain: one L1 cache line (128 bytes, four 32-byte sectors),
+#: Bytes between two slots of a chain, one L1 cache line (128 bytes, four 32-byte sectors),
 #: so every hop lands on a line (and a sector) that the previous hop did not bring in.
 LINE_BYTES = 128
 
@@ -74,10 +74,10 @@ def _l2_working_set() -> int:
     return 4 * MiB if l2 is None else min(l2 // 4, 16 * MiB)
 
 
-#: Working set of the pointer chase for each level, in bytes. L1: 16 KiB, well inside the L1
-#: of any GPU since Volta (128-256 KiB, shared with shared memory). L2: far above any L1, a
-#: quarter of the L2 so that it stays resident (H100's 50 MB L2 is two partitions of 25 MB).
-#: HBM (or GDDR: device memory): 1 GiB, far beyond any L2; random hops over it also miss the
+#: Working set of the pointer chase for each level, in bytes. For L1 16 KiB, well inside the
+#: L1 of any GPU since Volta (128-256 KiB, shared with shared memory); for L2 far above any
+#: L1, a quarter of the L2 so that it stays resident (H100's 50 MB L2 is two partitions of
+#: 25 MB); for HBM (or GDDR, device memory) 1 GiB, far beyond any L2. Random hops over it miss the
 #: TLBs at times, which is part of what a load from device memory costs. On the simulator
 #: the sizes are tiny and the three levels are one (the CPU's memory).
 WORKING_SETS: dict[str, int] = {
@@ -91,7 +91,7 @@ WORKING_SETS: dict[str, int] = {
 #: the cache-resident levels all hit lines an earlier hop brought in.
 DEFAULT_STEPS = backend.pick(gpu=1 << 17, sim=32)
 
-#: The largest chain the shared-memory chase takes: the 48 KiB of dynamic shared memory a
+#: The largest chain the shared-memory chase takes, the 48 KiB of dynamic shared memory a
 #: block gets without opting in to more.
 MAX_SHARED_CHAIN_BYTES = 48 * KiB
 
@@ -488,7 +488,7 @@ def bandwidth(level: str) -> dict[str, Any]:
 # All levels, and the table of ratios
 # ------------------------------------------------------------------------------------------
 
-#: The articles' Table 1: how much faster than global memory.
+#: The articles' Table 1, how much faster than global memory each level is said to be.
 ARTICLE_CLAIMS = {"shared": "2-10x", "registers": "20-30x"}
 
 

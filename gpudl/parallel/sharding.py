@@ -126,7 +126,7 @@ def state_bytes_worker(
 
     Every rank builds the same model (same seed) and takes its own slice of
     :func:`make_batch` (mean-squared error). ``"replicated"``: each rank keeps the
-    whole model and the gradients are all-reduced; ``"fsdp2"``: :func:`fully_shard` on every
+    whole model and the gradients are all-reduced; ``"fsdp2"``: ``fully_shard`` on every
     Linear and the root. Returned, counted from the local tensors: ``param_bytes``,
     ``grad_bytes``, ``adam_bytes`` (``exp_avg`` and ``exp_avg_sq``) and their sum
     ``total_bytes``, ZeRO's model state; ``step_bytes`` apart, Adam's step counters (one fp32
