@@ -20,6 +20,7 @@ __all__ = [
     "model_state_memory",
     "roofline",
     "ridge_point",
+    "KERNEL_INTENSITY",
 ]
 
 
@@ -194,3 +195,16 @@ def ridge_point(peak_flops: float, peak_bandwidth: float) -> float:
     _check_peak("peak_flops", peak_flops)
     _check_peak("peak_bandwidth", peak_bandwidth)
     return float(peak_flops / peak_bandwidth)
+
+
+#: Arithmetic intensity (flop per byte moved, float32) of kernels this book writes, derived
+#: from what each reads, writes and computes (Chapter 2, "The roofline"). Adam: 28 bytes
+#: (read p, g, m, v; write p, m, v) for about 12 operations. Matmul: at most, since 12 n**2
+#: bytes is the least traffic an n x n product can have.
+KERNEL_INTENSITY: dict[str, float] = {
+    "vector add (1 flop, 12 B)": 1 / 12,
+    "SAXPY (2 flops, 12 B)": 2 / 12,
+    "sum (1 flop, 4 B)": 1 / 4,
+    "fp32 Adam (about 12 flops, 28 B)": 12 / 28,
+    "matmul n=4096 (at most: 2n^3 flops, 12n^2 B)": 2 * 4096**3 / (12 * 4096**2),
+}

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 
 from gpudl import backend
+from gpudl.checks import check_int
 
 # isort: split
 from numba import cuda
@@ -362,13 +363,6 @@ def _round_up(x: int, unit: int) -> int:
     return -(-x // unit) * unit
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
 
 def _sm_limits(compute_capability: object) -> SmLimits:
     supported = ", ".join(f"({a}, {b})" for a, b in SM_LIMITS)
@@ -400,9 +394,9 @@ def occupancy(
     ``shared_mem_per_block`` is in bytes (static plus dynamic). The SM is assumed to give
     shared memory its largest carveout, as the driver does for a kernel that needs it.
     """
-    threads = _check_int("threads_per_block", threads_per_block, 1)
-    regs = _check_int("registers_per_thread", registers_per_thread, 1)
-    smem = _check_int("shared_mem_per_block", shared_mem_per_block, 0)
+    threads = check_int("threads_per_block", threads_per_block, 1)
+    regs = check_int("registers_per_thread", registers_per_thread, 1)
+    smem = check_int("shared_mem_per_block", shared_mem_per_block, 0)
     sm = _sm_limits(compute_capability)
     if threads > sm.max_threads_per_block:
         raise ValueError(

@@ -302,3 +302,23 @@ def test_on_simulator_runs_in_a_child_when_this_process_uses_a_gpu(monkeypatch):
     assert on_simulator(os.getpid) != os.getpid()  # ran in another process...
     assert on_simulator(backend.name) == "simulator"  # ...which chose the simulator
     assert "GPUDL_BACKEND" not in os.environ  # and this process's environment is restored
+
+
+def test_reduction_trees_warp_level_steps_interleaved_vs_sequential():
+    """Chapter 2's count: the tree stores of one 256-thread block take 47 warp requests with
+    interleaved addressing (a warp works while any of its lanes does) and 12 with sequential
+    addressing (4 + 2 + 1 + 1 + 1 + 1 + 1 + 1), with no bank conflicts in either."""
+    from collections import Counter
+
+    from gpudl.kernels import reduction as red
+
+    counts = {}
+    for kernel in (red.v2_interleaved, red.v3_sequential):
+        x, partial = np.ones(256, dtype=np.float32), np.full(1, np.nan, dtype=np.float32)
+        stores = tr.trace(kernel, 1, 256, x, partial).requests(kind="shared", op="store")
+        assert partial[0] == 256
+        assert max(r.conflict_degree for r in stores) == 1
+        per_line = sorted(Counter(r.line for r in stores).values())
+        assert per_line[0] == 8  # the first store into the tile: one request per warp
+        counts[kernel] = per_line[1]
+    assert (counts[red.v2_interleaved], counts[red.v3_sequential]) == (47, 12)

@@ -28,8 +28,16 @@ GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
 def _model_figures() -> dict:
     from gpudl import plots
+    from gpudl.estimate import KERNEL_INTENSITY
+    from gpudl.hardware import SPECS
 
+    h100 = SPECS["H100 SXM"]
     return {
+        "roofline-h100.png": lambda: plots.roofline(
+            h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
+            {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
+            "Roofline, FP32, H100 SXM (datasheet)",
+        ),
         "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
         "ring-model.png": lambda: plots.ring_allreduce_model(
             1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]

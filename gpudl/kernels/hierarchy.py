@@ -1,6 +1,6 @@
-"""Latency and bandwidth of each level of the GPU memory hierarchy, measured by kernels.
+"""Latency and bandwidth per level of the GPU memory hierarchy, measured by kernels.
 
-Book section: Chapter 2, "Latency and bandwidth of each level".
+Book section: Chapter 2, "Latency and bandwidth per level".
 
 Two questions, two kinds of kernel:
 
@@ -24,10 +24,10 @@ nothing about a GPU, and every result says so (``meaningful=False``).
 from __future__ import annotations
 
 import functools
-from numbers import Integral
 from typing import Any
 
 from gpudl import backend, hardware, timing
+from gpudl.checks import check_int
 
 # isort: split
 import numpy as np
@@ -100,13 +100,6 @@ _REPEATS = backend.pick(gpu=7, sim=1)
 _THREADS = backend.pick(gpu=256, sim=32)  # threads per block of the multi-thread kernels
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
 
 # ------------------------------------------------------------------------------------------
 # Latency: pointer chasing
@@ -123,8 +116,8 @@ def make_chain(n_elements: int, stride_elements: int, seed: int = 0) -> np.ndarr
     regular stride lets the hardware (and the compiler) guess the next address, a random
     order leaves it nothing to predict. int32 when the indices fit, else int64.
     """
-    n = _check_int("n_elements", n_elements, 1)
-    stride = _check_int("stride_elements", stride_elements, 1)
+    n = check_int("n_elements", n_elements, 1)
+    stride = check_int("stride_elements", stride_elements, 1)
     dtype = np.int32 if n <= np.iinfo(np.int32).max else np.int64
     slots = np.arange(0, n, stride, dtype=dtype)
     order = slots[np.random.default_rng(seed).permutation(slots.size)]
@@ -144,8 +137,8 @@ def _host_chase(chain, start, steps):
 def reference_chase(chain: np.ndarray, steps: int, start: int = 0) -> int:
     """The index reached after ``steps`` hops from ``start``, followed on the CPU."""
     _check_chain(chain)
-    _check_int("steps", steps, 1)
-    if not 0 <= _check_int("start", start, 0) < chain.size or chain[start] < 0:
+    check_int("steps", steps, 1)
+    if not 0 <= check_int("start", start, 0) < chain.size or chain[start] < 0:
         raise ValueError(f"start must be a slot of the chain, got {start}")
     return int(_host_chase(chain, chain.dtype.type(start), steps))
 
@@ -230,7 +223,7 @@ def pointer_chase(chain: np.ndarray, steps: int, shared: bool = False) -> int:
     (a mismatch raises ``RuntimeError``).
     """
     _check_chain(chain, shared)
-    _check_int("steps", steps, 1)
+    check_int("steps", steps, 1)
     pos = cuda.to_device(np.zeros(1, dtype=chain.dtype))
     _launch_chase(cuda.to_device(chain), steps, pos, shared)
     got = int(pos.copy_to_host()[0])
@@ -262,9 +255,9 @@ def latency(
     ``working_set_bytes``, ``stride_bytes``, ``slots``, ``steps`` (k and 2k), ``memory``
     (``"shared"`` or ``"global"``), ``timings`` and ``meaningful``.
     """
-    working_set = _check_int("working_set_bytes", working_set_bytes, 1)
-    stride_b = _check_int("stride_bytes", stride_bytes, 1)
-    k = _check_int("steps", steps, 1)
+    working_set = check_int("working_set_bytes", working_set_bytes, 1)
+    stride_b = check_int("stride_bytes", stride_bytes, 1)
+    k = check_int("steps", steps, 1)
     itemsize = np.dtype(np.int32).itemsize
     if working_set < itemsize:
         raise ValueError(
@@ -576,7 +569,7 @@ def table(results: dict[str, Any]) -> str:
 
 def _check_launch(**counts: object) -> None:
     for name, value in counts.items():
-        _check_int(name, value, 1)
+        check_int(name, value, 1)
     threads = counts.get("threads_per_block", 32)
     if threads > 1024 or threads % 32:
         raise ValueError(

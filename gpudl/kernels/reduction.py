@@ -186,10 +186,11 @@ def _tree_warp_shuffle(shared, tid):
     return total
 
 
-# v5_warp_shuffle: v4 with the last five steps of the tree done by warp shuffles. Once 32
-# values remain, one warp holds them; each shfl_down_sync reads a register of another lane
-# directly, so those steps need neither shared memory nor a block-wide syncthreads (five
-# barriers fewer, and warps 1 to 7 can leave early).
+# v5_warp_shuffle: v4 with the end of the tree done by warp shuffles. The shared-memory tree
+# stops at 64 values (two barriers instead of eight); warp 0 adds their two halves into its
+# 32 registers, and each shfl_down_sync reads a register of another lane directly, so the
+# last five steps need neither shared memory nor a block-wide syncthreads (and warps 1 to 7
+# can leave early).
 @cuda.jit
 def v5_warp_shuffle(x, partials):
     shared = cuda.shared.array(TPB, float32)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -107,6 +108,14 @@ def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
+def _device_and_sync() -> tuple[torch.device, Callable[[], None]]:
+    """The device this rank's messages live on (its GPU under NCCL, else the CPU) and a
+    function that waits for the GPU's queued work (a no-op on the CPU)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device()), torch.cuda.synchronize
+    return torch.device("cpu"), lambda: None
+
+
 def allreduce_bandwidth_worker(
     rank: int, world_size: int, sizes_bytes: list[int], repeats: int, warmup: int
 ) -> list[dict]:
@@ -119,13 +128,7 @@ def allreduce_bandwidth_worker(
     ``algbw * 2 (N - 1) / N`` (nccl-tests' convention).
     """
     _check_plan(sizes_bytes, repeats, warmup)
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-
-    def sync() -> None:
-        if on_gpu:
-            torch.cuda.synchronize()
-
+    device, sync = _device_and_sync()
     rows = []
     for size in sizes_bytes:
         message = rank_input(rank, size // _ITEMSIZE, device)
@@ -189,13 +192,7 @@ def p2p_bandwidth_worker(
     _check_plan(sizes_bytes, repeats, warmup)
     if world_size < 2:
         raise ValueError(f"a point-to-point benchmark needs at least 2 ranks, got {world_size}")
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-
-    def sync() -> None:
-        if on_gpu:
-            torch.cuda.synchronize()
-
+    device, sync = _device_and_sync()
     rows = []
     for size in sizes_bytes:
         message = rank_input(0, size // _ITEMSIZE, device)
