@@ -2,8 +2,8 @@
 
 Book section: every chapter's lab; Chapter 1 uses :func:`occupancy_curves`,
 :func:`time_bars`, :func:`allreduce_bandwidth` and :func:`ring_allreduce_model`; Chapter 2
-:func:`sectors_per_request`, :func:`roofline`, :func:`bandwidth_vs_size` and
-:func:`state_bytes`.
+:func:`sectors_per_request`, :func:`roofline`, :func:`bandwidth_vs_size`,
+:func:`state_bytes` and :func:`hierarchy`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from gpudl.hardware import occupancy
 
 __all__ = [
     "occupancy_curves", "time_bars", "allreduce_bandwidth", "ring_allreduce_model",
-    "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes",
+    "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
 ]
 
 
@@ -171,5 +171,24 @@ def state_bytes(rows: Sequence[dict]) -> Figure:
         bottom += values
     ax.set(ylabel="kB on rank 0", title="Model state per rank (fp32 Adam)")
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def hierarchy(levels: dict) -> Figure:
+    """Latency (ns per dependent load) and bandwidth (GB/s) of each memory level, from
+    :func:`gpudl.kernels.hierarchy.measure`, side by side on log scales."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
+    latency = levels["latency"]
+    left.bar(list(latency), [r["ns_per_hop"] for r in latency.values()])
+    left.set(yscale="log", ylabel="ns per dependent load", title="Latency")
+    bandwidth = dict(levels["bandwidth"])
+    names = list(bandwidth)
+    values = [r["gbs"] for r in bandwidth.values()]
+    if levels.get("register_file_gbs") is not None:
+        names.append("registers\n(derived)")
+        values.append(levels["register_file_gbs"])
+    right.bar(names, values)
+    right.set(yscale="log", ylabel="GB/s", title="Bandwidth")
     fig.tight_layout()
     return fig

@@ -75,3 +75,15 @@ def test_state_bytes_plot_stacks_the_three_kinds():
     fig = plots.state_bytes(rows)
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert heights == [4.0, 2.0, 4.0, 2.0, 8.0, 4.0]  # kB: params, grads, Adam per bar
+
+
+def test_hierarchy_plot_shows_each_level():
+    levels = {
+        "latency": {"shared": {"ns_per_hop": 20.0}, "HBM": {"ns_per_hop": 400.0}},
+        "bandwidth": {"shared": {"gbs": 20000.0}, "HBM": {"gbs": 2000.0}},
+        "register_file_gbs": 100000.0,
+    }
+    fig = plots.hierarchy(levels)
+    left, right = fig.axes
+    assert [p.get_height() for p in left.patches] == [20.0, 400.0]
+    assert [p.get_height() for p in right.patches] == [20000.0, 2000.0, 100000.0]
