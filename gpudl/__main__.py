@@ -35,6 +35,12 @@ def _bench_memory() -> dict:
     return bench_memory()
 
 
+def _bench_matmul() -> dict:
+    from gpudl.kernels.matmul import bench_matmul
+
+    return {"matmul": bench_matmul()}
+
+
 def _bench_allreduce() -> dict:
     from gpudl.parallel.comms import allreduce_bandwidth
 
@@ -48,6 +54,7 @@ def _bench_allreduce() -> dict:
 BENCHMARKS: dict[str, Callable[[], dict]] = {
     "elementwise": _bench_elementwise,
     "memory": _bench_memory,
+    "matmul": _bench_matmul,
     "allreduce": _bench_allreduce,
 }
 

@@ -1,0 +1,410 @@
+"""Matrix multiply, from one thread per output to 2-D register blocking.
+
+Book section: Chapter 3, "Matrix multiply, step by step", after Simon Boehm, "How to
+Optimize a CUDA Matmul Kernel for cuBLAS-like Performance: a Worklog" (2022,
+https://siboehm.com/articles/22/CUDA-MMM).
+
+Every variant computes ``C = A @ B`` for row-major float32 ``A`` (M, K) and ``B`` (K, N) of
+any sizes, accumulating in float32 as cuBLAS's SGEMM does. No variant splits K between
+threads (each output is one thread's running sum), so they differ only in where the
+operands come from (global memory, shared memory, registers) and how often each loaded
+value is reused.
+
+Accuracy: an output is a dot product of K float32 products added in float32 (one chain per
+thread, tile after tile; an FMA rounds once where a multiply and an add round twice). In
+any order, the computed value is within ``gamma_K * sum_k |a_ik| |b_kj|`` of the exact one,
+``gamma_K = K u / (1 - K u)`` with ``u = 2**-24`` (Higham, *Accuracy and Stability of
+Numerical Algorithms*, 2002, section 3.1), barring underflow. While ``K u <= 1/2``,
+``gamma_K <= 2 K u = K * eps32``, and the slack between the two also covers the float64
+reference's own rounding: :func:`error_bound` is ``K * eps32 * (|A| @ |B|)``, elementwise.
+A NaN in row i of A makes row i of C NaN (and a NaN in column j of B, column j).
+
+Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
+return a device array if either input is one), float32 and C-contiguous. The output is
+filled with NaN on the device before each launch, so an element no thread writes is caught.
+An empty output (M or N = 0) is returned without a launch, and K = 0 gives zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+from numba import cuda, float32, uint32
+from numba.cuda.cudadrv import driver
+
+from gpudl.checks import check_int
+from gpudl.timing import Timing, gflops, time_cuda
+
+# A NumPy array or a numba device array (whose class differs between GPU and simulator).
+Array = Any
+
+__all__ = [
+    "NAIVE_X", "NAIVE_Y", "TILE",
+    "V4_BM", "V4_BN", "V4_BK", "V4_TM", "V4_THREADS",
+    "V5_BM", "V5_BN", "V5_BK", "V5_TM", "V5_TN", "V5_THREADS",
+    "EPS32", "VARIANTS",
+    "reference", "error_bound", "flops",
+    "v1_naive", "v2_coalesced", "v3_tiled", "v4_register_1d", "v5_register_2d",
+    "launch_config", "matmul", "bench_matmul",
+]
+
+EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
+
+# Shared and local arrays need shapes that are literal integers when the kernel is compiled:
+# numba reads these module-level ints as constants.
+NAIVE_X, NAIVE_Y = 32, 8  # v1, v2: 256 threads, threadIdx.x runs over one warp's 32 lanes
+TILE = 16  # v3: a TILE x TILE block computes a TILE x TILE tile of C
+V4_BM, V4_BN, V4_BK, V4_TM = 64, 64, 8, 8  # v4: 64 x 64 tile of C, K in steps of 8
+V4_THREADS = V4_BM * V4_BN // V4_TM  # 512: one per column of TM outputs
+V5_BM, V5_BN, V5_BK, V5_TM, V5_TN = 128, 128, 8, 8, 8  # v5: 128 x 128 tile, 8 x 8 per thread
+V5_THREAD_ROWS, V5_THREAD_COLS = V5_BM // V5_TM, V5_BN // V5_TN  # 16 x 16 threads
+V5_THREADS = V5_THREAD_ROWS * V5_THREAD_COLS  # 256
+# _load_tile gives every thread of a block the same number of elements of a tile to copy.
+if any(size % threads for size, threads in [
+        (V4_BM * V4_BK, V4_THREADS), (V4_BK * V4_BN, V4_THREADS),
+        (V5_BM * V5_BK, V5_THREADS), (V5_BK * V5_BN, V5_THREADS)]):
+    raise ValueError("each tile's size must be a multiple of its block's thread count")
+
+
+def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in float64 NumPy (float32 inputs convert exactly)."""
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def error_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``K * eps32 * (|a| @ |b|)``: the most a float32 ``a @ b`` may differ from
+    :func:`reference`, elementwise (derivation in the module docstring)."""
+    return a.shape[1] * EPS32 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+
+
+def flops(m: int, k: int, n: int) -> int:
+    """Floating-point operations of an (m, k) @ (k, n) product: one multiply and one add
+    for each of the k terms of each of the m * n outputs."""
+    return 2 * check_int("m", m, 0) * check_int("k", k, 0) * check_int("n", n, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# The kernels, in the order of the worklog
+# ------------------------------------------------------------------------------------------
+
+
+# v1_naive: one thread per output, threadIdx.x running down the rows of C. The 32 lanes of a
+# warp hold 32 consecutive rows and one column: at each step of k they read a[row, k] from
+# 32 rows K * 4 bytes apart (32 sectors per request, one word of each used) and the same
+# b[k, col] (a broadcast), and finally write a column of C (32 sectors again). Every input
+# is read from global memory (or the caches) once per output that uses it: 2 K loads per
+# 2 K flops.
+@cuda.jit
+def v1_naive(a, b, c):
+    row = cuda.blockIdx.x * NAIVE_X + cuda.threadIdx.x
+    col = cuda.blockIdx.y * NAIVE_Y + cuda.threadIdx.y
+    if row < c.shape[0] and col < c.shape[1]:
+        acc = float32(0)
+        for k in range(a.shape[1]):
+            acc += a[row, k] * b[k, col]
+        c[row, col] = acc
+
+
+# v2_coalesced: the same arithmetic with threadIdx.x running along a row of C. A warp now
+# holds 32 consecutive columns of one row: a[row, k] is one word for all lanes (a
+# broadcast), b[k, col:col + 32] is 128 consecutive bytes (4 sectors, all used) and so is the
+# write of C. The same loads in far fewer sectors: v1 fetched a 32-byte sector for every 4
+# useful bytes of A and of C; v2 uses every byte it fetches.
+@cuda.jit
+def v2_coalesced(a, b, c):
+    row = cuda.blockIdx.y * NAIVE_Y + cuda.threadIdx.y
+    col = cuda.blockIdx.x * NAIVE_X + cuda.threadIdx.x
+    if row < c.shape[0] and col < c.shape[1]:
+        acc = float32(0)
+        for k in range(a.shape[1]):
+            acc += a[row, k] * b[k, col]
+        c[row, col] = acc
+
+
+@cuda.jit(device=True)
+def _load_tile(tile, src, row0, col0, t, threads):
+    """Thread ``t`` of ``threads`` copies elements t, t + threads, ... (row-major) of the
+    shared ``tile`` from ``src[row0:, col0:]``: consecutive threads, consecutive addresses.
+    An element outside ``src`` becomes 0, which adds nothing to any dot product. The trip
+    count is a constant (tile.size is a multiple of threads), so the compiler unrolls it."""
+    cols = tile.shape[1]
+    for p in range(tile.size // threads):
+        i = t + p * threads
+        row, col = row0 + i // cols, col0 + i % cols
+        inside = row < src.shape[0] and col < src.shape[1]
+        tile[i // cols, i % cols] = src[row, col] if inside else float32(0)
+
+
+# v3_tiled: a block of TILE x TILE threads computes a TILE x TILE tile of C. It walks along K
+# a TILE-wide slab at a time: each thread copies one element of A's slab and one of B's into
+# shared memory (coalesced), the block waits, and each thread does TILE multiply-adds from
+# shared memory. Each element loaded from global memory now serves TILE outputs instead of
+# one; the cost is two syncthreads per slab and two shared loads per FMA.
+# Partial tiles at the edges are zero-filled, so M, N and K need not be multiples of TILE.
+@cuda.jit
+def v3_tiled(a, b, c):
+    a_tile = cuda.shared.array((TILE, TILE), float32)
+    b_tile = cuda.shared.array((TILE, TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    t = ty * TILE + tx
+    row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    acc = float32(0)
+    for k0 in range(0, a.shape[1], TILE):
+        _load_tile(a_tile, a, row0, k0, t, TILE * TILE)
+        _load_tile(b_tile, b, k0, col0, t, TILE * TILE)
+        cuda.syncthreads()
+        for k in range(TILE):
+            acc += a_tile[ty, k] * b_tile[k, tx]
+        cuda.syncthreads()
+    if row0 + ty < c.shape[0] and col0 + tx < c.shape[1]:
+        c[row0 + ty, col0 + tx] = acc
+
+
+# v4_register_1d: each of 512 threads computes a column of V4_TM = 8 outputs of a 64 x 64
+# tile of C, with K in slabs of 8. For each k, a thread loads b_tile[k, col] once into a
+# register and reuses it for its 8 outputs, reading the 8 A values from shared memory (the
+# whole warp reads the same A word: a broadcast). Shared loads per FMA fall from 2 to 9/8
+# (in Boehm's profile v3's time goes to its shared loads), and each global load now serves
+# 64 outputs instead of 16.
+@cuda.jit
+def v4_register_1d(a, b, c):
+    a_tile = cuda.shared.array((V4_BM, V4_BK), float32)
+    b_tile = cuda.shared.array((V4_BK, V4_BN), float32)
+    acc = cuda.local.array(V4_TM, float32)
+    t = cuda.threadIdx.x
+    tr, tc = t // V4_BN, t % V4_BN  # outputs: rows tr * TM ... tr * TM + TM - 1, column tc
+    row0, col0 = cuda.blockIdx.y * V4_BM, cuda.blockIdx.x * V4_BN
+    for i in range(V4_TM):
+        acc[i] = float32(0)
+    for k0 in range(0, a.shape[1], V4_BK):
+        _load_tile(a_tile, a, row0, k0, t, V4_THREADS)
+        _load_tile(b_tile, b, k0, col0, t, V4_THREADS)
+        cuda.syncthreads()
+        for k in range(V4_BK):
+            b_k = b_tile[k, tc]
+            for i in range(V4_TM):
+                acc[i] += a_tile[tr * V4_TM + i, k] * b_k
+        cuda.syncthreads()
+    col = col0 + tc
+    for i in range(V4_TM):
+        row = row0 + tr * V4_TM + i
+        if row < c.shape[0] and col < c.shape[1]:
+            c[row, col] = acc[i]
+
+
+# v5_register_2d: each of 256 threads computes an 8 x 8 set of outputs of a 128 x 128 tile
+# of C, accumulated in a local array that the compiler keeps in 64 registers. For each k a
+# thread loads 8 values of A and 8 of B into registers and does their 64 products (an outer
+# product): 16 shared loads for 64 FMAs, 1/4 per FMA, and each global load serves 128
+# outputs. Thread (tr, tc) owns rows tr + 16 i and columns tc + 16 j (i, j < 8) rather than
+# an 8 x 8 square, so at every shared load a warp's lanes read consecutive words of B (or a
+# broadcast of two words of A, in different banks): no bank conflicts, and C is written in
+# runs of 16 consecutive floats. The thread index is made unsigned: numba then knows that
+# the indices built from it are never negative and drops Python's negative-index wraparound
+# and floor-division sign fixes, which otherwise keep one address per shared load in
+# registers (ptxas 12.9, sm_90: 157 registers instead of 126: one block per SM, not two).
+@cuda.jit
+def v5_register_2d(a, b, c):
+    a_tile = cuda.shared.array((V5_BM, V5_BK), float32)
+    b_tile = cuda.shared.array((V5_BK, V5_BN), float32)
+    acc = cuda.local.array((V5_TM, V5_TN), float32)
+    a_reg = cuda.local.array(V5_TM, float32)
+    b_reg = cuda.local.array(V5_TN, float32)
+    t = uint32(cuda.threadIdx.x)
+    tr, tc = t // V5_THREAD_COLS, t % V5_THREAD_COLS
+    row0, col0 = cuda.blockIdx.y * V5_BM, cuda.blockIdx.x * V5_BN
+    for i in range(V5_TM):
+        for j in range(V5_TN):
+            acc[i, j] = float32(0)
+    for k0 in range(0, a.shape[1], V5_BK):
+        _load_tile(a_tile, a, row0, k0, t, V5_THREADS)
+        _load_tile(b_tile, b, k0, col0, t, V5_THREADS)
+        cuda.syncthreads()
+        for k in range(V5_BK):
+            for i in range(V5_TM):
+                a_reg[i] = a_tile[tr + i * V5_THREAD_ROWS, k]
+            for j in range(V5_TN):
+                b_reg[j] = b_tile[k, tc + j * V5_THREAD_COLS]
+            for i in range(V5_TM):
+                for j in range(V5_TN):
+                    acc[i, j] += a_reg[i] * b_reg[j]
+        cuda.syncthreads()
+    for i in range(V5_TM):
+        row = row0 + tr + i * V5_THREAD_ROWS
+        for j in range(V5_TN):
+            col = col0 + tc + j * V5_THREAD_COLS
+            if row < c.shape[0] and col < c.shape[1]:
+                c[row, col] = acc[i, j]
+
+
+# ------------------------------------------------------------------------------------------
+# Launch configurations and launchers (device arrays; c has shape (M, N), M, N, K >= 1)
+# ------------------------------------------------------------------------------------------
+
+_KERNELS: dict[str, Callable] = {
+    "v1_naive": v1_naive,
+    "v2_coalesced": v2_coalesced,
+    "v3_tiled": v3_tiled,
+    "v4_register_1d": v4_register_1d,
+    "v5_register_2d": v5_register_2d,
+}
+# rows and columns of C per block, threads per block
+_BLOCKS = {
+    "v2_coalesced": (NAIVE_Y, NAIVE_X, (NAIVE_X, NAIVE_Y)),
+    "v3_tiled": (TILE, TILE, (TILE, TILE)),
+    "v4_register_1d": (V4_BM, V4_BN, (V4_THREADS,)),
+    "v5_register_2d": (V5_BM, V5_BN, (V5_THREADS,)),
+}
+
+
+def launch_config(variant: str, m: int, n: int) -> tuple[tuple[int, int], tuple[int, ...]]:
+    """``(griddim, blockdim)`` of ``variant`` for an (m, n) output: one block per tile of C.
+
+    Grid x runs over the columns of C, except in v1, whose x runs over the rows."""
+    _check_variant(variant)
+    if variant == "v1_naive":
+        return (math.ceil(m / NAIVE_X), math.ceil(n / NAIVE_Y)), (NAIVE_X, NAIVE_Y)
+    rows, cols, block = _BLOCKS[variant]
+    return (math.ceil(n / cols), math.ceil(m / rows)), block
+
+
+def _launcher(variant: str) -> Callable[[Array, Array, Array], None]:
+    def launch(a: Array, b: Array, c: Array) -> None:
+        _KERNELS[variant][launch_config(variant, *c.shape)](a, b, c)
+
+    return launch
+
+
+#: Variant name -> launcher(a, b, c) on device arrays, writing a @ b into c.
+VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = {
+    name: _launcher(name) for name in _KERNELS
+}
+
+
+def _filled(shape: tuple[int, int], byte: int) -> Array:
+    """A float32 device array with every byte set on the device: 0xFF is NaN, 0 is 0.0."""
+    out = cuda.device_array(shape, dtype=np.float32)
+    if out.size:
+        driver.device_memset(out, byte, out.nbytes)
+    return out
+
+
+def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
+    """``a @ b`` for float32 (M, K) and (K, N) arrays of any sizes, computed by the kernel
+    ``VARIANTS[variant]`` into a NaN-poisoned output."""
+    _check_variant(variant)
+    on_device = _check("a", a) | _check("b", b)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"inner dimensions do not match: a has shape {a.shape} and b has shape {b.shape} "
+            "(a.shape[1] must equal b.shape[0])"
+        )
+    (m, k), n = a.shape, b.shape[1]
+    if m * n * k == 0:
+        return _filled((m, n), 0) if on_device else np.zeros((m, n), np.float32)
+    a_d, b_d = (x if _is_device_array(x) else cuda.to_device(x) for x in (a, b))
+    c = _filled((m, n), 0xFF)
+    VARIANTS[variant](a_d, b_d, c)
+    return c if on_device else c.copy_to_host()
+
+
+# ------------------------------------------------------------------------------------------
+# Measured against torch.matmul (cuBLAS SGEMM)
+# ------------------------------------------------------------------------------------------
+
+
+def bench_matmul(sizes: tuple[int, ...] | None = None) -> list[dict]:
+    """Time every variant and ``torch.matmul`` in float32 (TF32 off) on square matrices.
+
+    ``sizes`` defaults to (1024, 2048, 4096) on a GPU and (48,) on the simulator. One row per
+    size and kernel (``variant`` is ``"torch"`` for torch.matmul): ``size``, ``median_s``,
+    ``gflops``, ``fraction_of_torch`` (of torch's GFLOP/s), ``error_over_bound`` (the
+    largest ``|C - C_torch|`` over its bound: at most 1) and ``meaningful``; the rates are
+    None on the simulator, whose timings are wall clock. Every output is checked against
+    torch's before its time is reported.
+    """
+    import torch
+
+    sizes = backend.pick(gpu=(1024, 2048, 4096), sim=(48,)) if sizes is None else sizes
+    for size in sizes:
+        check_int("size", size, 1)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # TF32 rounds inputs to 10-bit mantissas
+    try:
+        return [row for size in sizes for row in _bench_size(torch, size)]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _bench_size(torch: Any, size: int) -> list[dict]:
+    timed = {"warmup": backend.pick(gpu=2, sim=0), "repeats": backend.pick(gpu=5, sim=1),
+             "inner": backend.pick(gpu=3, sim=1)}
+    rng = np.random.default_rng(size)
+    a_host, b_host = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
+    device = "cpu" if backend.is_simulator() else "cuda"
+    ta, tb = (torch.from_numpy(x).to(device) for x in (a_host, b_host))
+    tc = torch.empty_like(ta)
+    torch_time = time_cuda(lambda: torch.mm(ta, tb, out=tc), **timed)
+    # Both tc and each kernel's output are within error_bound of the exact product: twice it.
+    bound = 2 * size * EPS32 * torch.mm(ta.abs(), tb.abs())
+    a, b = cuda.to_device(a_host), cuda.to_device(b_host)
+    rows = [_row(size, "torch", torch_time, torch_time, 0.0)]
+    for variant, launch in VARIANTS.items():
+        c = _filled((size, size), 0xFF)
+        timing = time_cuda(launch, a, b, c, **timed)
+        ratio = float(((torch.as_tensor(c, device=device) - tc).abs() / bound).max())
+        if not ratio <= 1:  # also catches NaN
+            raise RuntimeError(f"{variant} at {size}: |C - C_torch| is {ratio:.3g} times its "
+                               "error bound")
+        rows.append(_row(size, variant, timing, torch_time, ratio))
+    return rows
+
+
+def _row(size: int, variant: str, timing: Timing, torch_time: Timing, ratio: float) -> dict:
+    rate = gflops(flops(size, size, size), timing.median) if timing.meaningful else None
+    return {
+        "size": size,
+        "variant": variant,
+        "median_s": timing.median,
+        "gflops": rate,
+        "fraction_of_torch": torch_time.median / timing.median if timing.meaningful else None,
+        "error_over_bound": ratio,
+        "meaningful": timing.meaningful,
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Input checks
+# ------------------------------------------------------------------------------------------
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+
+
+def _is_device_array(x: object) -> bool:
+    # Real and simulated numba device arrays both carry this marker.
+    return bool(getattr(x, "__cuda_ndarray__", False))
+
+
+def _check(name: str, x: object) -> bool:
+    """Check a float32, 2-D, C-contiguous array; return True if it is on the device."""
+    on_device = _is_device_array(x)
+    if not (on_device or isinstance(x, np.ndarray)):
+        raise TypeError(
+            f"{name} must be a NumPy array or a numba device array, got {type(x).__name__}"
+        )
+    if x.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
+    if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):
+        raise ValueError(f"{name} must be C-contiguous, got a strided view")
+    return on_device
