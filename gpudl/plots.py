@@ -21,6 +21,7 @@ from gpudl.hardware import occupancy
 __all__ = [
     "occupancy_curves", "time_bars", "allreduce_bandwidth", "ring_allreduce_model",
     "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
+    "gradient_timeline",
 ]
 
 
@@ -190,5 +191,34 @@ def hierarchy(levels: dict) -> Figure:
         values.append(levels["register_file_gbs"])
     right.bar(names, values)
     right.set(yscale="log", ylabel="GB/s", title="Bandwidth")
+    fig.tight_layout()
+    return fig
+
+
+def gradient_timeline(events: Sequence[dict]) -> Figure:
+    """One backward pass with DDP on one rank (``events`` of
+    :func:`gpudl.parallel.grad_timeline.timeline_worker`): a row per parameter, marked when
+    its gradient became ready, then a row per bucket, a bar from the start to the end of its
+    all-reduce; milliseconds since the backward pass started. A dotted line marks the last
+    gradient: bars that start left of it overlap the computation."""
+    ready = [e for e in events if e["kind"] == "grad_ready"]
+    buckets = [e for e in events if e["kind"] == "allreduce"]
+    fig, ax = plt.subplots(figsize=(7, 0.28 * (len(ready) + len(buckets)) + 1.4))
+    ax.plot([e["time_s"] * 1e3 for e in ready], range(len(ready)), "o", label="gradient ready")
+    rows = range(len(ready), len(ready) + len(buckets))
+    ax.barh(rows, [(e["end_s"] - e["start_s"]) * 1e3 for e in buckets],
+            left=[e["start_s"] * 1e3 for e in buckets], height=0.6, color="tab:orange",
+            label="bucket all-reduce")
+    ax.axvline(max(e["time_s"] for e in ready) * 1e3, color="k", ls=":", lw=1,
+               label="last gradient ready")
+    ax.set_yticks(range(len(ready) + len(buckets)), [
+        *(f"layer {e['layer']} {e['name'].rsplit('.', 1)[-1]}" for e in ready),
+        *(f"bucket {e['bucket']} ({e['n_params']} tensor{'s' * (e['n_params'] != 1)}, "
+          f"{e['bytes'] / 1e3:.0f} kB)" for e in buckets),
+    ], fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel="ms since the backward pass started", xlim=(0, None),
+           title="Gradients and DDP's all-reduces in one backward pass")
+    ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig
