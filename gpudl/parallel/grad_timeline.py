@@ -122,8 +122,8 @@ def reference_gradients(
     ranks: Sequence[int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The gradients of the mean-squared error of
-    :func:`gpudl.parallel.sharding.make_mlp` in one process, on the samples of ``ranks`` (all of the batch when ``None``): with all of it, what DDP must give
-    every rank."""
+    :func:`gpudl.parallel.sharding.make_mlp` in one process, on the samples of ``ranks``
+    (all of the batch when ``None``): with all of it, what DDP must give every rank."""
     model = make_mlp(dims)
     x, y = make_batch(world_size, dims, batch_per_rank)
     if ranks is not None:
@@ -161,7 +161,8 @@ def timeline_worker(
     batch_per_rank: int = BATCH_PER_RANK,
 ) -> dict:
     """One DDP training step's backward pass on :func:`gpudl.parallel.sharding.make_mlp`,
-    timed gradient by gradient and bucket by bucket (fp32, mean-squared error, this rank's slice of :func:`make_batch`).
+    timed gradient by gradient and bucket by bucket (fp32, mean-squared error, this rank's
+    slice of :func:`make_batch`).
 
     A first, untimed step lets DDP rebuild its buckets in the order the gradients arrive.
     Returns ``events``, in the order they happened on this rank:
