@@ -287,7 +287,7 @@ VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = {
 }
 
 
-def _filled(shape: tuple[int, int], byte: int) -> Array:
+def _filled(shape: tuple[int, ...], byte: int) -> Array:
     """A float32 device array with every byte set on the device: 0xFF is NaN, 0 is 0.0."""
     out = cuda.device_array(shape, dtype=np.float32)
     if out.size:

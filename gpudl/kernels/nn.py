@@ -31,8 +31,8 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl.kernels.matmul import _filled, matmul
 from gpudl.kernels.matmul import flops as matmul_flops
-from gpudl.kernels.matmul import matmul
 from gpudl.kernels.memory import transpose
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -148,9 +148,10 @@ def _relu_backward_kernel(x, dy, dx):
 
 
 # One thread per row of logits z with label y. Subtracting the row's max m before exp keeps
-# every exp(z_j - m) in (0, 1], so nothing overflows, and the sum s is at least 1, so its log
-# is safe: loss = log(s) - (z_y - m), softmax_j = exp(z_j - m) / s. The exponentials are
-# parked in dlogits between the two passes. Each row adds its loss to one accumulator.
+# every exp(z_j - m) in [0, 1] (0 when it underflows), so nothing overflows, and the sum s is
+# at least 1, so its log is safe: loss = log(s) - (z_y - m), softmax_j = exp(z_j - m) / s.
+# The exponentials are parked in dlogits between the two passes. Each row adds its loss to
+# one accumulator.
 @cuda.jit
 def _softmax_xent_kernel(logits, labels, inv_batch, dlogits, loss_sum):
     row = cuda.grid(1)
@@ -342,7 +343,8 @@ def _to_device(x: Array) -> Array:
 
 
 def _poisoned(shape: tuple[int, ...]) -> Array:
-    return cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
+    """A float32 device array of NaN, set on the device (no host upload to slow a timing)."""
+    return _filled(shape, 0xFF)
 
 
 def _back(x: Array, on_device: bool) -> Array:
