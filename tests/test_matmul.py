@@ -3,7 +3,6 @@ bound, at sizes that are not multiples of any tile; NaN, poisoned outputs, empty
 bad input, host and device arrays, the benchmark's rows, and (on a GPU) large sizes and the
 rate against torch.matmul."""
 
-import sys
 
 import numpy as np
 import pytest
@@ -24,14 +23,7 @@ dims = st.integers(min_value=1, max_value=40)
 few = settings(max_examples=3, deadline=None, database=None)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fast_thread_switching():
-    # Switching between the simulator's threads more often makes syncthreads cheaper
-    # (shared/TOOLCHAIN.md: a tiled matmul runs about twice as fast).
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(5e-4)
-    yield
-    sys.setswitchinterval(before)
+pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def random_matrix(shape: tuple[int, int], seed: int) -> np.ndarray:

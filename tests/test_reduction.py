@@ -3,7 +3,6 @@ bound, the multi-pass logic, poisoned partials, NaN and inf, bad input, and (on 
 bandwidth against a copy and torch.sum."""
 
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -25,14 +24,7 @@ EDGE_SIZES = [0, 1, 31, 33, 255, 257, 1000, 2999]  # 2999 is prime
 KINDS = ("normal", "positive", "wide")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fast_thread_switching():
-    # The simulator runs each GPU thread as a Python thread; switching between them more
-    # often makes syncthreads and shuffles cheaper (see shared/TOOLCHAIN.md).
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(5e-4)
-    yield
-    sys.setswitchinterval(before)
+pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def make_data(n: int, seed: int, kind: str = "normal") -> np.ndarray:
