@@ -198,8 +198,8 @@ VECTOR = np.ones(8, dtype=np.float32)
         (None, TypeError, "got NoneType"),
         (MATRIX.astype(np.float64), TypeError, "x must have dtype float32, got float64"),
         (MATRIX.astype(np.int32), TypeError, "x must have dtype float32, got int32"),
-        (VECTOR, ValueError, r"expected a 2-D array, got shape \(8,\)"),
-        (np.ones((2, 3, 4), np.float32), ValueError, r"a 2-D array, got shape \(2, 3, 4\)"),
+        (VECTOR, ValueError, r"x must be 2-D, got 1-D with shape \(8,\)"),
+        (np.ones((2, 3, 4), np.float32), ValueError, r"must be 2-D, got 3-D with shape \(2, 3, 4"),
         (np.float32(1.0), TypeError, "got float32"),
         (MATRIX[:, ::2], ValueError, "x must be C-contiguous"),
         (MATRIX.T, ValueError, "x must be C-contiguous"),
@@ -218,7 +218,7 @@ def test_transpose_rejects_bad_arrays(x, error, match):
     [
         ([1.0, 2.0], TypeError, "x must be a NumPy array or a numba device array, got list"),
         (VECTOR.astype(np.float16), TypeError, "x must have dtype float32, got float16"),
-        (MATRIX, ValueError, r"expected a 1-D array, got shape \(4, 6\)"),
+        (MATRIX, ValueError, r"x must be 1-D, got 2-D with shape \(4, 6\)"),
         (np.ones(16, np.float32)[::2], ValueError, "x must be C-contiguous"),
     ],
 )

@@ -332,8 +332,8 @@ GOOD = np.ones(8, dtype=np.float32)
         (GOOD.astype(np.int32), TypeError, "x must have dtype float32, got int32"),
         (GOOD.reshape(2, 4), ValueError, r"x must be 1-D, got 2-D with shape \(2, 4\)"),
         (np.array(1.0, np.float32), ValueError, "x must be 1-D, got 0-D"),
-        (np.ones(16, np.float32)[::2], ValueError, "x must be contiguous"),
-        (cuda.to_device(np.ones(16, np.float32))[::2], ValueError, "x must be contiguous"),
+        (np.ones(16, np.float32)[::2], ValueError, "x must be C-contiguous"),
+        (cuda.to_device(np.ones(16, np.float32))[::2], ValueError, "x must be C-contiguous"),
     ],
 )
 def test_bad_input_is_rejected(x, error, match):

@@ -38,7 +38,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 from numba.cuda.cudadrv import driver
 
-from gpudl.checks import check_int
+from gpudl.checks import check_float32_array, check_int
 from gpudl.timing import Timing, gflops, time_cuda
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -299,7 +299,7 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
     """``a @ b`` for float32 (M, K) and (K, N) arrays of any sizes, computed by the kernel
     ``VARIANTS[variant]`` into a NaN-poisoned output."""
     _check_variant(variant)
-    on_device = _check("a", a) | _check("b", b)
+    on_device = check_float32_array("a", a, 2) | check_float32_array("b", b, 2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(
             f"inner dimensions do not match: a has shape {a.shape} and b has shape {b.shape} "
@@ -393,18 +393,3 @@ def _is_device_array(x: object) -> bool:
     # Real and simulated numba device arrays both carry this marker.
     return bool(getattr(x, "__cuda_ndarray__", False))
 
-
-def _check(name: str, x: object) -> bool:
-    """Check a float32, 2-D, C-contiguous array; return True if it is on the device."""
-    on_device = _is_device_array(x)
-    if not (on_device or isinstance(x, np.ndarray)):
-        raise TypeError(
-            f"{name} must be a NumPy array or a numba device array, got {type(x).__name__}"
-        )
-    if x.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
-    if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):
-        raise ValueError(f"{name} must be C-contiguous, got a strided view")
-    return on_device

@@ -26,6 +26,8 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
+from gpudl.checks import check_float32_array
+
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
 
@@ -136,13 +138,13 @@ def launch_copy_offset(x: Array, out: Array, offset: int) -> None:
 
 def copy(x: Array) -> Array:
     """A copy of the float32 vector ``x`` made by the coalesced ``copy_kernel``."""
-    on_device = _check(x, 1)
+    on_device = check_float32_array("x", x, 1)
     return _run(x, on_device, x.shape, launch_copy)
 
 
 def copy_strided(x: Array, stride: int) -> Array:
     """``x[::stride]`` for a float32 vector, made by ``copy_strided_kernel``."""
-    on_device = _check(x, 1)
+    on_device = check_float32_array("x", x, 1)
     _check_int("stride", stride, low=1)
     n_out = math.ceil(x.size / stride)
     return _run(x, on_device, (n_out,), lambda x_, out: launch_copy_strided(x_, out, stride))
@@ -150,7 +152,7 @@ def copy_strided(x: Array, stride: int) -> Array:
 
 def copy_offset(x: Array, offset: int) -> Array:
     """``x[offset:]`` for a float32 vector, made by ``copy_offset_kernel``."""
-    on_device = _check(x, 1)
+    on_device = check_float32_array("x", x, 1)
     _check_int("offset", offset, low=0)
     if offset >= x.size:
         raise ValueError(f"offset must be < len(x) = {x.size}, got {offset}")
@@ -259,7 +261,7 @@ def transpose(x: Array, variant: str = "padded") -> Array:
     """``x.T`` for a 2-D float32 array of any shape, with the kernel ``VARIANTS[variant]``."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    on_device = _check(x, 2)
+    on_device = check_float32_array("x", x, 2)
     return _run(x, on_device, (x.shape[1], x.shape[0]), VARIANTS[variant])
 
 
@@ -327,18 +329,6 @@ def _is_device_array(x: object) -> bool:
     return bool(getattr(x, "__cuda_ndarray__", False))
 
 
-def _check(x: object, ndim: int) -> bool:
-    """Check a float32, ``ndim``-D, C-contiguous array; return True if it is on the device."""
-    on_device = _is_device_array(x)
-    if not (on_device or isinstance(x, np.ndarray)):
-        raise TypeError(f"x must be a NumPy array or a numba device array, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise TypeError(f"x must have dtype float32, got {x.dtype}")
-    if x.ndim != ndim:
-        raise ValueError(f"expected a {ndim}-D array, got shape {x.shape}")
-    if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):
-        raise ValueError("x must be C-contiguous, got a strided view")
-    return on_device
 
 
 def _check_int(name: str, value: object, low: int) -> None:

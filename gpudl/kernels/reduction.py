@@ -35,6 +35,8 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.cudadrv import driver
 
+from gpudl.checks import check_float32_array
+
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
 
@@ -65,7 +67,7 @@ FULL_MASK = 0xFFFFFFFF
 def reference_sum(x: Array) -> float:
     """The exact sum of ``x``, correctly rounded to float64 (``math.fsum``); with NaN or
     infinities in ``x``, what NumPy gives (NaN, or the infinity)."""
-    on_device = _check_input(x)
+    on_device = check_float32_array("x", x, 1)
     host = (x.copy_to_host() if on_device else x).astype(np.float64)
     if not np.isfinite(host).all():
         with np.errstate(invalid="ignore"):  # inf - inf is NaN, as intended
@@ -323,7 +325,7 @@ def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
     vector gives 0.0 without a launch.
     """
     _check_variant(variant)
-    on_device = _check_input(x)
+    on_device = check_float32_array("x", x, 1)
     if x.size == 0:
         return 0.0
     out = _poisoned(1)
@@ -340,21 +342,3 @@ def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
 
-
-def _check_input(x: object) -> bool:
-    """Check for a float32, 1-D, contiguous vector; return True if it is on the device."""
-    if isinstance(x, np.ndarray):
-        contiguous = x.flags.c_contiguous
-    elif getattr(x, "__cuda_ndarray__", False):  # real and simulated device arrays
-        contiguous = x.is_c_contiguous()
-    else:
-        raise TypeError(
-            f"x must be a NumPy array or a numba device array, got {type(x).__name__}"
-        )
-    if x.dtype != np.float32:
-        raise TypeError(f"x must have dtype float32, got {x.dtype}")
-    if x.ndim != 1:
-        raise ValueError(f"x must be 1-D, got {x.ndim}-D with shape {x.shape}")
-    if not contiguous:
-        raise ValueError("x must be contiguous, got a strided view")
-    return not isinstance(x, np.ndarray)

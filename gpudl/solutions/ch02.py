@@ -12,9 +12,9 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl.checks import check_float32_array
 from gpudl.estimate import ridge_point, roofline
 from gpudl.hardware import SPECS
-from gpudl.kernels.reduction import _check_input
 from gpudl.trace import trace
 
 WARP = backend.WARP_SIZE
@@ -52,7 +52,7 @@ def warp_sums(x: np.ndarray, every_lane: bool = False) -> np.ndarray:
 
     With ``every_lane=True``, one row per warp with what each of its 32 lanes ended with
     (all equal, for a butterfly)."""
-    if _check_input(x):
+    if check_float32_array("x", x, 1):
         raise TypeError("x must be a NumPy array, got a device array")
     warps = -(-x.size // WARP)
     lane_totals = np.full(warps * WARP, np.nan, dtype=np.float32)  # poisoned
