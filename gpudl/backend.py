@@ -10,7 +10,8 @@ because numba reads ``NUMBA_ENABLE_CUDASIM`` only at its own first import:
 * otherwise the CUDA driver is asked (through ``ctypes``, without importing numba) whether it
   sees a GPU; if it does not, the simulator is switched on.
 
-On the simulator, this module also supplies the warp-level intrinsics the simulator lacks
+On the simulator, this module also makes ``cuda.shared.array`` thread-safe (the simulator's
+own lookup races) and supplies the warp-level intrinsics the simulator lacks
 (``shfl_sync``, ``shfl_up_sync``, ``shfl_down_sync``, ``shfl_xor_sync``, ``syncwarp``,
 ``all_sync``, ``any_sync``, ``ballot_sync``) with real per-warp semantics: the threads of a
 warp meet at a rendezvous, exchange values, and a lane that has exited while others wait for
@@ -24,6 +25,8 @@ import os
 import sys
 import threading
 from typing import TypeVar
+
+import numpy as np
 
 __all__ = ["name", "pick", "is_simulator", "WARP_SIZE"]
 
@@ -275,11 +278,42 @@ SIMULATED_INTRINSICS = {
 }
 
 
+_shared_alloc_lock = threading.Lock()
+
+
+def _sim_shared_array(self, shape, dtype, alignment=None):
+    """The simulator's ``cuda.shared.array`` made thread-safe.
+
+    The simulator keeps one array per source line for the block, but looks it up and creates
+    it without a lock: when threads are switched between the lookup and the store, some of
+    them get a private copy of the "shared" array and the kernel computes garbage (seen as a
+    rare, load-dependent failure of a tiled matmul). Same behaviour, under a lock.
+    """
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
+
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    if shape == 0:  # dynamic shared memory: one buffer, viewed with the dtype asked for
+        count = self._dynshared_size // np.dtype(dtype).itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    caller = sys._getframe(1)
+    key = (caller.f_code.co_filename, caller.f_lineno)
+    with _shared_alloc_lock:
+        array = self._allocations.get(key)
+        if array is None:
+            array = self._allocations[key] = np.empty(shape, dtype)
+    return array
+
+
 def _install_simulated_intrinsics() -> None:
     from numba.cuda.simulator import kernel, kernelapi
 
     for attr, fn in SIMULATED_INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, attr, fn)
+    kernelapi.FakeCUDAShared.array = _sim_shared_array
 
     # Each simulated thread registers with its block, so that a rendezvous can tell a lane
     # that has not started yet from one that has already returned.

@@ -256,3 +256,38 @@ def _read_outside_mask_kernel(out):
 def test_reading_a_lane_outside_the_mask_is_an_error():
     with pytest.raises(backend.WarpDivergenceError, match="not in the mask"):
         _read_outside_mask_kernel[1, 32](np.zeros(32, dtype=np.int64))
+
+
+@simulator_only
+def test_shared_array_lookup_is_thread_safe():
+    """Threads released together that ask for the shared array of one source line all get
+    the same array (the simulator's own lookup could hand some a private copy)."""
+
+    from numba.cuda.simulator import kernelapi
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible (the unlocked lookup
+    try:  # then hands out private copies in about 1 round in 5)
+        _ask_together(kernelapi)
+    finally:
+        sys.setswitchinterval(before)
+
+
+def _ask_together(kernelapi) -> None:
+    import threading
+
+    for _ in range(40):
+        shared = kernelapi.FakeCUDAShared(0)
+        start = threading.Barrier(64)
+        got = []
+
+        def ask(shared=shared, start=start, got=got):
+            start.wait()
+            got.append(shared.array((32, 32), np.float32))  # one line for every thread
+
+        threads = [threading.Thread(target=ask) for _ in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len({id(a) for a in got}) == 1
