@@ -168,7 +168,7 @@ GOOD = np.ones(8, dtype=np.float32)
         (GOOD.reshape(2, 4), GOOD, ValueError, r"a must be 1-D, got 2-D with shape \(2, 4\)"),
         (np.float32(1.0), GOOD, TypeError, "got float32"),
         (GOOD, np.ones(9, np.float32), ValueError, r"same shape, got .*\(8,\).*\(9,\)"),
-        (np.ones(16, np.float32)[::2], GOOD, ValueError, "a must be contiguous"),
+        (np.ones(16, np.float32)[::2], GOOD, ValueError, "a must be C-contiguous"),
         (GOOD, cuda.to_device(GOOD), TypeError, "all host arrays or all device arrays"),
     ],
 )
@@ -181,7 +181,7 @@ def test_bad_vectors_are_rejected(a, b, error, match):
 
 def test_strided_device_array_is_rejected():
     strided = cuda.to_device(np.ones(16, np.float32))[::2]
-    with pytest.raises(ValueError, match="a must be contiguous"):
+    with pytest.raises(ValueError, match="a must be C-contiguous"):
         ew.vector_add(strided, cuda.to_device(GOOD))
 
 

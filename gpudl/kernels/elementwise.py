@@ -19,6 +19,7 @@ from numbers import Real
 from typing import Any
 
 from gpudl import backend
+from gpudl.checks import check_float32_array
 
 # isort: split
 import numpy as np
@@ -344,27 +345,15 @@ def _check_vectors(host_only: bool = False, **arrays: object) -> bool:
     """Check float32, 1-D, contiguous vectors of one shape; return True if on the device."""
     kinds = set()
     for name, x in arrays.items():
-        if isinstance(x, np.ndarray):
-            kinds.add("host")
-            contiguous = x.flags.c_contiguous
-        elif _is_device_array(x) and not host_only:
-            kinds.add("device")
-            contiguous = x.is_c_contiguous()
-        else:
-            wanted = "a NumPy array" if host_only else "a NumPy array or a numba device array"
-            raise TypeError(f"{name} must be {wanted}, got {type(x).__name__}")
-        if x.dtype != np.float32:
-            raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
-        if x.ndim != 1:
-            raise ValueError(f"{name} must be 1-D, got {x.ndim}-D with shape {x.shape}")
-        if not contiguous:
-            raise ValueError(f"{name} must be contiguous, got a strided view")
+        kinds.add(check_float32_array(name, x, 1))
+        if host_only and True in kinds:
+            raise TypeError(f"{name} must be a NumPy array, got a numba device array")
     shapes = {name: x.shape for name, x in arrays.items()}
     if len(set(shapes.values())) > 1:
         raise ValueError(f"inputs must have the same shape, got {shapes}")
     if len(kinds) > 1:
         raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    return kinds == {"device"}
+    return kinds == {True}
 
 
 def _check_threads_per_block(threads_per_block: int) -> None:

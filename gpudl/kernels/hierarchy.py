@@ -27,7 +27,7 @@ import functools
 from typing import Any
 
 from gpudl import backend, hardware, timing
-from gpudl.checks import check_int
+from gpudl.checks import check_float32_array, check_int
 
 # isort: split
 import numpy as np
@@ -363,7 +363,7 @@ def read_sums(
     """
     blocks = _blocks() if blocks is None else blocks
     _check_launch(reps=reps, blocks=blocks, threads_per_block=threads_per_block)
-    on_device = _check_vector("a", a, np.float32)
+    on_device = _check_vector("a", a)
     a_dev = a if on_device else cuda.to_device(a)
     out = cuda.to_device(np.full(blocks * threads_per_block, np.nan, dtype=np.float32))
     _read_kernel[blocks, threads_per_block](a_dev, out, reps)
@@ -420,7 +420,7 @@ def shared_sums(src: Array, iters: int, blocks: int | None = None) -> Array:
     on the simulator)."""
     blocks = _blocks() if blocks is None else blocks
     _check_launch(iters=iters, blocks=blocks)
-    on_device = _check_vector("src", src, np.float32)
+    on_device = _check_vector("src", src)
     if src.size != SHARED_WORDS:
         raise ValueError(f"src must have {SHARED_WORDS} elements, got {src.size}")
     src_dev = src if on_device else cuda.to_device(src)
@@ -577,18 +577,9 @@ def _check_launch(**counts: object) -> None:
         )
 
 
-def _check_vector(name: str, x: object, dtype: type) -> bool:
-    """Check a 1-D contiguous vector of ``dtype``; return True if it is on the device."""
-    on_device = bool(getattr(x, "__cuda_ndarray__", False))
-    if not on_device and not isinstance(x, np.ndarray):
-        raise TypeError(
-            f"{name} must be a NumPy array or a numba device array, got {type(x).__name__}"
-        )
-    if x.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {np.dtype(dtype).name}, got {x.dtype}")
-    if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array, got shape {x.shape}")
-    contiguous = x.is_c_contiguous() if on_device else x.flags.c_contiguous
-    if not contiguous:
-        raise ValueError(f"{name} must be contiguous, got a strided view")
+def _check_vector(name: str, x: object) -> bool:
+    """Check a non-empty, 1-D, contiguous float32 vector; return True if it is on the device."""
+    on_device = check_float32_array(name, x, 1)
+    if x.size == 0:
+        raise ValueError(f"{name} must not be empty, got shape {x.shape}")
     return on_device

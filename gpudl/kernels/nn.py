@@ -31,6 +31,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl.checks import check_float32_array
 from gpudl.kernels.matmul import _filled, matmul
 from gpudl.kernels.matmul import flops as matmul_flops
 from gpudl.kernels.memory import transpose
@@ -294,19 +295,7 @@ def _is_device_array(x: object) -> bool:
 def _check_arrays(**arrays: tuple[object, int]) -> bool:
     """Check float32, C-contiguous arrays of the given ranks, all on the host or all on the
     device; return True if on the device."""
-    kinds = set()
-    for name, (x, ndim) in arrays.items():
-        on_device = _is_device_array(x)
-        if not (on_device or isinstance(x, np.ndarray)):
-            raise TypeError(
-                f"{name} must be a NumPy array or a numba device array, got {type(x).__name__}")
-        kinds.add(on_device)
-        if x.dtype != np.float32:
-            raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
-        if x.ndim != ndim:
-            raise ValueError(f"{name} must be {ndim}-D, got shape {x.shape}")
-        if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):
-            raise ValueError(f"{name} must be C-contiguous, got a strided view")
+    kinds = {check_float32_array(name, x, ndim) for name, (x, ndim) in arrays.items()}
     if len(kinds) > 1:
         raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
     return kinds == {True}
