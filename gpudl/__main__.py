@@ -51,11 +51,25 @@ def _bench_allreduce() -> dict:
     return {"allreduce": rows}
 
 
+def _bench_optim() -> dict:
+    from gpudl.kernels.optim import bench_optim
+
+    return bench_optim()
+
+
+def _bench_dataparallel() -> dict:
+    from gpudl.parallel.data_parallel import bench_dataparallel
+
+    return bench_dataparallel()
+
+
 BENCHMARKS: dict[str, Callable[[], dict]] = {
     "elementwise": _bench_elementwise,
     "memory": _bench_memory,
     "matmul": _bench_matmul,
     "allreduce": _bench_allreduce,
+    "optim": _bench_optim,
+    "dataparallel": _bench_dataparallel,
 }
 
 
@@ -128,8 +142,13 @@ def main(argv: list[str] | None = None) -> None:
     p_bench.add_argument("--results", type=Path, default=ROOT / "results")
     p_nb = sub.add_parser("notebooks", help="re-execute notebooks in place")
     p_nb.add_argument("names", nargs="*", help="notebook names or prefixes (default: all)")
+    from gpudl import estimate_cli  # python -m gpudl estimate ... (Chapter 7's calculators)
+
+    estimate_cli.add_parser(sub)
     args = parser.parse_args(argv)
-    if args.command == "info":
+    if args.command == "estimate":
+        estimate_cli.run(args)
+    elif args.command == "info":
         info()
     elif args.command == "bench":
         bench(args.topic, args.results)

@@ -7,6 +7,9 @@ Book section: Chapter 1, GPU hardware and SIMT.
   it says so and leaves every fact it cannot know as ``None``.
 * :data:`SPECS` holds vendor datasheet numbers for GPUs the book talks about, each with the
   BibTeX key of its source in ``book/references.bib``; :func:`spec` looks one up.
+* :func:`peak_flops`, :func:`compare_gpus` and :func:`measured_matmul_flops` compare GPUs
+  for Chapter 7 ("Choosing a GPU"): datasheet peaks per precision, memory and power, and the
+  matmul rate this machine reaches.
 * :func:`occupancy` applies the rules of NVIDIA's occupancy calculator (``cuda_occupancy.h``) to
   a block size, a register count and a shared-memory size, and says which resource limits how
   many blocks an SM holds at once.
@@ -18,8 +21,10 @@ Arithmetic Instructions"); the allocation rules from ``cuda_occupancy.h`` in the
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from numbers import Integral
+from numbers import Integral, Real
 
 from gpudl import backend
 from gpudl.checks import check_int
@@ -35,6 +40,10 @@ __all__ = [
     "SPECS",
     "spec",
     "datasheet_number",
+    "PRECISIONS",
+    "peak_flops",
+    "compare_gpus",
+    "measured_matmul_flops",
     "SmLimits",
     "SM_LIMITS",
     "Occupancy",
@@ -285,6 +294,114 @@ def spec(name: str) -> GpuSpec:
         return SPECS[name]
     except KeyError:
         raise KeyError(f"no GPU called {name!r}; known: {', '.join(SPECS)}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing GPUs (Chapter 7, "Choosing a GPU").
+# --------------------------------------------------------------------------------------------
+
+#: The precisions :func:`peak_flops` knows, and the :class:`GpuSpec` field each one reads:
+#: FP32 on the CUDA cores, FP16 (with FP32 accumulation) and BF16 on the tensor cores.
+PRECISIONS: dict[str, str] = {
+    "fp32": "fp32_tflops", "fp16": "fp16_tensor_tflops", "bf16": "bf16_tflops",
+}
+
+
+def peak_flops(name: str, precision: str = "bf16") -> float:
+    """The datasheet's dense peak of the GPU called ``name``, in flop/s.
+
+    Book section: *Chapter 7, "Choosing a GPU"*. ``precision`` is ``"fp32"``, ``"fp16"``
+    (tensor cores with FP32 accumulation, the mixed-precision training case) or ``"bf16"``
+    (see :data:`PRECISIONS`). An unknown name raises :func:`spec`'s ``KeyError``, which lists
+    the known ones; a GPU without such units (a V100 has no BF16) raises a ``ValueError``.
+    """
+    if not isinstance(precision, str):
+        raise TypeError(f"precision must be a str, got {type(precision).__name__}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    gpu = spec(name)
+    tflops = getattr(gpu, PRECISIONS[precision])
+    if tflops is None:
+        has = [p for p, f in PRECISIONS.items() if getattr(gpu, f) is not None]
+        raise ValueError(f"{name} has no {precision} units; it has {', '.join(has)}")
+    return tflops * 1e12
+
+
+def _training_tflops(gpu: GpuSpec) -> float:
+    """The rate mixed-precision training can use: BF16, else FP16 tensor cores, else FP32."""
+    return next(t for t in (gpu.bf16_tflops, gpu.fp16_tensor_tflops, gpu.fp32_tflops)
+                if t is not None)
+
+
+def compare_gpus(bytes_per_gpu: float | None = None,
+                 names: Sequence[str] | None = None) -> list[dict]:
+    """One row per GPU of :data:`SPECS` (or of ``names``, in that order), for choosing one.
+
+    Book section: *Chapter 7, "Choosing a GPU"*. Each row has the datasheet's ``name``,
+    ``memory_gb``, ``bandwidth_gbs``, ``fp32_tflops`` and ``tdp_watts``; ``training_tflops``,
+    the dense rate of mixed-precision training (BF16 tensor cores, else FP16, else FP32);
+    ``tflop_per_joule``, that rate over the board power (teraflops per joule at the peak);
+    and ``fits``: whether ``bytes_per_gpu`` (say, from
+    :func:`gpudl.estimate.model_state_memory` plus activations) fit in its memory, taken as
+    the datasheet's gigabytes of 10**9 bytes (``None`` when no size is given).
+    """
+    if bytes_per_gpu is not None:
+        if isinstance(bytes_per_gpu, bool) or not isinstance(bytes_per_gpu, Real):
+            raise TypeError(f"bytes_per_gpu must be a real number, got "
+                            f"{type(bytes_per_gpu).__name__} {bytes_per_gpu!r}")
+        if not 0 < bytes_per_gpu < math.inf:
+            raise ValueError(f"bytes_per_gpu must be > 0 and finite, got {bytes_per_gpu!r}")
+    if isinstance(names, str):
+        raise TypeError(f"names must be a sequence of GPU names, got the str {names!r}")
+    rows = []
+    for gpu in (SPECS.values() if names is None else [spec(n) for n in names]):
+        rate = _training_tflops(gpu)
+        rows.append({
+            "name": gpu.name,
+            "memory_gb": gpu.memory_gb,
+            "bandwidth_gbs": gpu.memory_bandwidth_gbs,
+            "fp32_tflops": gpu.fp32_tflops,
+            "training_tflops": rate,
+            "tdp_watts": gpu.tdp_watts,
+            "tflop_per_joule": rate / gpu.tdp_watts,
+            "fits": None if bytes_per_gpu is None else bytes_per_gpu <= gpu.memory_gb * 1e9,
+        })
+    return rows
+
+
+def measured_matmul_flops(n: int, dtype: str = "float32", repeats: int = 5) -> float:
+    """The flop/s ``torch.matmul`` reaches on two ``n x n`` matrices of ``dtype`` here.
+
+    Book section: *Chapter 7, "Measured on your machine"*. On a GPU it runs there, timed
+    with CUDA events, with TF32 off so that ``"float32"`` means float32; without one (the
+    simulator backend) it runs on the CPU, timed with the wall clock, and measures the
+    CPU. ``dtype`` is ``"float32"`` or ``"bfloat16"``. The median of ``repeats`` runs of
+    ``2 n**3`` flops. A ceiling measured with the vendor's library, not a datasheet peak:
+    it is the honest peak to hold a CPU's MFU to, since no datasheet gives one here.
+    """
+    import torch
+
+    from gpudl.timing import time_cpu, time_cuda
+
+    size = check_int("n", n, 1)
+    runs = check_int("repeats", repeats, 1)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be a str such as 'float32', got {type(dtype).__name__}")
+    if dtype not in dtypes:
+        raise ValueError(f"dtype must be one of {list(dtypes)}, got {dtype!r}")
+    on_gpu = backend.name() == "cuda"
+    generator = torch.Generator().manual_seed(size)
+    a, b = (torch.randn(size, size, generator=generator).to(dtypes[dtype])
+            .to("cuda" if on_gpu else "cpu") for _ in range(2))
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        timing = (time_cuda(torch.matmul, a, b, warmup=2, repeats=runs) if on_gpu
+                  else time_cpu(torch.matmul, a, b, warmup=1, repeats=runs))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return 2 * size**3 / timing.median
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,359 @@
+"""``torch.optim`` optimizers whose ``step()`` runs the book's kernels: SGD, Adam and AdamW.
+
+Book section: Chapter 4, "Kernels on a framework's tensors" and "One launch for the whole model".
+
+:class:`SGD`, :class:`Adam` and :class:`AdamW` are :class:`torch.optim.Optimizer` subclasses with
+torch's constructor signatures and checks, used exactly as torch's are (parameter groups,
+``zero_grad``, a ``closure``, learning-rate schedulers, ``state_dict`` and ``load_state_dict``,
+whose layout is torch's). Their ``step()`` launches :mod:`gpudl.kernels.optim`'s kernels on the
+tensors' own memory (``gpudl.interop.as_kernel_array``): nothing is copied.
+
+Adam and AdamW take a ``variant``, one of :data:`gpudl.kernels.optim.VARIANTS`. ``unfused``,
+``fused`` and ``shared`` launch their kernels once per parameter tensor. ``multi_tensor`` (the
+default) launches one kernel per parameter group: at its first step it moves the group's
+parameters, gradients and moments into flat buffers, one per kind, with every tensor a view
+into them (PyTorch FSDP's flat parameters, DeepSpeed's and Megatron's contiguous buffers do
+the same). Backward passes then accumulate gradients straight into the flat gradient buffer,
+and :meth:`Adam.zero_grad` zeroes it in place instead of setting gradients to ``None``.
+
+Parameters may be float32, or float16 or bfloat16 with the ``fused`` or ``multi_tensor``
+variant: then the optimizer keeps float32 master weights (state ``"master"``) and moments,
+and writes the parameters rounded to nearest even (mixed precision). The kernels run on the
+default CUDA stream, where PyTorch also runs its work unless it is told to use another one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
+
+# isort: split
+import torch
+
+from gpudl.interop import as_kernel_array, tensor_device
+from gpudl.kernels import optim as ko
+
+__all__ = ["SGD", "Adam", "AdamW", "LOW_PRECISION", "traffic_table"]
+
+#: Parameter dtypes that Adam updates through float32 master weights.
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+_FP32_STATE = ("exp_avg", "exp_avg_sq", "master")  # float32 whatever the parameter's dtype
+
+
+def _run_closure(closure: Callable[[], Any] | None) -> Any:
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
+def _check_params(name: str, group: dict, dtypes: tuple[torch.dtype, ...]) -> None:
+    for p in group["params"]:
+        if p.dtype not in dtypes:
+            raise TypeError(f"{name} needs parameters of dtype {[str(d) for d in dtypes]}, "
+                            f"got {p.dtype}")
+        if p.device.type != tensor_device().type:
+            raise ValueError(f"parameters must be on {tensor_device().type} for the "
+                             f"{backend.name()} backend, got one on {p.device}")
+
+
+def _grad(p: torch.Tensor, name: str) -> torch.Tensor:
+    g = p.grad
+    if g.is_sparse:
+        raise TypeError(f"{name} does not support sparse gradients")
+    if g.dtype != p.dtype or g.shape != p.shape:
+        raise ValueError(f"a gradient must match its parameter: parameter {p.dtype} "
+                         f"{tuple(p.shape)}, gradient {g.dtype} {tuple(g.shape)}")
+    return g
+
+
+def _kernel(t: torch.Tensor, name: str) -> object:
+    """A tensor as a flat kernel array; bfloat16 through its int16 bit pattern."""
+    flat = t.reshape(-1) if t.is_contiguous() else t
+    return as_kernel_array(flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat, name)
+
+
+class SGD(torch.optim.Optimizer):
+    """``torch.optim.SGD`` (momentum, dampening, weight decay, Nesterov, maximize) whose
+    step is ``gpudl.kernels.optim.sgd_kernel``, one launch per float32 parameter."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0,
+                 dampening: float = 0, weight_decay: float = 0, nesterov: bool = False, *,
+                 maximize: bool = False) -> None:
+        ko.check_sgd_hyper(lr, momentum, dampening, weight_decay, nesterov)
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
+                    "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize}
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's ``add_param_group``, refusing parameters the kernel cannot update."""
+        super().add_param_group(param_group)
+        _check_params("SGD", self.param_groups[-1], (torch.float32,))
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One SGD step for every parameter that has a gradient; returns the closure's loss."""
+        loss = _run_closure(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = _grad(p, "SGD")
+                state = self.state[p]
+                buf = state.get("momentum_buffer")
+                first = buf is None
+                k = ko.sgd_scalars(first, group["lr"], group["momentum"], group["dampening"],
+                                   group["weight_decay"], group["nesterov"], group["maximize"])
+                if k.has_momentum and first:  # poisoned: the kernel must write every element
+                    buf = state["momentum_buffer"] = torch.full_like(p, float("nan"))
+                ko.launch_sgd(_kernel(p, "param"), _kernel(g, "grad"),
+                              _kernel(buf, "momentum_buffer") if k.has_momentum else None, k)
+        return loss
+
+
+_KINDS = ("param", "grad", "exp_avg", "exp_avg_sq", "master")
+
+
+@dataclass
+class _Flat:
+    """One parameter group's tensors of one dtype, back to back in one flat buffer per kind
+    (``_KINDS``; ``master`` only for low-precision parameters)."""
+
+    params: list[torch.Tensor]
+    offsets: list[int]
+    buffers: dict[str, torch.Tensor]
+    slots: dict[str, list[torch.Tensor]]  # per kind, one view of the buffer per parameter
+    arrays: dict[str, object]  # per kind, the whole buffer as a kernel array
+
+
+def _adopt(tensor: torch.Tensor, slot: torch.Tensor) -> bool:
+    """Make ``slot`` hold ``tensor``'s values; False if ``tensor`` already is ``slot``."""
+    if tensor.data_ptr() == slot.data_ptr() and tensor.dtype == slot.dtype:
+        return False
+    slot.copy_(tensor)
+    return True
+
+
+class Adam(torch.optim.Optimizer):
+    """``torch.optim.Adam`` (and, with ``decoupled_weight_decay``, AdamW) whose step runs
+    ``gpudl.kernels.optim.VARIANTS[variant]``. Same arguments and checks as torch's, except
+    that ``amsgrad`` is not implemented; ``variant`` is this book's."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
+                 decoupled_weight_decay: bool = False,
+                 variant: str = ko.DEFAULT_VARIANT) -> None:
+        ko.check_adam_hyper(lr, betas, eps, weight_decay)
+        if amsgrad:
+            raise ValueError("amsgrad=True is not implemented by gpudl.optim; use "
+                             "torch.optim.Adam(amsgrad=True)")
+        if variant not in ko.VARIANTS:
+            raise ValueError(f"variant must be one of {list(ko.VARIANTS)}, got {variant!r}")
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "amsgrad": False, "maximize": maximize,
+                    "decoupled_weight_decay": decoupled_weight_decay, "variant": variant}
+        self._flats: dict[tuple[int, torch.dtype], _Flat] = {}
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's ``add_param_group``, refusing parameters the kernels cannot update."""
+        super().add_param_group(param_group)
+        _check_params(type(self).__name__, self.param_groups[-1], (torch.float32, *LOW_PRECISION))
+        self._check_group(self.param_groups[-1])
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:  # groups saved by torch.optim.Adam lack these
+            group.setdefault("maximize", False)
+            group.setdefault("decoupled_weight_decay", self.defaults["decoupled_weight_decay"])
+            group.setdefault("variant", self.defaults["variant"])
+
+    def _check_group(self, group: dict) -> None:
+        if group["variant"] not in ko.VARIANTS:
+            raise ValueError(f"variant must be one of {list(ko.VARIANTS)}, got "
+                             f"{group['variant']!r}")
+        low = {p.dtype for p in group["params"] if p.dtype in LOW_PRECISION}
+        if low and group["variant"] not in ("fused", "multi_tensor"):
+            raise ValueError(f"{sorted(map(str, low))} parameters need variant 'fused' or "
+                             f"'multi_tensor' (float32 master weights), got "
+                             f"{group['variant']!r}")
+
+    def _scalars(self, group: dict, step: int) -> ko.AdamScalars:
+        return ko.adam_scalars(step, group["lr"], group["betas"], group["eps"],
+                               group["weight_decay"], group["decoupled_weight_decay"],
+                               group["maximize"])
+
+    def _init_state(self, p: torch.Tensor) -> dict:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+        if p.dtype in LOW_PRECISION and "master" not in state:
+            state["master"] = p.detach().to(torch.float32)
+        return state
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One Adam step for every parameter that has a gradient; returns the closure's
+        loss."""
+        loss = _run_closure(closure)
+        for index, group in enumerate(self.param_groups):
+            self._check_group(group)
+            if group["variant"] == "multi_tensor":
+                for dtype in dict.fromkeys(p.dtype for p in group["params"]):
+                    self._step_flat(index, group, dtype)
+            else:
+                self._step_per_tensor(group)
+        return loss
+
+    def _step_per_tensor(self, group: dict) -> None:
+        launch = ko.VARIANTS[group["variant"]]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            g = _grad(p, type(self).__name__)
+            state = self._init_state(p)
+            state["step"] += 1
+            k = self._scalars(group, int(state["step"].item()))
+            m, v = _kernel(state["exp_avg"], "exp_avg"), _kernel(state["exp_avg_sq"], "exp_avg_sq")
+            if p.dtype in LOW_PRECISION:
+                ko.launch_mixed(_kernel(p, "param"), _kernel(g, "grad"),
+                                _kernel(state["master"], "master"), m, v, k)
+            else:
+                launch(_kernel(p, "param"), _kernel(g, "grad"), m, v, k)
+
+    def _flatten(self, index: int, group: dict, dtype: torch.dtype) -> _Flat:
+        """Move the group's ``dtype`` parameters and their state into flat buffers."""
+        params = [p for p in group["params"] if p.dtype == dtype]
+        offsets = [0]
+        for p in params:
+            offsets.append(offsets[-1] + p.numel())
+        total, device = offsets.pop(), params[0].device
+        kinds = _KINDS if dtype in LOW_PRECISION else _KINDS[:-1]
+        buffers = {kind: torch.zeros(total, device=device,
+                                     dtype=dtype if kind in ("param", "grad") else torch.float32)
+                   for kind in kinds}
+        slots = {kind: [buffers[kind][o:o + p.numel()].view_as(p)
+                        for o, p in zip(offsets, params, strict=True)] for kind in kinds}
+        for i, p in enumerate(params):
+            _adopt(p.detach(), slots["param"][i])
+            p.data = slots["param"][i]
+            if "master" in slots:
+                slots["master"][i].copy_(p.detach())
+        arrays = {kind: _kernel(buffers[kind], kind) for kind in kinds}
+        flat = self._flats[(index, dtype)] = _Flat(params, offsets, buffers, slots, arrays)
+        return flat
+
+    def _step_flat(self, index: int, group: dict, dtype: torch.dtype) -> None:
+        flat = self._flats.get((index, dtype)) or self._flatten(index, group, dtype)
+        slots = flat.slots
+        runs: list[list[int]] = []  # [start, end, step] of parameters updated together
+        for i, p in enumerate(flat.params):
+            if p.grad is None:
+                continue
+            if _adopt(p.detach(), slots["param"][i]):  # p.data was replaced: take it back
+                p.data = slots["param"][i]
+            if _adopt(_grad(p, type(self).__name__), slots["grad"][i]):
+                p.grad = slots["grad"][i]
+            state = self._init_state(p)
+            for kind in _FP32_STATE:
+                if kind in slots and _adopt(state[kind], slots[kind][i]):
+                    state[kind] = slots[kind][i]
+            state["step"] += 1
+            step, start = int(state["step"].item()), flat.offsets[i]
+            if runs and runs[-1][1] == start and runs[-1][2] == step:
+                runs[-1][1] = start + p.numel()
+            else:
+                runs.append([start, start + p.numel(), step])
+        total = flat.buffers["param"].numel()
+        for start, end, step in runs:
+            k = self._scalars(group, step)
+            a = flat.arrays if end - start == total else {
+                kind: array[start:end] for kind, array in flat.arrays.items()}
+            if "master" in a:
+                ko.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
+                                a["exp_avg_sq"], k)
+            else:
+                ko.launch_multi_tensor(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's ``zero_grad``, except for gradients held in a flat buffer (variant
+        ``multi_tensor``): those are zeroed in place and kept whatever ``set_to_none`` says,
+        so that the next backward pass accumulates into the buffer again. (A parameter that
+        then receives no gradient is updated with a zero one, as torch's Adam does after
+        ``zero_grad(set_to_none=False)``.)"""
+        kept = set()
+        for flat in self._flats.values():
+            flat.buffers["grad"].zero_()
+            kept.update(id(p) for p, slot in zip(flat.params, flat.slots["grad"], strict=True)
+                        if p.grad is not None and p.grad.data_ptr() == slot.data_ptr())
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None or id(p) in kept:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach_()
+                    p.grad.zero_()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's ``load_state_dict``, keeping the moments and master weights float32 (torch
+        casts floating-point state to the parameter's dtype, which would round them)."""
+        super().load_state_dict(state_dict)
+        ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+        params = chain.from_iterable(g["params"] for g in self.param_groups)
+        for saved_id, p in zip(ids, params, strict=True):
+            saved = state_dict["state"].get(saved_id, {})
+            for key in _FP32_STATE:
+                if key in saved:
+                    self.state[p][key] = saved[key].to(device=p.device, dtype=torch.float32,
+                                                       copy=True)
+
+
+class AdamW(Adam):
+    """``torch.optim.AdamW``: Adam with decoupled weight decay (default 0.01)."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
+                 variant: str = ko.DEFAULT_VARIANT) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         decoupled_weight_decay=True, variant=variant)
+
+
+# ------------------------------------------------------------------------------------------
+# What each variant costs per step, counted on the simulator
+# ------------------------------------------------------------------------------------------
+
+
+def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
+                  variants: tuple[str, ...] = tuple(ko.VARIANTS)) -> list[dict]:
+    """For one Adam step of a model whose parameter tensors have ``sizes`` elements: the
+    kernel launches and the bytes of device ("global") and shared memory each variant's
+    kernels access, counted access by access on the simulator
+    (:func:`gpudl.kernels.optim.traffic`); run it through :func:`gpudl.trace.on_simulator`
+    on a GPU. One row per variant: ``variant``, ``launches``, ``global_bytes``,
+    ``shared_bytes``, ``params`` and the bytes per parameter."""
+    n = sum(sizes)
+    rows = []
+    for variant in variants:
+        gen = torch.Generator().manual_seed(0)
+        params = [torch.randn(s, generator=gen).requires_grad_() for s in sizes]
+        opt = Adam(params, lr=1e-3, variant=variant)
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()  # the first step (flattens the multi_tensor buffers): not counted
+        with ko.traffic() as t:
+            opt.step()
+        rows.append({"variant": variant, "launches": t.launches, "params": n,
+                     "global_bytes": t.total("global"), "shared_bytes": t.total("shared"),
+                     "global_bytes_per_param": t.total("global") / n,
+                     "shared_bytes_per_param": t.total("shared") / n})
+    return rows
