@@ -158,6 +158,9 @@ class Adam(torch.optim.Optimizer):
                     "amsgrad": False, "maximize": maximize,
                     "decoupled_weight_decay": decoupled_weight_decay, "variant": variant}
         self._flats: dict[tuple[int, torch.dtype], _Flat] = {}
+        # ids of flat-buffer parameters whose gradient slot holds a gradient to apply: set by
+        # a post-accumulate hook when backward writes into the slot, cleared by zero_grad()
+        self._has_grad: set[int] = set()
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -244,6 +247,7 @@ class Adam(torch.optim.Optimizer):
         for i, p in enumerate(params):
             _adopt(p.detach(), slots["param"][i])
             p.data = slots["param"][i]
+            p.register_post_accumulate_grad_hook(lambda q: self._has_grad.add(id(q)))
             if "master" in slots:
                 slots["master"][i].copy_(p.detach())
         arrays = {kind: _kernel(buffers[kind], kind) for kind in kinds}
@@ -257,10 +261,13 @@ class Adam(torch.optim.Optimizer):
         for i, p in enumerate(flat.params):
             if p.grad is None:
                 continue
+            if _adopt(_grad(p, type(self).__name__), slots["grad"][i]):
+                p.grad = slots["grad"][i]  # a new gradient tensor: copied into the slot
+                self._has_grad.add(id(p))
+            if id(p) not in self._has_grad:
+                continue  # zeroed by zero_grad() and untouched by backward since: skip it
             if _adopt(p.detach(), slots["param"][i]):  # p.data was replaced: take it back
                 p.data = slots["param"][i]
-            if _adopt(_grad(p, type(self).__name__), slots["grad"][i]):
-                p.grad = slots["grad"][i]
             state = self._init_state(p)
             for kind in _FP32_STATE:
                 if kind in slots and _adopt(state[kind], slots[kind][i]):
@@ -284,15 +291,17 @@ class Adam(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """torch's ``zero_grad``, except for gradients held in a flat buffer (variant
-        ``multi_tensor``): those are zeroed in place and kept whatever ``set_to_none`` says,
-        so that the next backward pass accumulates into the buffer again. (A parameter that
-        then receives no gradient is updated with a zero one, as torch's Adam does after
-        ``zero_grad(set_to_none=False)``.)"""
+        ``multi_tensor``): those are zeroed in place and kept, so that the next backward
+        pass accumulates into the buffer again. With ``set_to_none=True`` they count as
+        absent until backward writes into them, so a parameter that then receives no
+        gradient is skipped by :meth:`step`, as torch skips a ``None`` gradient."""
         kept = set()
         for flat in self._flats.values():
             flat.buffers["grad"].zero_()
             kept.update(id(p) for p, slot in zip(flat.params, flat.slots["grad"], strict=True)
                         if p.grad is not None and p.grad.data_ptr() == slot.data_ptr())
+        if set_to_none:
+            self._has_grad.clear()
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None or id(p) in kept:

@@ -317,6 +317,29 @@ def test_parameters_without_gradients_are_skipped_as_torch_skips_them():
         assert torch.equal(list(ours.parameters())[1], list(small_model().parameters())[1])
 
 
+def test_a_parameter_unused_after_zero_grad_is_skipped_like_torch():
+    # After zero_grad() (set_to_none=True) torch sees a None gradient for a parameter that the
+    # next loss does not use, and leaves it alone; the flat buffer holds zeros for it, which
+    # Adam would still turn into a step (its moments are not zero). Both variants must skip it.
+    for variant in ("fused", "multi_tensor"):
+        ours, theirs = small_model(), small_model()
+        o_opt = go.Adam(ours.parameters(), lr=0.1, variant=variant)
+        t_opt = torch.optim.Adam(theirs.parameters(), lr=0.1)
+        for model, opt in ((ours, o_opt), (theirs, t_opt)):
+            train(model, opt, 2)  # every parameter has moments now
+            x, y = batch(7)
+            opt.zero_grad()
+            first = model[0](x)  # the last layer's parameters get no gradient
+            torch.nn.functional.mse_loss(first[:, :2], y).backward()
+            before = [p.detach().clone() for p in model.parameters()]
+            opt.step()
+            moved = [not torch.equal(b, p) for b, p in zip(before, model.parameters(),
+                                                         strict=True)]
+            assert moved == [True, True, False, False], (type(opt).__module__, variant, moved)
+        for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.skipif(not backend.is_simulator(), reason="the tracer needs the simulator")
 def test_traffic_table_counts_launches_and_bytes_per_variant():
     rows = {r["variant"]: r for r in go.traffic_table(sizes=(37, 3, 20))}

@@ -251,6 +251,7 @@ class ZeroAdam:
         self._collect_gradients()
         self._reduce_gradients()                               # communication
         self.inner.step()                                      # maths, on 1/N of the state
+        self.flat_param[self.numel:].zero_()  # padding stays 0 (with eps=0 Adam makes it 0/0)
         all_gather_shards(self.flat_param, self.param_shard)   # communication
 
     def state_bytes(self) -> tuple[int, int]:
