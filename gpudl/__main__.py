@@ -7,6 +7,8 @@ Book section: *Preface* and README, "Commands".
   ``results/TOPIC-<backend>.json`` (``all`` runs every topic).
 * ``python -m gpudl notebooks [NAME ...]`` re-executes notebooks in place on the current
   backend, printing progress cell by cell.
+* ``python -m gpudl estimate ...`` runs Chapter 7's calculators (training time, MFU, memory
+  per GPU, the GPU table).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import gpudl  # noqa: F401  (decides the backend before anything imports numba)
+import gpudl  # (decides the backend before anything imports numba)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -63,6 +65,13 @@ def _bench_dataparallel() -> dict:
     return bench_dataparallel()
 
 
+def _bench_precision() -> dict:
+    from gpudl.hardware import measured_matmul_flops
+
+    n = gpudl.backend.pick(gpu=8192, sim=512)
+    return {"n": n, "flops": {d: measured_matmul_flops(n, d) for d in ("float32", "bfloat16")}}
+
+
 BENCHMARKS: dict[str, Callable[[], dict]] = {
     "elementwise": _bench_elementwise,
     "memory": _bench_memory,
@@ -70,6 +79,7 @@ BENCHMARKS: dict[str, Callable[[], dict]] = {
     "allreduce": _bench_allreduce,
     "optim": _bench_optim,
     "dataparallel": _bench_dataparallel,
+    "precision": _bench_precision,
 }
 
 

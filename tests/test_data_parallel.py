@@ -1,0 +1,294 @@
+"""Data parallelism (gpudl.parallel.data_parallel): every strategy equals one process on the
+global batch at every step, at world sizes 1, 2 and 4, with gradient accumulation, uneven
+data and replicas that start apart; the sampler's padding and dropping; clear errors."""
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpudl.estimate import allreduce_time, data_parallel_step_time
+from gpudl.parallel import data_parallel as dp
+from gpudl.parallel.grad_timeline import expected_buckets
+from gpudl.parallel.launch import WorkerError, default_backend, run_under_torchrun, spawn
+from gpudl.parallel.sharding import make_mlp
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = dp.Setup(epochs=2)  # 12 steps
+JOBS = {  # name: (strategy, setup); all run in one group of processes per world size
+    "manual": ("manual", BASE),
+    "bucketed": ("bucketed", BASE),
+    "ddp": ("ddp", BASE),
+    "ddp_accumulate_verified": ("ddp", replace(BASE, accumulation=2, start="verify")),
+    "bucketed_accumulate": ("bucketed", replace(BASE, accumulation=2)),
+    "ddp_padded": ("ddp", replace(BASE, n_samples=45)),
+    "bucketed_dropped": ("bucketed", replace(BASE, n_samples=45, drop_last=True)),
+    # rank r seeds its model with seed + r: the broadcast (DDP's own for DDP) must make the
+    # replicas train as one process from rank 0's weights
+    "bucketed_apart": ("bucketed", replace(BASE, rank_seed_step=1)),
+    "ddp_apart": ("ddp", replace(BASE, rank_seed_step=1)),
+}
+
+
+# --- the data: what DistributedSampler gives each rank ---------------------------------------
+
+
+def test_sampler_pads_by_repeating_the_start():
+    plan = dp.sampler_plan(10, 4)
+    assert plan["samples_per_rank"] == 3
+    assert plan["per_rank"] == [[0, 4, 8], [1, 5, 9], [2, 6, 0], [3, 7, 1]]
+    assert plan["padding"] == [0, 1] and plan["dropped"] == []
+
+
+def test_sampler_with_drop_last_cuts_the_tail():
+    plan = dp.sampler_plan(10, 4, drop_last=True)
+    assert plan["samples_per_rank"] == 2
+    assert plan["per_rank"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert plan["padding"] == [] and plan["dropped"] == [8, 9]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 60), world_size=st.integers(1, 8), drop_last=st.booleans(),
+       epoch=st.integers(0, 3))
+def test_sampler_plan_accounts_for_every_sample(n, world_size, drop_last, epoch):
+    if world_size > n:
+        with pytest.raises(ValueError, match="above the number of samples"):
+            dp.sampler_plan(n, world_size, drop_last)
+        return
+    plan = dp.sampler_plan(n, world_size, drop_last, shuffle=True, epoch=epoch)
+    rows = plan["per_rank"]
+    assert all(len(row) == plan["samples_per_rank"] for row in rows)
+    seen = [i for row in rows for i in row]
+    if drop_last:
+        assert plan["samples_per_rank"] == n // world_size and plan["padding"] == []
+        assert len(set(seen)) == len(seen)  # nothing twice
+        assert sorted(seen + plan["dropped"]) == list(range(n))
+    else:
+        assert plan["samples_per_rank"] == -(-n // world_size) and plan["dropped"] == []
+        assert sorted(set(seen)) == list(range(n))
+        assert len(plan["padding"]) == len(seen) - n < world_size
+
+
+def test_the_global_batches_are_the_union_of_the_ranks_batches():
+    setup = replace(BASE, n_samples=45)
+    for world_size in (2, 4):
+        order = dp.global_order(setup, world_size, epoch=1)
+        share = setup.global_batch // world_size
+        ranks = [dp.rank_indices(setup, world_size, r, 1) for r in range(world_size)]
+        for step, start in enumerate(range(0, len(order), setup.global_batch)):
+            union = sorted(i for row in ranks for i in row[step * share:(step + 1) * share])
+            assert union == sorted(order[start:start + setup.global_batch])
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "setup, world_size, match",
+    [(replace(BASE, global_batch=18), 4, "global batch 18 must be a multiple of the world "
+                                         "size = 4"),
+     (replace(BASE, accumulation=3), 2, "world size x accumulation = 2 x 3"),
+     (replace(BASE, n_samples=3), 4, "world size 4 is above the number of samples 3")],
+)
+def test_plans_the_ranks_cannot_share_evenly_are_refused(setup, world_size, match):
+    with pytest.raises(ValueError, match=match):
+        dp.check_plan(setup, world_size)
+    with pytest.raises(ValueError, match=match):  # before any process starts
+        dp.run("ddp", world_size, setup)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [(dict(dims=(8,)), ValueError, "dims"), (dict(global_batch=0), ValueError, "global_batch"),
+     (dict(epochs=1.5), TypeError, "epochs"), (dict(variant="v7"), ValueError, "variant"),
+     (dict(start="hope"), ValueError, "start"), (dict(bucket_cap_mb=0), ValueError,
+                                                 "bucket_cap_mb"),
+     (dict(lr=float("nan")), ValueError, "lr"), (dict(shuffle=1), TypeError, "shuffle")],
+)
+def test_bad_setups_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        dp.Setup(**kwargs)
+
+
+def test_bad_strategies_are_refused():
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        dp.run("allgather", 2)
+    with pytest.raises(ValueError, match="runs in this process"):
+        dp.run_many([("single", BASE)], 2)
+    with pytest.raises(ValueError, match="runs in one process"):
+        dp.train_worker(0, 2, "single", BASE)
+    with pytest.raises(TypeError, match="Setup"):
+        dp.check_plan({"n_samples": 4}, 2)
+
+
+def test_gradient_buckets_refuse_what_they_cannot_pack():
+    with pytest.raises(TypeError, match="float32"):
+        dp.GradientBuckets(make_mlp((3, 2)).double().parameters(), 1.0, 2)
+    with pytest.raises(ValueError, match="at least one"):
+        dp.GradientBuckets([], 1.0, 2)
+    buckets = dp.GradientBuckets(make_mlp((3, 4, 2)).parameters(), 1.0, 2)
+    buckets.arm()
+    with pytest.raises(RuntimeError, match=r"buckets \[0\] never received"):
+        buckets.wait()  # no backward pass ran
+
+
+# --- the reference and the tolerance --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def singles():
+    """The one-process reference of every job, for the data plans of 1, 2 and 4 ranks."""
+    return {(name, n): dp.run("single", n, setup)[0]
+            for name, (_, setup) in JOBS.items() for n in (1, 2, 4)}
+
+
+def test_the_tolerance_tells_a_sum_from_a_mean(singles):
+    """Summing the gradients of 2 ranks instead of averaging them is SGD with twice the
+    learning rate: far outside the tolerance, as is training on one rank's share alone."""
+    reference = singles["manual", 2]
+    summed = dp.run("single", 2, replace(BASE, lr=2 * BASE.lr))[0]
+    assert dp.compare([summed], reference)["params"] > 100 * dp.TOLERANCE
+    # a rank that trains on its half of the first batch alone takes another first step
+    alone = dp.run("single", 2, replace(BASE, global_batch=8))[0]
+    scale = np.abs(reference["params"][0]).max()
+    assert np.abs(alone["params"][0] - reference["params"][0]).max() > 100 * dp.TOLERANCE * scale
+
+
+def test_single_learns():
+    losses = dp.run("single", 2)[0]["losses"]  # the default setup
+    assert len(losses) == 18  # 3 epochs of 96 samples in batches of 16
+    assert np.mean(losses[-3:]) < 0.5 * np.mean(losses[:3])
+
+
+# --- every strategy equals one process ------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"world{n}")
+def runs(request):
+    world_size = request.param
+    records = dp.run_many(list(JOBS.values()), world_size, timeout=300)
+    return world_size, dict(zip(JOBS, records, strict=True))
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", list(JOBS))
+def test_every_strategy_equals_one_process_at_every_step(runs, singles, name):
+    world_size, records = runs
+    diff = dp.compare(records[name], singles[name, world_size])
+    assert diff["equal"], diff
+    assert diff["steps"] == len(singles[name, world_size]["losses"])
+    for record in records[name]:
+        assert (record["world_size"], record["backend"]) == (world_size,
+                                                             default_backend(world_size))
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_each_rank_trains_on_its_own_share_of_each_global_batch(runs, singles):
+    world_size, records = runs
+    for name in ("ddp", "ddp_padded", "bucketed_dropped"):
+        reference = singles[name, world_size]["batches"]
+        for step, batch in enumerate(reference):
+            shares = [r["batches"][step] for r in records[name]]
+            assert len({len(s) for s in shares}) == 1  # equal shares
+            assert sorted(i for s in shares for i in s) == sorted(batch)
+        if name == "ddp":  # no padding: no sample twice in a step
+            assert all(len(set(b)) == len(b) for b in reference)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_one_allreduce_per_parameter_or_per_bucket(runs):
+    _, records = runs
+    n_params = len(list(make_mlp(BASE.dims).parameters()))
+    sizes = [p.numel() * 4 for p in make_mlp(BASE.dims).parameters()][::-1]
+    n_buckets = len(expected_buckets(sizes, BASE.bucket_cap_mb))
+    assert n_buckets == 2  # so the tests exercise more than one bucket
+    assert set(records["manual"][0]["allreduces"]) == {n_params}
+    assert set(records["bucketed"][0]["allreduces"]) == {n_buckets}
+    assert set(records["bucketed_accumulate"][0]["allreduces"]) == {n_buckets}
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(200)
+def test_replicas_that_start_apart_are_caught_when_verified():
+    setup = replace(BASE, rank_seed_step=1, start="verify")
+    with pytest.raises(WorkerError, match="replicas start from different weights"):
+        spawn(dp.train_worker, 2, "bucketed", setup, timeout=150)
+
+
+def test_world_size_one_equals_one_process(monkeypatch, singles):
+    """A group of one (how run_under_torchrun runs without torchrun): the all-reduces are
+    trivial, the packing and the hooks are not."""
+    monkeypatch.delenv("RANK", raising=False)
+    names = ["manual", "bucketed", "ddp", "bucketed_accumulate"]
+    records = run_under_torchrun(dp.run_worker, [JOBS[n] for n in names])
+    for name, record in zip(names, records, strict=True):
+        assert dp.compare([record], singles[name, 1])["equal"], name
+
+
+def test_main_prints_the_comparison(monkeypatch, capsys):
+    monkeypatch.delenv("RANK", raising=False)
+    dp.main(["--strategy", "bucketed", "--accumulation", "2", "--epochs", "1"])
+    out = capsys.readouterr().out
+    assert "bucketed on 1 rank(s)" in out and f"within {dp.TOLERANCE:g}: True" in out
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(200)
+def test_torchrun_runs_a_strategy_and_rank_0_compares():
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", "-m", "gpudl.parallel.data_parallel", "--strategy",
+               "bucketed", "--accumulation", "2", "--drop-last", "--epochs", "1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                  os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("bucketed on 2 rank(s) (gloo)") == 1  # rank 0 only
+    assert f"within {dp.TOLERANCE:g}: True" in done.stdout
+
+
+# --- step times -----------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(200)
+def test_step_times_report_what_the_cost_model_needs():
+    out = dp.step_times(2, BASE, steps=2, warmup=1, timeout=150)
+    assert set(out["step_s"]) == {"manual", "bucketed", "ddp"}
+    assert all(t > 0 for t in out["step_s"].values()) and out["compute_s"] > 0
+    assert 0 < out["backward_fraction"] <= 1
+    n_params = sum(p.numel() for p in make_mlp(BASE.dims).parameters())
+    assert out["grad_bytes"] == 4 * n_params and out["n_buckets"] == 2
+    assert [r["size_bytes"] for r in out["allreduce"]] == [out["grad_bytes"] // 2 // 4 * 4,
+                                                           out["grad_bytes"],
+                                                           4 << 20]
+    assert dp.predicted_step_time(out) >= out["compute_s"]
+
+
+def test_predicted_step_time_fits_the_ring_model_to_the_timings():
+    latency, bandwidth = 2e-5, 3e9
+    sizes = [4_000, 400_000]
+    times = {"world_size": 4, "compute_s": 0.01, "backward_fraction": 0.6,
+             "grad_bytes": 400_000, "n_buckets": 3,
+             "allreduce": [{"size_bytes": s, "time_s": allreduce_time(s, 4, bandwidth, latency)}
+                           for s in sizes]}
+    expected = data_parallel_step_time(0.01, 400_000, 4, bandwidth, latency, 0.6, 3)
+    assert dp.predicted_step_time(times) == pytest.approx(expected, rel=1e-9)
+    assert dp.predicted_step_time(times | {"world_size": 1}) == 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(1200)
+def test_bucketed_steps_within_10_percent_of_ddp_on_gpus():
+    result = dp.bench_dataparallel()
+    assert result["rows"] and result["bucketed_within_10pct_of_ddp"], [
+        (r["world_size"], r["bucketed_over_ddp"]) for r in result["rows"]]
