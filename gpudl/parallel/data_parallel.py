@@ -87,8 +87,8 @@ _FIT_BYTES = 4 << 20  # the largest all-reduce step_times_worker fits the ring m
 #: float32 numbers in another order than one process does, so each gradient element differs
 #: by a few units of float32's rounding (2**-24, 6e-8, relative), and a few dozen SGD steps
 #: carry such differences forward without amplifying them much (the tests see at most 2e-7).
-#: Real mistakes differ by far more: a sum instead of a mean, or a rank training on its share
-#: alone, by more than 1e-2 after the first step.
+#: Real mistakes differ by far more: the tests check that a sum instead of a mean, or a rank
+#: training on its share alone, misses by more than 100 times this tolerance.
 TOLERANCE = 1e-6
 
 

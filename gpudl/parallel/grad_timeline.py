@@ -84,6 +84,9 @@ def expected_buckets(sizes_bytes: Sequence[int], bucket_cap_mb: float | None) ->
     first bucket at ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB), so the first all-reduce can
     start early, and the others at 25 MiB (as in torch 2.13). Returns the positions in
     ``sizes_bytes`` of each bucket's gradients, bucket 0 first (the one all-reduced first).
+    These are the buckets from the second step on: with ``find_unused_parameters=False`` (the
+    default) DDP puts every gradient in one bucket for the first step, then rebuilds its
+    buckets by this rule in the order the gradients arrived.
     """
     _check_cap(bucket_cap_mb)
     if not sizes_bytes:
