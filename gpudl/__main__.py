@@ -65,6 +65,12 @@ def _bench_dataparallel() -> dict:
     return bench_dataparallel()
 
 
+def _bench_pipeline() -> dict:
+    from gpudl.parallel.pipeline_parallel import bench_pipeline
+
+    return bench_pipeline()
+
+
 def _bench_precision() -> dict:
     from gpudl.hardware import measured_matmul_flops
 
@@ -79,6 +85,7 @@ BENCHMARKS: dict[str, Callable[[], dict]] = {
     "allreduce": _bench_allreduce,
     "optim": _bench_optim,
     "dataparallel": _bench_dataparallel,
+    "pipeline": _bench_pipeline,
     "precision": _bench_precision,
 }
 

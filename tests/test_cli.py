@@ -39,7 +39,7 @@ def test_bench_elementwise_writes_json_with_the_machine(tmp_path):
 
 def test_every_benchmark_topic_is_a_cli_choice():
     assert set(BENCHMARKS) == {"elementwise", "memory", "matmul", "allreduce", "optim",
-                               "dataparallel", "precision"}
+                               "dataparallel", "pipeline", "precision"}
 
 
 def test_unknown_topic_or_notebook_is_an_error():

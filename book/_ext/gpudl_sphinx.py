@@ -19,7 +19,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 EXTERNAL_TARGET_PREFIXES = (
-    "numpy", "np.", "torch", "numba", "matplotlib", "pathlib", "concurrent", "collections.abc"
+    "numpy", "np.", "torch", "numba", "matplotlib", "pathlib", "concurrent", "collections.abc",
+    "argparse"
 )
 
 
@@ -30,6 +31,7 @@ def _model_figures() -> dict:
     from gpudl import plots
     from gpudl.estimate import KERNEL_INTENSITY
     from gpudl.hardware import SPECS
+    from gpudl.parallel import pipeline_parallel
 
     h100 = SPECS["H100 SXM"]
     return {
@@ -41,6 +43,10 @@ def _model_figures() -> dict:
         "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
         "ring-model.png": lambda: plots.ring_allreduce_model(
             1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
+        ),
+        "pipeline-schedules.png": lambda: pipeline_parallel.plot_timelines(
+            {f"{n}, m = {m}": pipeline_parallel.simulate(n, 4, m)
+             for n, m in (("naive", 1), ("gpipe", 4), ("1f1b", 4))}, unit="slots",
         ),
     }
 

@@ -17,8 +17,8 @@ from gpudl.hardware import SM_LIMITS, spec
 
 FP32, HALF = 4, 2  # bytes per value
 
-#: torch's single-tensor Adam without weight decay, one kernel per operation: (values read,
-#: values written) per element of each.
+#: The kernels of torch's single-tensor Adam without weight decay, one per operation, each
+#: with the values it reads and writes per element, as a pair.
 UNFUSED_ADAM_OPS = {
     "m.lerp_(g, 1 - beta1)": (2, 1),
     "v.mul_(beta2)": (1, 1),

@@ -1,0 +1,77 @@
+"""Sharding and combining (gpudl.parallel.mesh): FSDP2 on the encoder and the 2 x 2 data x
+tensor mesh equal to one process, the bytes each rank keeps, and the degrees' checks."""
+
+import pytest
+import torch
+
+from gpudl.models import EncoderConfig, make_encoder
+from gpudl.parallel import mesh
+from gpudl.parallel.pipeline_parallel import reference_steps
+from gpudl.parallel.sharding import shard_numel
+
+
+def assert_equal_to_one_process(ranks, batch=8, steps=2, lr=0.05):
+    reference = reference_steps(mesh.SMALL, batch, steps, lr, torch.float64)
+    for r in ranks:
+        assert r["losses"] == pytest.approx(reference["losses"], rel=1e-12)
+    for step, grads in enumerate(reference["grads"]):
+        scale = max(g.abs().max().item() for g in grads.values())
+        for r in ranks:
+            assert set(r["grads"][step]) == set(grads)
+            for name, g in grads.items():
+                assert (r["grads"][step][name] - g).abs().max().item() <= 1e-12 * scale, name
+
+
+# --- the degrees -----------------------------------------------------------------------------
+
+
+def test_degrees_multiply_to_the_world_size():
+    assert mesh.ParallelDegrees(2, 2).world_size == 4
+    mesh.ParallelDegrees(2, 2).check(4)
+    with pytest.raises(ValueError, match=r"data 2 x tensor 2 = 4, but the world size is 8"):
+        mesh.ParallelDegrees(2, 2).check(8)
+
+
+@pytest.mark.parametrize("args, error", [((0, 2), ValueError), ((2.0, 2), TypeError),
+                                         ((True, 2), TypeError), ((2, -1), ValueError)])
+def test_degrees_must_be_positive_ints(args, error):
+    with pytest.raises(error):
+        mesh.ParallelDegrees(*args)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: mesh.run_mesh_2d(config=EncoderConfig(layers=2, hidden=36, heads=3)), "heads"),
+    (lambda: mesh.run_mesh_2d(config=EncoderConfig(layers=2, ffn=65)), "ffn"),
+    (lambda: mesh.run_mesh_2d(batch=7), "batch"),
+    (lambda: mesh.run_fsdp(world_size=3, batch=8), "batch"),
+])
+def test_bad_sizes_are_rejected_before_spawning(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_degrees_must_be_a_parallel_degrees():
+    with pytest.raises(TypeError, match="ParallelDegrees"):
+        mesh.run_mesh_2d((2, 2))
+
+
+# --- distributed ------------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_fsdp2_equals_one_process_and_keeps_a_shard_per_rank(world_size):
+    ranks = mesh.run_fsdp(world_size, dtype=torch.float64, timeout=300)
+    assert_equal_to_one_process(ranks)
+    shapes = [p.shape for p in make_encoder(mesh.SMALL).parameters()]
+    for rank, r in enumerate(ranks):
+        assert r["param_bytes"] == 8 * sum(shard_numel(s, world_size, rank) for s in shapes)
+        assert r["full_param_bytes"] == 8 * sum(s.numel() for s in shapes)
+    assert sum(r["param_bytes"] for r in ranks) == ranks[0]["full_param_bytes"]
+
+
+@pytest.mark.distributed
+def test_data_by_tensor_mesh_equals_one_process():
+    ranks = mesh.run_mesh_2d(mesh.ParallelDegrees(2, 2), dtype=torch.float64, timeout=300)
+    assert_equal_to_one_process(ranks)
+    assert [r["coords"] for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]

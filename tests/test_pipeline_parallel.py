@@ -1,0 +1,206 @@
+"""Pipeline parallelism (gpudl.parallel.pipeline_parallel) and the encoder it splits
+(gpudl.models): schedules against the bubble formula, every schedule equal to one process at
+world sizes 2 and 4, the measured bubble, and bad input."""
+
+import math
+
+import matplotlib
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+matplotlib.use("Agg")
+
+from gpudl.estimate import bubble_fraction  # noqa: E402
+from gpudl.models import (  # noqa: E402
+    BERT_BASE,
+    EncoderConfig,
+    SelfAttention,
+    attend,
+    encoder_batch,
+    make_encoder,
+)
+from gpudl.parallel import pipeline_parallel as pp  # noqa: E402
+
+# --- the encoder -----------------------------------------------------------------------------
+
+
+def block_parameters(h: int, ffn: int) -> int:
+    """One BERT layer: q, k, v, out (h x h + h each), fc1 and fc2, two LayerNorms (2h each)."""
+    return 4 * (h * h + h) + (h * ffn + ffn) + (ffn * h + h) + 2 * 2 * h
+
+
+def test_encoder_parameters_match_the_formula_and_bert_base():
+    config = EncoderConfig()
+    model = make_encoder(config)
+    assert sum(p.numel() for p in model.parameters()) == 12 * block_parameters(32, 64)
+    with torch.device("meta"):  # BERT-base's 12 layers, counted without allocating them
+        bert = make_encoder(BERT_BASE)
+    assert sum(p.numel() for p in bert.parameters()) == 12 * block_parameters(768, 3072)
+    assert 12 * block_parameters(768, 3072) == 85_054_464
+
+
+def test_encoder_is_deterministic_and_maps_shape_to_shape():
+    config = EncoderConfig(layers=3)
+    x, _ = encoder_batch(config, 5)
+    a, b = make_encoder(config, seed=0), make_encoder(config, seed=0)
+    assert torch.equal(a(x), b(x))
+    assert a(x).shape == x.shape
+    assert not torch.equal(a(x), make_encoder(config, seed=1)(x))
+    assert [name for name, _ in a[1:3].named_parameters()][0] == "1.attn.q.weight"
+
+
+def test_attend_is_scaled_dot_product_attention_per_head():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 12, dtype=torch.float64) for _ in range(3))
+    heads = [torch.nn.functional.scaled_dot_product_attention(
+        q[..., h * 4:(h + 1) * 4], k[..., h * 4:(h + 1) * 4], v[..., h * 4:(h + 1) * 4])
+        for h in range(3)]
+    torch.testing.assert_close(attend(q, k, v, 4), torch.cat(heads, dim=-1), rtol=0,
+                               atol=1e-14)
+    # a rank holding two of the three heads computes exactly those two
+    torch.testing.assert_close(attend(q[..., 4:], k[..., 4:], v[..., 4:], 4),
+                               torch.cat(heads[1:], dim=-1), rtol=0, atol=1e-14)
+    assert SelfAttention(EncoderConfig(hidden=12, heads=3)).head_dim == 4
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(hidden=30, heads=4), ValueError), (dict(layers=0), ValueError),
+    (dict(heads=2.0), TypeError), (dict(seq=True), TypeError)])
+def test_encoder_config_rejects_bad_sizes(kwargs, error):
+    with pytest.raises(error):
+        EncoderConfig(**kwargs)
+
+
+# --- schedules, simulated --------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(stages=st.integers(1, 6), microbatches=st.integers(1, 20),
+       name=st.sampled_from(["gpipe", "1f1b"]),
+       forward=st.floats(0.1, 3.0), backward=st.floats(0.1, 3.0))
+def test_simulated_idle_fraction_is_the_bubble_formula(stages, microbatches, name, forward,
+                                                       backward):
+    """An event simulation of the schedule's dependencies against the closed formula, for any
+    forward and backward costs (the formula does not depend on their ratio)."""
+    timelines = pp.simulate(name, stages, microbatches, forward, backward)
+    assert pp.idle_fraction(timelines) == pytest.approx(bubble_fraction(stages, microbatches),
+                                                        abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stages=st.integers(1, 6), microbatches=st.integers(1, 20),
+       name=st.sampled_from(["gpipe", "1f1b"]))
+def test_every_schedule_runs_each_pass_once_forward_first(stages, microbatches, name):
+    for stage in range(stages):
+        actions = pp.schedule(name, stage, stages, microbatches)
+        assert sorted(actions) == sorted([("F", i) for i in range(microbatches)]
+                                         + [("B", i) for i in range(microbatches)])
+        for i in range(microbatches):
+            assert actions.index(("F", i)) < actions.index(("B", i))
+        held = peak = 0  # micro-batches whose activations the stage holds
+        for kind, _ in actions:
+            held += 1 if kind == "F" else -1
+            peak = max(peak, held)
+        expected = microbatches if name == "gpipe" else min(stages - stage, microbatches)
+        assert peak == expected
+
+
+def test_naive_split_keeps_one_stage_busy_at_a_time():
+    timelines = pp.simulate("naive", 4, 1)
+    intervals = sorted((e["start_s"], e["end_s"]) for t in timelines for e in t)
+    assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:], strict=False))
+    assert pp.idle_fraction(timelines) == 0.75
+
+
+def test_stage_layers_split_twelve_blocks_into_four_stages():
+    assert [pp.stage_layers(12, 4, s) for s in range(4)] == [range(0, 3), range(3, 6),
+                                                             range(6, 9), range(9, 12)]
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: pp.stage_layers(12, 5, 0), ValueError, "5 does not divide 12"),
+    (lambda: pp.stage_layers(12, 4, 4), ValueError, "stage"),
+    (lambda: pp.schedule("zigzag", 0, 4, 4), ValueError, "schedule"),
+    (lambda: pp.schedule("naive", 0, 4, 2), ValueError, "microbatches=1"),
+    (lambda: pp.PipelinePlan("gpipe", 3, batch=16), ValueError, "divide the batch"),
+    (lambda: pp.PipelinePlan("gpipe", 0), ValueError, "microbatches"),
+    (lambda: pp.PipelinePlan("naive", 1, engine="torch"), ValueError, "pipelining runs"),
+    (lambda: pp.PipelinePlan("gpipe", 4, engine="torch", pace_s=0.01), ValueError, "pace_s"),
+    (lambda: pp.run_pipelines([pp.PipelinePlan()], world_size=5), ValueError, "12 layers"),
+    (lambda: pp.run_pipelines([pp.PipelinePlan()], world_size=2.0), TypeError, "world_size"),
+    (lambda: pp.run_pipelines(["gpipe"]), TypeError, "PipelinePlan"),
+])
+def test_bad_input_is_rejected_before_anything_starts(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# --- distributed: equal to one process, and the measured bubble ------------------------------
+
+EQUIVALENCE = [pp.PipelinePlan(name, m, engine=engine, dtype=torch.float64)
+               for engine, name, m in [("hand", "naive", 1), ("hand", "gpipe", 4),
+                                       ("hand", "1f1b", 4), ("hand", "1f1b", 2),
+                                       ("torch", "gpipe", 4), ("torch", "1f1b", 4)]]
+# Paced so that every stage costs the same whatever else the two cores do: 10 ms of forward
+# and 20 ms of backward per sample. Messages between processes add about a millisecond each
+# on a busy two-core machine, a few per slot of 40 + 80 ms (m = 4) or 160 + 320 ms (m = 1):
+# the measured idle fraction is the formula's plus a few hundredths (+0.002 to +0.021 seen at
+# a load average of 8); 0.05 leaves room for a busier machine and still tells 0.43 from 0.75.
+BUBBLE_TOLERANCE = 0.05
+PACED = [pp.PipelinePlan(name, m, steps=1, pace_s=0.01)
+         for name, m in [("naive", 1), ("gpipe", 4), ("1f1b", 4)]]
+
+
+def assert_equal_to_one_process(ranks, plan):
+    reference = pp.reference_steps(plan.config, plan.batch, plan.steps, plan.lr, plan.dtype)
+    assert ranks[-1]["losses"] == pytest.approx(reference["losses"], rel=1e-12)
+    for step, grads in enumerate(reference["grads"]):
+        scale = max(g.abs().max().item() for g in grads.values())
+        seen = set()
+        for r in ranks:
+            for name, g in r["grads"][step].items():
+                assert (g - grads[name]).abs().max().item() <= 1e-12 * scale, (plan, name)
+                seen.add(name)
+        assert seen == set(grads)  # the stages hold every parameter, each once
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_every_schedule_equals_one_process_and_the_bubble_is_measured(world_size):
+    plans = EQUIVALENCE + (PACED if world_size == 4 else [])
+    results = pp.run_pipelines(plans, world_size, timeout=300)
+    per = 12 // world_size
+    for plan, ranks in zip(plans, results, strict=True):
+        assert [r["layers"] for r in ranks] == [(s * per, (s + 1) * per)
+                                                for s in range(world_size)]
+        if plan.pace_s is None:
+            assert_equal_to_one_process(ranks, plan)
+        if plan.engine == "hand":
+            for s, r in enumerate(ranks):
+                actions = [(e["kind"], e["microbatch"]) for e in r["timeline"]]
+                assert actions == pp.schedule(plan.schedule, s, world_size, plan.microbatches)
+                assert r["peak_in_flight"] == (plan.microbatches if plan.schedule != "1f1b"
+                                               else min(world_size - s, plan.microbatches))
+        if plan.pace_s is not None:
+            measured = pp.idle_fraction([r["timeline"] for r in ranks])
+            formula = bubble_fraction(world_size, plan.microbatches)
+            assert abs(measured - formula) <= BUBBLE_TOLERANCE, (plan.schedule, measured, formula)
+
+
+def test_plot_timelines_draws_one_chart_per_schedule():
+    fig = pp.plot_timelines({name: pp.simulate(name, 4, 4) for name in ("gpipe", "1f1b")},
+                            unit="slots")
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == [
+        f"{name}: idle {bubble_fraction(4, 4):.0%}" for name in ("gpipe", "1f1b")]
+    assert len(axes[0].patches) == 4 * 2 * 4  # stages x (F, B) x micro-batches
+    assert math.isclose(max(p.get_x() + p.get_width() for p in axes[0].patches), 7 * 3)
+
+
+@pytest.mark.parametrize("args, error", [((0, 4), ValueError), ((4, 0), ValueError),
+                                         ((4, 1.5), TypeError), ((True, 4), TypeError)])
+def test_bubble_fraction_rejects_bad_counts(args, error):
+    with pytest.raises(error, match="stages|microbatches"):
+        bubble_fraction(*args)
