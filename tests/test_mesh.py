@@ -75,3 +75,9 @@ def test_data_by_tensor_mesh_equals_one_process():
     ranks = mesh.run_mesh_2d(mesh.ParallelDegrees(2, 2), dtype=torch.float64, timeout=300)
     assert_equal_to_one_process(ranks)
     assert [r["coords"] for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_command_line_refuses_unknown_arguments_before_starting_work(capsys):
+    with pytest.raises(SystemExit):
+        mesh.main(["--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err

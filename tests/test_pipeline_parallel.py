@@ -204,3 +204,12 @@ def test_plot_timelines_draws_one_chart_per_schedule():
 def test_bubble_fraction_rejects_bad_counts(args, error):
     with pytest.raises(error, match="stages|microbatches"):
         bubble_fraction(*args)
+
+
+def test_schedule_figure_puts_the_three_schedules_on_one_time_axis():
+    axes = pp.plot_schedules(stages=4, microbatches=4).get_axes()
+    assert [ax.get_title() for ax in axes] == [
+        f"naive, m = 1: idle {bubble_fraction(4, 1):.0%}",
+        *(f"{name}, m = 4: idle {bubble_fraction(4, 4):.0%}" for name in ("gpipe", "1f1b"))]
+    ends = [max(p.get_x() + p.get_width() for p in ax.patches) for ax in axes]
+    assert ends == [48, 21, 21]  # the naive split's whole-batch passes: 4 x (4 + 8) units

@@ -99,3 +99,9 @@ def test_tensor_parallel_equals_one_process_and_counts_its_all_reduces(world_siz
                     element = 8 if run.dtype == torch.float64 else 4
                     activation = run.batch * run.config.seq * run.config.hidden * element
                     assert counts["bytes"] == 4 * layers * activation
+
+
+def test_command_line_refuses_unknown_arguments_before_starting_work(capsys):
+    with pytest.raises(SystemExit):
+        tp.main(["--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err

@@ -44,10 +44,7 @@ def _model_figures() -> dict:
         "ring-model.png": lambda: plots.ring_allreduce_model(
             1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
         ),
-        "pipeline-schedules.png": lambda: pipeline_parallel.plot_timelines(
-            {f"{n}, m = {m}": pipeline_parallel.simulate(n, 4, m)
-             for n, m in (("naive", 1), ("gpipe", 4), ("1f1b", 4))}, unit="slots",
-        ),
+        "pipeline-schedules.png": lambda: pipeline_parallel.plot_schedules(4, 4),
     }
 
 

@@ -20,6 +20,7 @@ ranks, then 2 x 2) and prints each one's distance from one process.
 
 from __future__ import annotations
 
+import argparse
 import logging
 from dataclasses import dataclass
 
@@ -190,9 +191,11 @@ def _both_worker(rank: int, world_size: int) -> dict[str, float]:
             for name, got in runs.items()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Under ``torchrun``: FSDP2 on all ranks, and the 2 x 2 mesh when there are four; rank 0
     prints the largest gradient difference from one process (float32)."""
+    argparse.ArgumentParser(prog="torchrun --nproc_per_node=N -m gpudl.parallel.mesh",
+                            description=main.__doc__).parse_args(argv)
     errors = run_under_torchrun(_both_worker)
     rank0_print("largest gradient difference from one process: "
                 + ", ".join(f"{name} {error:.2e}" for name, error in errors.items()))

@@ -58,6 +58,7 @@ __all__ = [
     "idle_fraction",
     "main",
     "plot_timelines",
+    "plot_schedules",
     "reference_steps",
     "run_pipelines",
     "schedule",
@@ -416,6 +417,18 @@ def plot_timelines(timelines_by_name: dict[str, Sequence[Sequence[dict]]],
         ax.tick_params(labelsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_schedules(stages: int = 4, microbatches: int = 4) -> Figure:
+    """Chapter 6's schedule figure: the naive split beside GPipe and 1F1B with
+    ``microbatches`` micro-batches, simulated with a micro-batch's forward taking 1 unit and
+    its backward 2; the naive split's passes carry the whole batch (``microbatches`` times
+    as long), so the three charts share one time axis."""
+    m = check_int("microbatches", microbatches, 1)
+    timelines = {"naive, m = 1": simulate("naive", stages, 1, 1.0 * m, 2.0 * m)}
+    for name in ("gpipe", "1f1b"):
+        timelines[f"{name}, m = {m}"] = simulate(name, stages, m)
+    return plot_timelines(timelines, unit="slots")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,6 +28,7 @@ two processes and prints how far each is from one process.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 from collections import Counter
@@ -413,9 +414,12 @@ def run_tensor_parallel(runs: Sequence[TensorParallelRun], world_size: int = 2,
     return [[by_rank[rank][k] for rank in range(world_size)] for k in range(len(runs))]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Under ``torchrun``: both engines on the tiny encoder (float32); rank 0 prints the
     largest gradient difference from one process and the all-reduces of a step."""
+    argparse.ArgumentParser(
+        prog="torchrun --nproc_per_node=N -m gpudl.parallel.tensor_parallel",
+        description=main.__doc__).parse_args(argv)
     runs = (TensorParallelRun("hand"), TensorParallelRun("dtensor"))
     results = run_under_torchrun(tensor_parallel_worker, runs)
     reference = reference_steps(SMALL, 2, 2, 0.05)
