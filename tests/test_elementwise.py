@@ -357,3 +357,26 @@ def test_cpu_saxpy_writes_into_out(cpu_saxpy):
     np.testing.assert_array_equal(out, 2 * x + 1)
     with pytest.raises(ValueError):
         cpu_saxpy(2.0, x, y, np.empty(4, dtype=np.float32))
+
+
+def test_resident_blocks_reads_device_attributes_the_driver_has(monkeypatch):
+    # On a GPU, numba reads device.NAME as CU_DEVICE_ATTRIBUTE_NAME from cuda.bindings: a
+    # misspelt NAME only fails there. Check the names against the bindings' enum here.
+    from cuda.bindings import driver
+
+    known = {n.removeprefix("CU_DEVICE_ATTRIBUTE_") for n in dir(driver.CUdevice_attribute)}
+
+    class FakeDevice:
+        def __getattr__(self, name):
+            if name not in known:
+                raise AttributeError(f"no device attribute {name}")
+            return {"MULTIPROCESSOR_COUNT": 132, "MAX_THREADS_PER_MULTIPROCESSOR": 2048}[name]
+
+    monkeypatch.setattr(ew.backend, "is_simulator", lambda: False)
+    monkeypatch.setattr(ew.cuda, "get_current_device", FakeDevice, raising=False)
+    ew._resident_blocks.cache_clear()
+    try:
+        assert ew.grid_stride_blocks(10**9, 256) == 132 * 8
+        assert ew.grid_stride_blocks(1000, 256) == 4
+    finally:
+        ew._resident_blocks.cache_clear()

@@ -161,7 +161,7 @@ def test_tree_passes_launch_until_one_block_is_left(n, expected):
 @pytest.mark.parametrize("full_blocks", [1, 2, 3, 4, 7])
 def test_grid_stride_passes_use_the_grid_then_one_block(full_blocks, extra):
     n = full_blocks * TPB + extra
-    grid = min(red._resident_blocks(), math.ceil(n / TPB))
+    grid = min(red.elementwise._resident_blocks(TPB), math.ceil(n / TPB))  # 4 simulated
     kernel = HostKernel(grid_stride=True)
     x = np.arange(n, dtype=np.float32) % 5
     out = red._poisoned(1)
@@ -194,7 +194,7 @@ class Spy:
 )
 def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
     grid_stride = passes is red._grid_stride_passes
-    blocks = red._grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
+    blocks = red.grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
     x = make_data(n, seed=n, kind="positive")
     spy = Spy(kernel)
     out = red._poisoned(1)

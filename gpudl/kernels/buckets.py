@@ -26,7 +26,7 @@ import numpy as np
 from numba import cuda
 
 from gpudl.checks import check_float32_array
-from gpudl.kernels.elementwise import _grid_stride_blocks
+from gpudl.kernels.elementwise import grid_stride_blocks
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -165,7 +165,7 @@ def v2_multi_tensor(grads: Sequence[Array], bucket: Array, scale: float, to_buck
         n = group_starts[-1] - group_starts[0]
         if n == 0:
             continue
-        blocks = _grid_stride_blocks(n, THREADS_PER_BLOCK)
+        blocks = grid_stride_blocks(n, THREADS_PER_BLOCK)
         blocks = blocks if _MAX_BLOCKS is None else min(blocks, _MAX_BLOCKS)
         if to_bucket:
             _pack_multi[blocks, THREADS_PER_BLOCK, stream](group, group_starts, bucket,

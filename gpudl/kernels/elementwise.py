@@ -130,11 +130,11 @@ def _resident_blocks(threads_per_block: int) -> int:
     if backend.is_simulator():
         return 4
     dev = cuda.get_current_device()
-    per_sm = max(1, dev.MAX_THREADS_PER_MULTI_PROCESSOR // threads_per_block)
+    per_sm = max(1, dev.MAX_THREADS_PER_MULTIPROCESSOR // threads_per_block)
     return dev.MULTIPROCESSOR_COUNT * per_sm
 
 
-def _grid_stride_blocks(n: int, threads_per_block: int) -> int:
+def grid_stride_blocks(n: int, threads_per_block: int) -> int:
     """One full wave of resident blocks on a GPU, 4 on the simulator; never more than needed."""
     return min(_resident_blocks(threads_per_block), _blocks_to_cover(n, threads_per_block))
 
@@ -146,7 +146,7 @@ def launch_v1(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
 
 def launch_v2(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v2_grid_stride`` on device arrays (``out.size >= 1``)."""
-    blocks = _grid_stride_blocks(out.size, threads_per_block)
+    blocks = grid_stride_blocks(out.size, threads_per_block)
     v2_grid_stride[blocks, threads_per_block](a, b, out)
 
 

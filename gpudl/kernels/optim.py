@@ -46,7 +46,7 @@ import numpy as np
 from numba import cuda, float32, int16, uint16, uint32
 
 from gpudl.checks import check_float32_array, check_int
-from gpudl.kernels.elementwise import _grid_stride_blocks
+from gpudl.kernels.elementwise import grid_stride_blocks
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -575,14 +575,14 @@ def launch_shared(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> Non
 
 def launch_multi_tensor(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """One ``v4_multi_tensor`` launch over one wave of resident blocks."""
-    _launch(v4_multi_tensor, _grid_stride_blocks(p.size, THREADS), p, g, m, v, *k)
+    _launch(v4_multi_tensor, grid_stride_blocks(p.size, THREADS), p, g, m, v, *k)
 
 
 def launch_mixed(p_low: Array, g_low: Array, master: Array, m: Array, v: Array,
                  k: AdamScalars) -> None:
     """One ``adam_mixed`` launch over one wave of resident blocks."""
     bf16 = np.dtype(p_low.dtype) == np.int16
-    _launch(adam_mixed, _grid_stride_blocks(master.size, THREADS), p_low, g_low, master, m, v,
+    _launch(adam_mixed, grid_stride_blocks(master.size, THREADS), p_low, g_low, master, m, v,
             bf16, *k)
 
 

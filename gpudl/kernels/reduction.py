@@ -36,6 +36,7 @@ from numba import cuda, float32
 from numba.cuda.cudadrv import driver
 
 from gpudl.checks import check_float32_array
+from gpudl.kernels import elementwise
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -227,17 +228,10 @@ def _blocks_to_cover(n: int) -> int:
     return math.ceil(n / TPB)
 
 
-@functools.cache
-def _resident_blocks() -> int:
-    """Blocks of TPB threads that the whole GPU runs at once; 4 on the simulator."""
-    if backend.is_simulator():
-        return 4
-    device = cuda.get_current_device()
-    return device.MULTIPROCESSOR_COUNT * (device.MAX_THREADS_PER_MULTIPROCESSOR // TPB)
-
-
-def _grid_stride_blocks(n: int) -> int:
-    return min(_resident_blocks(), _blocks_to_cover(n))
+def grid_stride_blocks(n: int) -> int:
+    """One full wave of resident blocks of TPB threads (4 on the simulator), at most enough
+    to cover ``n`` elements once."""
+    return elementwise.grid_stride_blocks(n, TPB)
 
 
 def _filled(size: int, byte: int) -> Array:
@@ -266,7 +260,7 @@ def _tree_passes(kernel: Callable, x: Array, out: Array) -> None:
 
 def _grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
     """A fixed grid writes one partial per block; one block then sums them into out[0]."""
-    blocks = _grid_stride_blocks(x.size)
+    blocks = grid_stride_blocks(x.size)
     if blocks > 1:
         partials = _poisoned(blocks)
         kernel[blocks, TPB](x, partials)
@@ -287,7 +281,7 @@ VARIANTS: dict[str, Callable[[Array, Array], None]] = {
     "v3_sequential": functools.partial(_tree_passes, v3_sequential),
     "v4_first_add_grid_stride": functools.partial(_grid_stride_passes, v4_first_add_grid_stride),
     "v5_warp_shuffle": functools.partial(_grid_stride_passes, v5_warp_shuffle),
-    "v6_one_pass_atomic": functools.partial(_atomic_pass, v6_one_pass_atomic, _grid_stride_blocks),
+    "v6_one_pass_atomic": functools.partial(_atomic_pass, v6_one_pass_atomic, grid_stride_blocks),
 }
 
 
@@ -309,7 +303,7 @@ def addition_depth(n: int, variant: str) -> int:
         while size > TPB:
             launches, size = launches + 1, _blocks_to_cover(size)
         return min(n, launches * LOG2_TPB)
-    blocks = _grid_stride_blocks(n)
+    blocks = grid_stride_blocks(n)
     depth = math.ceil(n / (blocks * TPB)) + LOG2_TPB
     if variant == "v6_one_pass_atomic":
         depth += blocks

@@ -113,7 +113,7 @@ def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
-def _device_and_sync() -> tuple[torch.device, Callable[[], None]]:
+def device_and_sync() -> tuple[torch.device, Callable[[], None]]:
     """The device this rank's messages live on (its GPU under NCCL, else the CPU) and a
     function that waits for the GPU's queued work (a no-op on the CPU)."""
     if dist.get_backend() == "nccl":
@@ -133,7 +133,7 @@ def allreduce_bandwidth_worker(
     ``algbw * 2 (N - 1) / N`` (nccl-tests' convention).
     """
     _check_plan(sizes_bytes, repeats, warmup)
-    device, sync = _device_and_sync()
+    device, sync = device_and_sync()
     rows = []
     for size in sizes_bytes:
         message = rank_input(rank, size // _ITEMSIZE, device)
@@ -197,7 +197,7 @@ def p2p_bandwidth_worker(
     _check_plan(sizes_bytes, repeats, warmup)
     if world_size < 2:
         raise ValueError(f"a point-to-point benchmark needs at least 2 ranks, got {world_size}")
-    device, sync = _device_and_sync()
+    device, sync = device_and_sync()
     rows = []
     for size in sizes_bytes:
         message = rank_input(0, size // _ITEMSIZE, device)
@@ -330,7 +330,7 @@ def ring_all_reduce_worker(rank: int, world_size: int, numels: list[int]) -> lis
     identical).
     """
     _check_numels(numels)
-    device, sync = _device_and_sync()
+    device, sync = device_and_sync()
     rows = []
     for numel in numels:
         ours, theirs = (rank_input(rank, numel, device) for _ in range(2))

@@ -54,7 +54,7 @@ from gpudl.interop import as_kernel_array
 from gpudl.kernels import buckets as bk
 from gpudl.parallel.grad_timeline import expected_buckets
 from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
-from gpudl.parallel.sharding import _average_gradients, make_mlp
+from gpudl.parallel.sharding import average_gradients, make_mlp
 
 __all__ = [
     "STRATEGIES",
@@ -406,7 +406,7 @@ class _Replica:
             total += loss.detach()
         calls = None
         if self.strategy == "manual":
-            _average_gradients(self.model)
+            average_gradients(self.model)
             calls = len(list(self.model.parameters()))
         elif self.strategy == "bucketed":
             calls = self.buckets.wait()

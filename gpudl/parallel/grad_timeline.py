@@ -39,7 +39,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 
 from gpudl.checks import check_int
-from gpudl.parallel.comms import _device_and_sync
+from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.launch import spawn
 from gpudl.parallel.sharding import _check_dims, make_mlp
 
@@ -184,7 +184,7 @@ def timeline_worker(
     ``bucket_cap_mb`` is DDP's (``None``: its default, see :func:`expected_buckets`).
     """
     _check_cap(bucket_cap_mb)
-    device, sync = _device_and_sync()
+    device, sync = device_and_sync()
     model = make_mlp(dims).to(device)
     linears = [m for m in model if isinstance(m, nn.Linear)]
     layer_of = {name: linears.index(model.get_submodule(name.rsplit(".", 1)[0]))

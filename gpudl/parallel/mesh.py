@@ -33,10 +33,10 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from gpudl.checks import check_int
 from gpudl.models import EncoderConfig, encoder_batch, make_encoder
-from gpudl.parallel.comms import _device_and_sync
+from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
 from gpudl.parallel.pipeline_parallel import reference_steps
-from gpudl.parallel.sharding import _local_bytes
+from gpudl.parallel.sharding import local_bytes
 from gpudl.parallel.tensor_parallel import DTENSOR_PLAN, check_plan
 
 __all__ = [
@@ -114,16 +114,16 @@ def fsdp_worker(rank: int, world_size: int, config: EncoderConfig, batch: int, s
     :func:`gpudl.parallel.pipeline_parallel.reference_steps`), ``param_bytes`` (this rank's
     shards) and ``full_param_bytes`` (the whole model)."""
     _check_batch(batch, world_size)
-    device, _ = _device_and_sync()
+    device, _ = device_and_sync()
     model = make_encoder(config, dtype=dtype).to(device)
-    full_bytes = _local_bytes(list(model.parameters()))
+    full_bytes = local_bytes(list(model.parameters()))
     mesh = init_device_mesh(device.type, (world_size,))
     for block in model:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     mine = slice(rank * batch // world_size, (rank + 1) * batch // world_size)
     x, y = (t[mine].to(device) for t in encoder_batch(config, batch, dtype=dtype))
-    param_bytes = _local_bytes(list(model.parameters()))
+    param_bytes = local_bytes(list(model.parameters()))
     return {"rank": rank, "param_bytes": param_bytes, "full_param_bytes": full_bytes,
             **_train(model, x, y, steps, lr, None, world_size)}
 
@@ -141,7 +141,7 @@ def mesh_2d_worker(rank: int, world_size: int, degrees: ParallelDegrees,
     # Gathering a (data, tensor)-sharded gradient whole takes two all-gathers, and DTensor
     # warns that this is slow; the check does it once per step, on purpose.
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
-    device, _ = _device_and_sync()
+    device, _ = device_and_sync()
     mesh = init_device_mesh(device.type, (degrees.data, degrees.tensor),
                             mesh_dim_names=("data", "tensor"))
     model = make_encoder(config, dtype=dtype).to(device)

@@ -42,7 +42,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from gpudl.checks import check_int
 from gpudl.estimate import bubble_fraction
 from gpudl.models import EncoderConfig, encoder_batch, make_encoder
-from gpudl.parallel.comms import _device_and_sync
+from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.grad_timeline import _Clock
 from gpudl.parallel.launch import default_backend, rank0_print, run_under_torchrun, spawn
 
@@ -301,7 +301,7 @@ def pipeline_worker(rank: int, world_size: int, plans: Sequence[PipelinePlan]) -
     barrier) and ``peak_in_flight`` (the most micro-batches whose activations this stage held
     at once).
     """
-    device, _ = _device_and_sync()
+    device, _ = device_and_sync()
     results = []
     for plan in plans:
         plan.check_world_size(world_size)

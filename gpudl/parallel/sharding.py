@@ -97,13 +97,13 @@ def _check_strategy(strategy: str) -> None:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
 
 
-def _local_bytes(tensors: list[torch.Tensor]) -> int:
+def local_bytes(tensors: list[torch.Tensor]) -> int:
     """Bytes of this rank's part of each tensor (its local shard, for a DTensor)."""
     local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
     return sum(t.numel() * t.element_size() for t in local)
 
 
-def _average_gradients(model: nn.Module) -> None:
+def average_gradients(model: nn.Module) -> None:
     """The collective of plain data parallelism: every rank ends with the mean gradient."""
     for param in model.parameters():
         dist.all_reduce(param.grad)
@@ -147,16 +147,16 @@ def state_bytes_worker(
 
     nn.functional.mse_loss(model(x), y).backward()
     if strategy == "replicated":
-        _average_gradients(model)
+        average_gradients(model)
     optimizer.step()
 
     params = list(model.parameters())  # counted before the next forward can unshard them
     states = [optimizer.state[p] for p in params]
     counts = {
-        "param_bytes": _local_bytes(params),
-        "grad_bytes": _local_bytes([p.grad for p in params]),
-        "adam_bytes": _local_bytes([s[k] for s in states for k in ("exp_avg", "exp_avg_sq")]),
-        "step_bytes": _local_bytes([s["step"] for s in states]),
+        "param_bytes": local_bytes(params),
+        "grad_bytes": local_bytes([p.grad for p in params]),
+        "adam_bytes": local_bytes([s[k] for s in states for k in ("exp_avg", "exp_avg_sq")]),
+        "step_bytes": local_bytes([s["step"] for s in states]),
     }
     with torch.no_grad():
         loss = nn.functional.mse_loss(model(x), y).detach()

@@ -61,7 +61,7 @@ from gpudl.models import (
     encoder_batch,
     make_encoder,
 )
-from gpudl.parallel.comms import _device_and_sync
+from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
 from gpudl.parallel.pipeline_parallel import reference_steps
 
@@ -357,7 +357,7 @@ class TensorParallelRun:
 
 
 def _run(run: TensorParallelRun, world_size: int) -> dict:
-    device, _ = _device_and_sync()
+    device, _ = device_and_sync()
     run.check_world_size(world_size)
     if run.fused and device.type != tensor_device().type:
         raise ValueError(f"the fused kernel runs on {tensor_device().type} tensors, but this "

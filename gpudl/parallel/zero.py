@@ -43,9 +43,9 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from gpudl.checks import check_int
-from gpudl.parallel.comms import _device_and_sync
+from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.launch import run_under_torchrun, spawn
-from gpudl.parallel.sharding import _check_dims, _local_bytes, make_mlp
+from gpudl.parallel.sharding import _check_dims, local_bytes, make_mlp
 
 __all__ = [
     "ATOL",
@@ -274,9 +274,9 @@ def state_bytes(optimizer: torch.optim.Optimizer) -> tuple[int, int]:
     """``(state, steps)``: bytes of the tensors ``optimizer`` holds in its state on this rank,
     without and with only the ``"step"`` counters (which ZeRO's accounting leaves out)."""
     states = list(optimizer.state.values())
-    return (_local_bytes([t for s in states for k, t in s.items()
+    return (local_bytes([t for s in states for k, t in s.items()
                           if k != "step" and isinstance(t, torch.Tensor)]),
-            _local_bytes([s["step"] for s in states if isinstance(s.get("step"), torch.Tensor)]))
+            local_bytes([s["step"] for s in states if isinstance(s.get("step"), torch.Tensor)]))
 
 
 # --- a small training run, sharded and not -----------------------------------------------------
@@ -359,7 +359,7 @@ def train_worker(rank: int, world_size: int, steps: int = STEPS, lr: float = LR,
     optimizer state on each rank, a list in rank order, counted from the tensors) and
     ``step_bytes`` (this rank's step counters).
     """
-    device, _ = _device_and_sync()
+    device, _ = device_and_sync()
     n_params = sum(p.numel() for p in make_mlp(dims).parameters())
     runs = {name: _train(name, rank, world_size, steps, lr, dims, device)
             for name in OPTIMIZERS}
