@@ -145,9 +145,9 @@ EQUIVALENCE = [pp.PipelinePlan(name, m, engine=engine, dtype=torch.float64)
                                        ("torch", "gpipe", 4), ("torch", "1f1b", 4)]]
 # Paced so that every stage costs the same whatever else the two cores do: 10 ms of forward
 # and 20 ms of backward per sample. Messages between processes add a little to every pass on
-# a busy two-core machine (1 to 2.4 ms per pass in the lab's stored run, slots of 40 + 80 ms
+# a busy two-core machine (about 1.7 ms per pass in the lab's stored run; slots of 40 + 80 ms
 # at m = 4 and 160 + 320 ms at m = 1), so the measured idle fraction exceeds the formula's by
-# a few hundredths (at most 0.013 in that run); 0.05 leaves room for a busier machine and
+# a few hundredths (at most 0.018 in that run); 0.05 leaves room for a busier machine and
 # still tells 0.43 from 0.75.
 BUBBLE_TOLERANCE = 0.05
 PACED = [pp.PipelinePlan(name, m, steps=1, pace_s=0.01)
