@@ -3,7 +3,8 @@
 Book section: every chapter's lab; Chapter 1 uses :func:`occupancy_curves`,
 :func:`time_bars`, :func:`allreduce_bandwidth` and :func:`ring_allreduce_model`; Chapter 2
 :func:`sectors_per_request`, :func:`roofline`, :func:`bandwidth_vs_size`,
-:func:`state_bytes` and :func:`hierarchy`.
+:func:`state_bytes` and :func:`hierarchy`; Chapter 7 :func:`training_time_and_cost` and
+:func:`memory_by_zero_stage`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gpudl.hardware import occupancy
 __all__ = [
     "occupancy_curves", "time_bars", "allreduce_bandwidth", "ring_allreduce_model",
     "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
-    "gradient_timeline",
+    "gradient_timeline", "training_time_and_cost", "memory_by_zero_stage",
 ]
 
 
@@ -220,5 +221,54 @@ def gradient_timeline(events: Sequence[dict]) -> Figure:
     ax.set(xlabel="ms since the backward pass started", xlim=(0, None),
            title="Gradients and DDP's all-reduces in one backward pass")
     ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def training_time_and_cost(flops: float, peak_flops: float, gpu_name: str,
+                           gpus: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+                           mfus: Sequence[float] = (0.3, 0.4, 0.5),
+                           claimed: tuple[int, float] | None = None) -> Figure:
+    """Chapter 7, "Time, cost and energy": hours against the number of GPUs for each MFU
+    (left; ``claimed`` = (GPUs, hours) marks a run someone reported), and GPU-hours, which
+    set the cost at any price per GPU-hour, against MFU (right)."""
+    from gpudl.estimate import training_time
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for fraction in mfus:
+        hours = [training_time(flops, n, peak_flops, fraction) / 3600 for n in gpus]
+        left.plot(gpus, hours, "o-", label=f"MFU {fraction:.0%}")
+    if claimed is not None:
+        left.plot([claimed[0]], [claimed[1]], "r*", markersize=12,
+                  label=f"claimed: {claimed[0]} GPUs, {claimed[1]:g} h")
+    left.set(xscale="log", yscale="log", xlabel=f"{gpu_name} GPUs", ylabel="hours",
+             title=f"{flops:.3g} flops")
+    left.set_xticks(list(gpus), [str(n) for n in gpus])
+    left.legend(fontsize=8)
+    fractions = np.linspace(0.1, 0.6, 26)
+    right.plot(fractions * 100, [training_time(flops, 1, peak_flops, f) / 3600 for f in fractions])
+    right.set(xlabel="MFU (%)", ylabel="GPU-hours (x your price = cost)",
+              title="the same for any number of GPUs")
+    fig.tight_layout()
+    return fig
+
+
+def memory_by_zero_stage(cases: dict[str, Sequence[float]],
+                         gpu_memory_gb: dict[str, float]) -> Figure:
+    """Chapter 7, "Memory": model state per GPU (GB) under ZeRO stages 0 to 3 for each case
+    (label -> four values, e.g. from :func:`gpudl.estimate.model_state_memory`), against the
+    memory of some GPUs (name -> GB, horizontal lines)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    x = np.arange(4)
+    width = 0.8 / len(cases)
+    for k, (label, values) in enumerate(cases.items()):
+        ax.bar(x + (k - (len(cases) - 1) / 2) * width, values, width, label=label)
+    for (name, gb), style in zip(gpu_memory_gb.items(), (":", "--", "-.", "-"), strict=False):
+        ax.axhline(gb, color="gray", linestyle=style, linewidth=1)
+        ax.text(3.45, gb, name, fontsize=7, va="bottom", ha="right")
+    ax.set(xticks=x, xticklabels=["0 (none)", "1 (optimizer)", "2 (+gradients)",
+                                  "3 (+parameters)"],
+           xlabel="ZeRO stage", ylabel="model state per GPU (GB)", title="Mixed-precision Adam")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -87,3 +87,24 @@ def test_hierarchy_plot_shows_each_level():
     left, right = fig.axes
     assert [p.get_height() for p in left.patches] == [20.0, 400.0]
     assert [p.get_height() for p in right.patches] == [20000.0, 2000.0, 100000.0]
+
+
+def test_training_time_and_cost_draws_the_estimator_and_the_claim():
+    from gpudl.estimate import training_time
+
+    fig = plots.training_time_and_cost(1e20, 312e12, "A100", gpus=(1, 4), mfus=(0.5,),
+                                       claimed=(4, 18))
+    left, right = fig.get_axes()
+    line, star = left.get_lines()
+    assert list(line.get_ydata()) == [training_time(1e20, n, 312e12, 0.5) / 3600 for n in (1, 4)]
+    assert list(star.get_xdata()) == [4] and list(star.get_ydata()) == [18]
+    fractions, gpu_hours = right.get_lines()[0].get_data()
+    assert gpu_hours[0] == training_time(1e20, 1, 312e12, fractions[0] / 100) / 3600
+
+
+def test_memory_by_zero_stage_draws_one_bar_per_stage_and_case():
+    fig = plots.memory_by_zero_stage({"a": [16, 7, 5.5, 4], "b": [120, 31.4, 16.6, 1.9]},
+                                     {"A100": 80})
+    ax = fig.get_axes()[0]
+    assert [p.get_height() for p in ax.patches] == [16, 7, 5.5, 4, 120, 31.4, 16.6, 1.9]
+    assert [line.get_ydata()[0] for line in ax.get_lines()] == [80]

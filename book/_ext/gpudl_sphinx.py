@@ -29,11 +29,12 @@ GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
 def _model_figures() -> dict:
     from gpudl import plots
-    from gpudl.estimate import KERNEL_INTENSITY
-    from gpudl.hardware import SPECS
+    from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
+    from gpudl.hardware import SPECS, peak_flops
     from gpudl.parallel import pipeline_parallel
 
     h100 = SPECS["H100 SXM"]
+    a100 = "A100 80GB SXM"
     return {
         "roofline-h100.png": lambda: plots.roofline(
             h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
@@ -45,6 +46,14 @@ def _model_figures() -> dict:
             1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
         ),
         "pipeline-schedules.png": lambda: pipeline_parallel.plot_schedules(4, 4),
+        "training-time-cost.png": lambda: plots.training_time_and_cost(
+            training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
+        "zero-memory.png": lambda: plots.memory_by_zero_stage(
+            {"1B parameters, 4 GPUs": [model_state_memory(1e9, n_gpus=4, zero_stage=s) / 1e9
+                                       for s in range(4)],
+             "7.5B parameters, 64 GPUs": [model_state_memory(7.5e9, n_gpus=64, zero_stage=s)
+                                          / 1e9 for s in range(4)]},
+            {name: SPECS[name].memory_gb for name in ("V100 SXM2 32GB", "RTX A6000", a100)}),
     }
 
 
