@@ -107,15 +107,19 @@ def bench(topic: str, directory: Path) -> list[Path]:
 
 
 def execute_notebooks(names: list[str], timeout: int = 1800) -> None:
-    """Execute notebooks in place with their outputs stored, printing progress."""
+    """Execute notebooks in place with their outputs stored, printing progress. A notebook
+    whose cell raises is left as it was (not half-executed); the others still run, and the
+    command then exits with an error naming the failures."""
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     paths = sorted(NOTEBOOKS.glob("*.ipynb"))
     if names:
         paths = [p for p in paths if any(p.name.startswith(n) or p.stem == n for n in names)]
         if not paths:
             raise SystemExit(f"no notebook in {NOTEBOOKS} matches {names}")
+    failed = []
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         n_code = sum(c.cell_type == "code" for c in nb.cells)
@@ -137,9 +141,16 @@ def execute_notebooks(names: list[str], timeout: int = 1800) -> None:
             record_timing=False,
             on_cell_executed=on_cell_executed,
         )
-        client.execute()
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            print(f"  FAILED, {path.name} left unchanged: {error}", flush=True)
+            failed.append(path.name)
+            continue
         nbformat.write(nb, path)
         print(f"  wrote {path} in {time.perf_counter() - done['t']:.1f} s", flush=True)
+    if failed:
+        raise SystemExit(f"notebooks that raised (left unchanged): {', '.join(failed)}")
 
 
 def info() -> None:

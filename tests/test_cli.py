@@ -65,3 +65,23 @@ def test_bench_memory_checks_and_records_every_kernel(tmp_path):
         assert record["timings_meaningful"] is False
         assert set(record["fractions_of_copy"].values()) == {None}
         assert "not measured (simulator)" in record["hierarchy_table"]
+
+
+def test_a_notebook_that_raises_is_left_unchanged_and_the_others_still_run(tmp_path,
+                                                                            monkeypatch):
+    import nbformat
+
+    import gpudl.__main__ as cli
+
+    for name, source in (("01-bad", "raise ValueError('boom')"), ("02-good", "print(6 * 7)")):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    before = (tmp_path / "01-bad.ipynb").read_text()
+    monkeypatch.setattr(cli, "NOTEBOOKS", tmp_path)
+    with pytest.raises(SystemExit, match="01-bad.ipynb"):
+        cli.execute_notebooks([], timeout=60)
+    assert (tmp_path / "01-bad.ipynb").read_text() == before
+    good = nbformat.read(tmp_path / "02-good.ipynb", as_version=4)
+    assert good.cells[0].outputs[0]["text"] == "42\n"

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpudl import backend
 from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time
 from gpudl.parallel.comms import (
     allreduce_bandwidth,
@@ -19,6 +18,7 @@ from gpudl.parallel.comms import (
     main,
     rank_input,
 )
+from gpudl.parallel.launch import default_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,8 @@ def test_check_allreduce_catches_wrong_results():
 def test_default_sizes_fit_the_backend():
     sizes = default_sizes()
     assert sizes[0] == 4096 and all(size % 4 == 0 for size in sizes)
-    assert sizes[-1] == backend.pick(gpu=256 << 20, sim=4 << 20)
+    assert sizes[-1] == (256 << 20 if default_backend(2) == "nccl" else 4 << 20)
+    assert default_sizes(10**6)[-1] == 4 << 20  # never a GPU per rank: gloo sizes
 
 
 @pytest.mark.parametrize(

@@ -151,7 +151,7 @@ class HostKernel:
 def test_tree_passes_launch_until_one_block_is_left(n, expected):
     kernel = HostKernel(grid_stride=False)
     x = np.arange(n, dtype=np.float32) % 7
-    out = red._poisoned(1)
+    out = red.poisoned(1)
     red._tree_passes(kernel, cuda.to_device(x), out)
     assert kernel.launches == expected
     assert out.copy_to_host()[0] == x.sum(dtype=np.float64)
@@ -164,7 +164,7 @@ def test_grid_stride_passes_use_the_grid_then_one_block(full_blocks, extra):
     grid = min(red.elementwise._resident_blocks(TPB), math.ceil(n / TPB))  # 4 simulated
     kernel = HostKernel(grid_stride=True)
     x = np.arange(n, dtype=np.float32) % 5
-    out = red._poisoned(1)
+    out = red.poisoned(1)
     red._grid_stride_passes(kernel, cuda.to_device(x), out)
     expected = [(n, grid, TPB, grid), (grid, 1, TPB, 1)] if grid > 1 else [(n, 1, TPB, 1)]
     assert kernel.launches == expected
@@ -197,7 +197,7 @@ def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
     blocks = red.grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
     x = make_data(n, seed=n, kind="positive")
     spy = Spy(kernel)
-    out = red._poisoned(1)
+    out = red.poisoned(1)
     passes(spy, cuda.to_device(x), out)
     first, last = spy.outputs
     assert first.shape == (blocks,) and not np.isnan(first).any()
@@ -214,13 +214,13 @@ def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
 
 
 def skip_last_block(x, out):
-    partials = red._poisoned(math.ceil(x.size / TPB))
+    partials = red.poisoned(math.ceil(x.size / TPB))
     red.v3_sequential[partials.size - 1, TPB](x, partials)  # one block short
     red.v3_sequential[1, TPB](partials, out)
 
 
 def one_partial_too_many(x, out):
-    partials = red._poisoned(3)  # but only two blocks are launched to fill it
+    partials = red.poisoned(3)  # but only two blocks are launched to fill it
     red.v5_warp_shuffle[2, TPB](x, partials)
     red.v5_warp_shuffle[1, TPB](partials, out)
 

@@ -30,7 +30,8 @@ import torch
 from numba import cuda, float32
 
 from gpudl.interop import as_kernel_array
-from gpudl.kernels.nn import _back, _check_arrays, _check_dims, _poisoned, _to_device
+from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.nn import _back, _check_arrays, _check_dims, _to_device
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -100,7 +101,7 @@ def bias_gelu(x: Array, b: Array) -> Array:
     """``gelu(x + b)`` for float32 ``x`` (rows, features) and ``b`` (features,), one kernel."""
     on_device = _check_arrays(x=(x, 2), b=(b, 1))
     _check_bias(x, b)
-    y = _poisoned(x.shape)
+    y = poisoned(x.shape)
     if y.size:
         _forward_kernel[_grid(y.size)](_to_device(x), _to_device(b), y)
     return _back(y, on_device)
@@ -112,7 +113,7 @@ def bias_gelu_backward(dy: Array, x: Array, b: Array) -> Array:
     on_device = _check_arrays(dy=(dy, 2), x=(x, 2), b=(b, 1))
     _check_bias(x, b)
     _check_dims("dy.shape", dy.shape, "x.shape", x.shape)
-    dx = _poisoned(x.shape)
+    dx = poisoned(x.shape)
     if dx.size:
         _backward_kernel[_grid(dx.size)](_to_device(dy), _to_device(x), _to_device(b), dx)
     return _back(dx, on_device)

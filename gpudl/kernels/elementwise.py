@@ -20,6 +20,7 @@ from typing import Any
 
 from gpudl import backend
 from gpudl.checks import check_float32_array
+from gpudl.kernels.arrays import poisoned
 
 # isort: split
 import numpy as np
@@ -388,6 +389,6 @@ def _run(launch: Callable, **arrays: object) -> Array:
         return cuda.device_array(0, dtype=np.float32) if on_device else np.empty(0, np.float32)
     if not on_device:
         inputs = [cuda.to_device(x) for x in inputs]
-    out = cuda.to_device(np.full(n, np.nan, dtype=np.float32))
+    out = poisoned(n)  # NaN, set on the device: no host copy
     launch(*inputs, out)
     return out if on_device else out.copy_to_host()

@@ -36,9 +36,9 @@ from gpudl import backend
 # isort: split
 import numpy as np
 from numba import cuda, float32, uint32
-from numba.cuda.cudadrv import driver
 
 from gpudl.checks import check_float32_array, check_int
+from gpudl.kernels.arrays import filled, poisoned
 from gpudl.timing import Timing, gflops, time_cuda
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -287,14 +287,6 @@ VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = {
 }
 
 
-def _filled(shape: tuple[int, ...], byte: int) -> Array:
-    """A float32 device array with every byte set on the device: 0xFF is NaN, 0 is 0.0."""
-    out = cuda.device_array(shape, dtype=np.float32)
-    if out.size:
-        driver.device_memset(out, byte, out.nbytes)
-    return out
-
-
 def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
     """``a @ b`` for float32 (M, K) and (K, N) arrays of any sizes, computed by the kernel
     ``VARIANTS[variant]`` into a NaN-poisoned output."""
@@ -307,9 +299,9 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
         )
     (m, k), n = a.shape, b.shape[1]
     if m * n * k == 0:
-        return _filled((m, n), 0) if on_device else np.zeros((m, n), np.float32)
+        return filled((m, n), 0) if on_device else np.zeros((m, n), np.float32)
     a_d, b_d = (x if _is_device_array(x) else cuda.to_device(x) for x in (a, b))
-    c = _filled((m, n), 0xFF)
+    c = poisoned((m, n))
     VARIANTS[variant](a_d, b_d, c)
     return c if on_device else c.copy_to_host()
 
@@ -356,7 +348,7 @@ def _bench_size(torch: Any, size: int) -> list[dict]:
     a, b = cuda.to_device(a_host), cuda.to_device(b_host)
     rows = [_row(size, "torch", torch_time, torch_time, 0.0)]
     for variant, launch in VARIANTS.items():
-        c = _filled((size, size), 0xFF)
+        c = poisoned((size, size))
         timing = time_cuda(launch, a, b, c, **timed)
         ratio = float(((torch.as_tensor(c, device=device) - tc).abs() / bound).max())
         if not ratio <= 1:  # also catches NaN

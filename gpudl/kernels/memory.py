@@ -27,6 +27,7 @@ import numpy as np
 from numba import cuda, float32
 
 from gpudl.checks import check_float32_array
+from gpudl.kernels.arrays import poisoned
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -343,7 +344,7 @@ def _run(x: Array, on_device: bool, out_shape: tuple[int, ...], launch: Callable
             return cuda.device_array(out_shape, dtype=np.float32)
         return np.empty(out_shape, dtype=np.float32)
     x_d = x if on_device else cuda.to_device(x)
-    out = cuda.to_device(np.full(out_shape, np.nan, dtype=np.float32))
+    out = poisoned(out_shape)  # NaN, set on the device: no host copy
     launch(x_d, out)
     return out if on_device else out.copy_to_host()
 

@@ -32,8 +32,9 @@ import numpy as np
 from numba import cuda, float32
 
 from gpudl.checks import check_float32_array
-from gpudl.kernels.matmul import _filled, matmul
+from gpudl.kernels.arrays import poisoned
 from gpudl.kernels.matmul import flops as matmul_flops
+from gpudl.kernels.matmul import matmul
 from gpudl.kernels.memory import transpose
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -219,7 +220,7 @@ def linear_backward(x: Array, w: Array, dy: Array) -> tuple[Array, Array, Array]
     x_d, w_d, dy_d = (_to_device(v) for v in (x, w, dy))
     dx = _matmul(dy_d, transpose(w_d))
     dw = _matmul(transpose(x_d), dy_d)
-    db = _poisoned((dy.shape[1],))
+    db = poisoned((dy.shape[1],))
     if db.size:
         _column_sum_kernel[math.ceil(db.size / THREADS_PER_BLOCK), THREADS_PER_BLOCK](dy_d, db)
     return _back(dx, on_device), _back(dw, on_device), _back(db, on_device)
@@ -229,7 +230,7 @@ def relu_forward(x: Array) -> Array:
     """``max(x, 0)`` elementwise for a 2-D float32 array. Flops: :func:`relu_flops`."""
     on_device = _check_arrays(x=(x, 2))
     x_d = _to_device(x)
-    out = _poisoned(x.shape)
+    out = poisoned(x.shape)
     if out.size:
         _relu_kernel[_grid_1d(out.size)](x_d, out)
     return _back(out, on_device)
@@ -240,7 +241,7 @@ def relu_backward(x: Array, dy: Array) -> Array:
     on_device = _check_arrays(x=(x, 2), dy=(dy, 2))
     _check_dims("dy.shape", dy.shape, "x.shape", x.shape)
     x_d, dy_d = _to_device(x), _to_device(dy)
-    dx = _poisoned(x.shape)
+    dx = poisoned(x.shape)
     if dx.size:
         _relu_backward_kernel[_grid_1d(dx.size)](x_d, dy_d, dx)
     return _back(dx, on_device)
@@ -258,7 +259,7 @@ def softmax_cross_entropy(logits: Array, labels: Array) -> tuple[float, Array]:
         raise ValueError(f"logits must have at least one class, got shape {logits.shape}")
     labels_host = _check_labels(labels, on_device, logits.shape)
     batch = logits.shape[0]
-    dlogits = _poisoned(logits.shape)
+    dlogits = poisoned(logits.shape)
     loss_sum = cuda.to_device(np.zeros(1, dtype=np.float32))
     blocks = math.ceil(batch / THREADS_PER_BLOCK)
     _softmax_xent_kernel[blocks, THREADS_PER_BLOCK](
@@ -329,11 +330,6 @@ def _check_labels(labels: object, on_device: bool, logits_shape: tuple[int, int]
 
 def _to_device(x: Array) -> Array:
     return x if _is_device_array(x) else cuda.to_device(x)
-
-
-def _poisoned(shape: tuple[int, ...]) -> Array:
-    """A float32 device array of NaN, set on the device (no host upload to slow a timing)."""
-    return _filled(shape, 0xFF)
 
 
 def _back(x: Array, on_device: bool) -> Array:

@@ -37,6 +37,7 @@ from numba.cuda.cudadrv import driver
 
 from gpudl.checks import check_float32_array
 from gpudl.kernels import elementwise
+from gpudl.kernels.arrays import poisoned
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -234,17 +235,6 @@ def grid_stride_blocks(n: int) -> int:
     return elementwise.grid_stride_blocks(n, TPB)
 
 
-def _filled(size: int, byte: int) -> Array:
-    """A device float32 array with every byte set on the device: 0xFF is NaN, 0 is 0.0."""
-    a = cuda.device_array(size, dtype=np.float32)
-    driver.device_memset(a, byte, a.nbytes)  # no host copy, so no wait for earlier kernels
-    return a
-
-
-def _poisoned(size: int) -> Array:
-    return _filled(size, 0xFF)
-
-
 def _zero(out: Array) -> None:
     driver.device_memset(out, 0, out.nbytes)
 
@@ -252,7 +242,7 @@ def _zero(out: Array) -> None:
 def _tree_passes(kernel: Callable, x: Array, out: Array) -> None:
     """One thread per element: n values -> ceil(n / 256) partials -> ... -> out[0]."""
     while x.size > TPB:
-        partials = _poisoned(_blocks_to_cover(x.size))
+        partials = poisoned(_blocks_to_cover(x.size))
         kernel[partials.size, TPB](x, partials)
         x = partials
     kernel[1, TPB](x, out)
@@ -262,7 +252,7 @@ def _grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
     """A fixed grid writes one partial per block; one block then sums them into out[0]."""
     blocks = grid_stride_blocks(x.size)
     if blocks > 1:
-        partials = _poisoned(blocks)
+        partials = poisoned(blocks)
         kernel[blocks, TPB](x, partials)
         x = partials
     kernel[1, TPB](x, out)
@@ -322,7 +312,7 @@ def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
     on_device = check_float32_array("x", x, 1)
     if x.size == 0:
         return 0.0
-    out = _poisoned(1)
+    out = poisoned(1)
     VARIANTS[variant](x if on_device else cuda.to_device(x), out)
     return float(out.copy_to_host()[0])
 

@@ -19,6 +19,7 @@ Bandwidths are in GB/s (1e9 bytes per second), as nccl-tests reports them.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -26,8 +27,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from gpudl import backend, estimate
-from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
+from gpudl import estimate
+from gpudl.parallel.launch import default_backend, rank0_print, run_under_torchrun, spawn
 
 __all__ = [
     "allreduce_bandwidth",
@@ -50,9 +51,11 @@ __all__ = [
 _ITEMSIZE = 4  # the messages are float32
 
 
-def default_sizes() -> list[int]:
-    """Message sizes in bytes, powers of 4: 4 KiB to 256 MiB on a GPU, to 4 MiB on the CPU."""
-    largest = backend.pick(gpu=28, sim=22)
+def default_sizes(world_size: int = 2) -> list[int]:
+    """Message sizes in bytes, powers of 4: 4 KiB to 256 MiB when ``world_size`` ranks get a
+    GPU each (NCCL), to 4 MiB when they share CPU memory over gloo (with fewer GPUs than
+    ranks, or none: 256 MiB messages there would only make the run long)."""
+    largest = 28 if default_backend(world_size) == "nccl" else 22
     return [1 << k for k in range(12, largest + 1, 2)]
 
 
@@ -175,7 +178,7 @@ def allreduce_bandwidth(
     Rows have ``size_bytes``, ``world_size``, ``backend``, ``time_s``, ``algbw_gbs`` and
     ``busbw_gbs``; see :func:`allreduce_bandwidth_worker`.
     """
-    sizes = default_sizes() if sizes_bytes is None else list(sizes_bytes)
+    sizes = default_sizes(world_size) if sizes_bytes is None else list(sizes_bytes)
     _check_plan(sizes, repeats, warmup)
     per_rank = spawn(
         allreduce_bandwidth_worker, world_size, sizes, repeats, warmup, timeout=timeout
@@ -402,7 +405,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs per size")
     opts = parser.parse_args(argv)
     rows = run_under_torchrun(
-        allreduce_bandwidth_worker, default_sizes(), opts.repeats, opts.warmup
+        allreduce_bandwidth_worker, default_sizes(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
+        opts.repeats, opts.warmup
     )
     rank0_print(format_table(rows))
 

@@ -115,6 +115,12 @@ def shard_range(numel: int, world_size: int, rank: int) -> tuple[int, int]:
 
 # --- communication ----------------------------------------------------------------------------
 
+# torch 2.13 named the collectives on flat tensors reduce_scatter_single and all_gather_single;
+# earlier releases (a GPU machine may have one) call them reduce_scatter_tensor and
+# all_gather_into_tensor. Both take (output, input).
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 
 def reduce_scatter_mean(flat: torch.Tensor, shard: torch.Tensor) -> None:
     """Write into ``shard`` this rank's slice of the mean over the ranks of ``flat``.
@@ -122,7 +128,7 @@ def reduce_scatter_mean(flat: torch.Tensor, shard: torch.Tensor) -> None:
     A ring reduce-scatter: each rank sends ``N - 1`` chunks of ``flat.numel() / N`` elements.
     ``shard`` is a separate buffer (in-place reduce-scatter is not documented for gloo).
     """
-    dist.reduce_scatter_single(shard, flat)
+    _reduce_scatter(shard, flat)
     shard.div_(dist.get_world_size())
 
 
@@ -139,7 +145,7 @@ def all_gather_shards(flat: torch.Tensor, shard: torch.Tensor) -> None:
     """Fill ``flat`` with every rank's ``shard``, rank order; ``shard`` is ``flat``'s own slice
     at ``rank * shard.numel()``, so this rank's part is not copied (NCCL documents this
     in-place form). A ring all-gather: ``N - 1`` chunks sent per rank."""
-    dist.all_gather_single(flat, shard)
+    _all_gather(flat, shard)
 
 
 # --- the optimizer ----------------------------------------------------------------------------
@@ -342,7 +348,7 @@ def _train(name: str, rank: int, world_size: int, steps: int, lr: float,
         losses.append(total.item() / world_size)
     state, step_bytes = state_bytes(local)
     per_rank = torch.zeros(world_size, dtype=torch.int64, device=device)
-    dist.all_gather_single(per_rank, torch.tensor([state], device=device))
+    _all_gather(per_rank, torch.tensor([state], device=device))
     return {"params": params, "losses": losses, "state_bytes": per_rank.tolist(),
             "step_bytes": step_bytes}
 
