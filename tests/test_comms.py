@@ -1,8 +1,5 @@
 """gpudl.parallel.comms and the ring all-reduce model in gpudl.estimate."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -128,15 +125,8 @@ def test_main_runs_as_a_single_process(monkeypatch, capsys):
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
-def test_torchrun_runs_the_benchmark_and_only_rank_0_prints():
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "gpudl.parallel.comms", "--repeats", "1",
-               "--warmup", "0"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                  os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=90)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_torchrun_runs_the_benchmark_and_only_rank_0_prints(torchrun):
+    done = torchrun("gpudl.parallel.comms", "--repeats", "1", "--warmup", "0", timeout=90)
     lines = done.stdout.splitlines()
     assert sum("busbw (GB/s)" in line for line in lines) == 1  # one table: rank 0's
     rows = [line.split() for line in lines if line.split()[2:3] == ["2"]]

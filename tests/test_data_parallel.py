@@ -2,9 +2,6 @@
 global batch at every step, at world sizes 1, 2 and 4, with gradient accumulation, uneven
 data and replicas that start apart; the sampler's padding and dropping; clear errors."""
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -243,15 +240,9 @@ def test_main_prints_the_comparison(monkeypatch, capsys):
 
 @pytest.mark.distributed
 @pytest.mark.timeout(200)
-def test_torchrun_runs_a_strategy_and_rank_0_compares():
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "gpudl.parallel.data_parallel", "--strategy",
-               "bucketed", "--accumulation", "2", "--drop-last", "--epochs", "1"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                  os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_torchrun_runs_a_strategy_and_rank_0_compares(torchrun):
+    done = torchrun("gpudl.parallel.data_parallel", "--strategy", "bucketed", "--accumulation",
+                    "2", "--drop-last", "--epochs", "1", timeout=180)
     assert done.stdout.count("bucketed on 2 rank(s) (gloo)") == 1  # rank 0 only
     assert f"within {dp.TOLERANCE:g}: True" in done.stdout
 

@@ -5,8 +5,6 @@ the torchrun entry point."""
 
 import functools
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -344,14 +342,8 @@ def test_exact_gradients_give_torchs_parameters_bit_for_bit(world_size):
 
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
-def test_torchrun_trains_and_only_rank_0_prints():
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "gpudl.parallel.zero", "--steps", "2"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                  os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=150)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_torchrun_trains_and_only_rank_0_prints(torchrun):
+    done = torchrun("gpudl.parallel.zero", "--steps", "2", timeout=150)
     lines = done.stdout.splitlines()
     header = f"2 rank(s) ({default_backend(2)})"
     assert sum(header in line for line in lines) == 1  # one table: rank 0's

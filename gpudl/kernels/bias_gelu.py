@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpudl import backend
+from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
 
 # isort: split
 import numpy as np
@@ -31,7 +31,14 @@ from numba import cuda, float32
 
 from gpudl.interop import as_kernel_array
 from gpudl.kernels.arrays import poisoned
-from gpudl.kernels.nn import _back, _check_arrays, _check_dims, _to_device
+from gpudl.kernels.nn import (
+    MAX_BLOCKS,
+    THREADS_PER_BLOCK,
+    _back,
+    _check_arrays,
+    _check_dims,
+    _to_device,
+)
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -45,9 +52,6 @@ __all__ = [
     "reference_backward",
 ]
 
-#: Threads per block, and at most this many blocks: a grid-stride loop covers the rest.
-THREADS_PER_BLOCK = backend.pick(gpu=256, sim=32)
-MAX_BLOCKS = backend.pick(gpu=1024, sim=1)
 _INV_SQRT2 = 1 / math.sqrt(2)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
