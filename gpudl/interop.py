@@ -18,7 +18,7 @@ from gpudl import backend
 import torch
 from numba import cuda
 
-__all__ = ["KERNEL_DTYPES", "as_kernel_array", "tensor_device"]
+__all__ = ["KERNEL_DTYPES", "as_kernel_array", "check_device", "tensor_device"]
 
 #: Tensors of these dtypes can be handed to a kernel. bfloat16 has no NumPy dtype, so
 #: kernels see a bfloat16 tensor through ``tensor.view(torch.int16)`` (its bit pattern).
@@ -29,6 +29,13 @@ KERNEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.int16, torch
 def tensor_device() -> torch.device:
     """Where tensors that kernels work on must live: ``cuda`` on a GPU, ``cpu`` simulated."""
     return torch.device("cpu" if backend.is_simulator() else "cuda")
+
+
+def check_device(tensor: torch.Tensor, name: str = "tensor") -> None:
+    """``ValueError`` naming ``name`` unless ``tensor`` is on :func:`tensor_device`."""
+    if tensor.device.type != tensor_device().type:
+        raise ValueError(f"{name} must be on {tensor_device().type} for the "
+                         f"{backend.name()} backend, got a tensor on {tensor.device}")
 
 
 def as_kernel_array(tensor: torch.Tensor, name: str = "tensor") -> object:
@@ -42,9 +49,7 @@ def as_kernel_array(tensor: torch.Tensor, name: str = "tensor") -> object:
     if tensor.dtype not in KERNEL_DTYPES:
         raise TypeError(f"{name} must have a dtype in {[str(d) for d in KERNEL_DTYPES]}, got "
                         f"{tensor.dtype} (view bfloat16 as torch.int16)")
-    if tensor.device.type != tensor_device().type:
-        raise ValueError(f"{name} must be on {tensor_device().type} for the "
-                         f"{backend.name()} backend, got a tensor on {tensor.device}")
+    check_device(tensor, name)
     if not tensor.is_contiguous():
         raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
     if backend.is_simulator():

@@ -34,7 +34,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 # isort: split
 import torch
 
-from gpudl.interop import as_kernel_array, tensor_device
+from gpudl.interop import as_kernel_array, check_device
 from gpudl.kernels import optim as ko
 
 __all__ = ["SGD", "Adam", "AdamW", "LOW_PRECISION", "traffic_table"]
@@ -56,9 +56,7 @@ def _check_params(name: str, group: dict, dtypes: tuple[torch.dtype, ...]) -> No
         if p.dtype not in dtypes:
             raise TypeError(f"{name} needs parameters of dtype {[str(d) for d in dtypes]}, "
                             f"got {p.dtype}")
-        if p.device.type != tensor_device().type:
-            raise ValueError(f"parameters must be on {tensor_device().type} for the "
-                             f"{backend.name()} backend, got one on {p.device}")
+        check_device(p, "parameters")
 
 
 def _grad(p: torch.Tensor, name: str) -> torch.Tensor:
