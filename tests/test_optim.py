@@ -9,7 +9,7 @@ import io
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpudl import backend  # first: chooses GPU or simulator before numba is imported
@@ -101,6 +101,11 @@ adam_hyper = st.fixed_dictionaries({
 @settings(max_examples=8, deadline=None, database=None)
 @given(hp=adam_hyper, decoupled=st.booleans(), variant=st.sampled_from(VARIANTS),
        seed=st.integers(0, 2**16))
+# found by hypothesis: with maximize, -g + l2 p nearly cancels; the bound's own reference step
+# ignored maximize (so it saw no cancellation), and its derivation ignored the large relative
+# error that cancellation gives v and the denominator (its R term)
+@example(hp={"lr": 0.03125, "betas": (0.5, 0.0), "eps": 0.0, "weight_decay": 0.09375,
+             "maximize": True}, decoupled=False, variant="unfused", seed=12179)
 def test_every_step_matches_torch_for_any_hyperparameters(hp, decoupled, variant, seed):
     # Each step starts both optimizers from torch's state (teacher forcing), so the check is
     # the float32 bound of one step, at every step, with no drift to allow for.

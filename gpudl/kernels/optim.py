@@ -241,15 +241,18 @@ def adam_error_bound(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
     ``u = eps32 / 2`` relative to its result. Along the paths, with ``G = |g| + l2 |p|``:
     the gradient term errs by at most ``3u G``; the lerp that updates ``m`` by
     ``7u (|m| + G)``; ``v``, a sum of non-negative terms, by ``10u V`` with ``V = beta2 v +
-    (1 - beta2) G**2``; the denominator by ``9u`` of itself; the update ``s m / denom``
-    (``s`` the step size) by ``19u U`` with ``U = s (|m| + G) / denom``; the new ``p`` by
-    ``3u |p| + 20u U``. The bounds round these up: ``12 eps32 (|p| + U)``, ``4 eps32
-    (|m| + G)`` and ``6 eps32 V``. A fused multiply-add rounds once where a multiply and an
-    add round twice, so it stays within them."""
+    (1 - beta2) G**2``, which is ``10u R`` of ``v`` itself with ``R = V / v_new`` (``R`` is
+    about 1, but large when the gradient term nearly cancels, ``g`` against ``l2 p``, and
+    ``beta2 v`` is small); the denominator, a square root of it, by ``(4 + 5 R) u`` of
+    itself; the update ``s m / denom`` (``s`` the step size) by ``(14 + 5 R) u U`` with
+    ``U = s (|m| + G) / denom``; the new ``p`` by ``3u |p| + (15 + 5 R) u U``. The bounds
+    round these up: ``12 eps32 |p| + (8 + 3 R) eps32 U``, ``4 eps32 (|m| + G)`` and
+    ``6 eps32 V``. A fused multiply-add rounds once where a multiply and an add round
+    twice, so it stays within them."""
     step = check_int("step", step, 1)
     lr, (b1, b2), eps, wd = check_adam_hyper(lr, betas, eps, weight_decay)
     _, _, v_new = reference_adam(p, g, m, v, step=step, lr=lr, betas=(b1, b2), eps=eps,
-                                 weight_decay=wd, decoupled=decoupled)
+                                 weight_decay=wd, decoupled=decoupled, maximize=maximize)
     p, g, m, v = (np.abs(a) for a in _f64(p, g, m, v))
     big_g = g + (0.0 if decoupled else wd) * p
     big_m = m + big_g
@@ -257,7 +260,9 @@ def adam_error_bound(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         denom = np.sqrt(v_new) / (1.0 - b2**step) ** 0.5 + eps
         big_u = lr / (1.0 - b1**step) * big_m / denom
-    return 12 * EPS32 * (p + big_u), 4 * EPS32 * big_m, 6 * EPS32 * big_v
+        ratio = np.where(big_v == 0, 1.0, big_v / np.abs(v_new))  # R; inf if v_new is 0
+        update = np.where(big_u == 0, 0.0, (8 + 3 * ratio) * big_u)
+    return 12 * EPS32 * p + EPS32 * update, 4 * EPS32 * big_m, 6 * EPS32 * big_v
 
 
 def reference_sgd(p: np.ndarray, g: np.ndarray, buf: np.ndarray | None, *, lr: float = 1e-3,
