@@ -15,7 +15,10 @@ own lookup races) and supplies the warp-level intrinsics the simulator lacks
 (``shfl_sync``, ``shfl_up_sync``, ``shfl_down_sync``, ``shfl_xor_sync``, ``syncwarp``,
 ``all_sync``, ``any_sync``, ``ballot_sync``) with real per-warp semantics: the threads of a
 warp meet at a rendezvous, exchange values, and a lane that has exited while others wait for
-it raises an error instead of hanging. They are never installed when a real GPU is used.
+it raises an error instead of hanging. It also refuses a launch that passes one memory as two
+arguments of a kernel that writes one of them (:mod:`gpudl.aliasing`): the simulator copies
+each NumPy argument in and out, where a GPU sees one memory. None of this is installed when a
+real GPU is used.
 """
 
 from __future__ import annotations
@@ -324,6 +327,19 @@ def _install_simulated_intrinsics() -> None:
         manager.__dict__.setdefault("_gpudl_threads", {})[self.thread_id] = self
 
     kernel.BlockThread.__init__ = registering_init
+
+    # Refuse, before it runs, a launch that passes one memory twice where the kernel writes
+    # it: the simulator copies each NumPy argument in and out, a GPU would not (gpudl.aliasing).
+    from gpudl.aliasing import check_launch
+
+    original_call = kernel.FakeCUDAKernel.__call__
+
+    def guarded_call(self, *args):
+        if not self._device and kernel._get_kernel_context() is None:
+            check_launch(self.fn, args)
+        return original_call(self, *args)
+
+    kernel.FakeCUDAKernel.__call__ = guarded_call
 
 
 if _NAME == "simulator":

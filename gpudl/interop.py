@@ -5,9 +5,11 @@ Book section: Chapter 4, "Kernels on a framework's tensors" (the optimizers) and
 
 On a GPU a CUDA tensor exports ``__cuda_array_interface__``, and
 :func:`numba.cuda.as_cuda_array` wraps the same device memory. The simulator has no device
-memory: a kernel given a NumPy array works on that array's memory, and ``tensor.numpy()``
-shares the memory of a CPU tensor, so a kernel launched on it writes into the tensor. Either
-way the kernel updates the tensor itself, as ``torch.optim`` does.
+memory: there a CPU tensor's memory (``tensor.numpy()`` shares it) is wrapped as a simulated
+device array, which a launch passes to the kernel as it is, as a GPU passes a pointer. Either
+way the kernel updates the tensor itself, as ``torch.optim`` does, and two arrays of one
+memory are one memory on both backends. (A NumPy array given to a kernel would instead be
+copied in and out by the simulator: :mod:`gpudl.aliasing`.)
 """
 
 from __future__ import annotations
@@ -53,5 +55,7 @@ def as_kernel_array(tensor: torch.Tensor, name: str = "tensor") -> object:
     if not tensor.is_contiguous():
         raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
     if backend.is_simulator():
-        return tensor.detach().numpy()
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(tensor.detach().numpy())
     return cuda.as_cuda_array(tensor.detach())

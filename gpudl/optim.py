@@ -13,8 +13,9 @@ Adam and AdamW take a ``variant``, one of :data:`gpudl.kernels.optim.VARIANTS`. 
 default) launches one kernel per parameter group: at its first step it moves the group's
 parameters, gradients and moments into flat buffers, one per kind, with every tensor a view
 into them (PyTorch FSDP's flat parameters, DeepSpeed's and Megatron's contiguous buffers do
-the same). Backward passes then accumulate gradients straight into the flat gradient buffer,
-and :meth:`Adam.zero_grad` zeroes it in place instead of setting gradients to ``None``.
+the same); a group of one contiguous parameter keeps it where it is, as its own flat buffer.
+Backward passes then accumulate gradients straight into the flat gradient buffer, and
+:meth:`Adam.zero_grad` zeroes it in place instead of setting gradients to ``None``.
 
 Parameters may be float32, or float16 or bfloat16 with the ``fused`` or ``multi_tensor``
 variant: then the optimizer keeps float32 master weights (state ``"master"``) and moments,
@@ -42,6 +43,35 @@ __all__ = ["SGD", "Adam", "AdamW", "LOW_PRECISION", "traffic_table"]
 #: Parameter dtypes that Adam updates through float32 master weights.
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 _FP32_STATE = ("exp_avg", "exp_avg_sq", "master")  # float32 whatever the parameter's dtype
+
+
+def _number(name: str, value: Any) -> Any:
+    """A hyperparameter as torch accepts it: a number, or a one-element tensor (read at every
+    step, so that a scheduler's in-place change is seen), returned as a float."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or not value.dtype.is_floating_point:
+            raise ValueError(f"a tensor {name} must hold one floating-point value, got "
+                             f"{value.dtype} of shape {tuple(value.shape)}")
+        return float(value.item())
+    return value
+
+
+def _betas(betas: Any) -> Any:
+    """Adam's betas with one-element tensors read as floats (anything else as given, for
+    :func:`gpudl.kernels.optim.check_adam_hyper` to check)."""
+    if isinstance(betas, tuple | list) and len(betas) == 2:
+        return (_number("betas[0]", betas[0]), _number("betas[1]", betas[1]))
+    return betas
+
+
+def _refuse_torch_options(name: str, **options: Any) -> None:
+    """Refuse torch's implementation switches when they are on: they select torch's own code
+    paths (``None`` or ``False`` asks for none of them, and is accepted)."""
+    for option, value in options.items():
+        if not (value is None or value is False):
+            raise ValueError(f"{name} does not support {option}={value!r}: it selects one of "
+                             "torch's implementations, and gpudl.optim runs its own kernels"
+                             + (" (choose one with variant=...)" if name != "SGD" else ""))
 
 
 def _run_closure(closure: Callable[[], Any] | None) -> Any:
@@ -76,13 +106,20 @@ def _kernel(t: torch.Tensor, name: str) -> object:
 
 
 class SGD(torch.optim.Optimizer):
-    """``torch.optim.SGD`` (momentum, dampening, weight decay, Nesterov, maximize) whose
-    step is ``gpudl.kernels.optim.sgd_kernel``, one launch per float32 parameter."""
+    """``torch.optim.SGD`` (momentum, dampening, weight decay, Nesterov, maximize; ``lr`` and
+    ``weight_decay`` a number or a one-element tensor) whose step is
+    ``gpudl.kernels.optim.sgd_kernel`` (``sgd_momentum_kernel`` with momentum), one launch per
+    float32 parameter. torch's ``foreach``, ``fused`` and ``differentiable`` are refused."""
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0,
-                 dampening: float = 0, weight_decay: float = 0, nesterov: bool = False, *,
-                 maximize: bool = False) -> None:
-        ko.check_sgd_hyper(lr, momentum, dampening, weight_decay, nesterov)
+    def __init__(self, params: Iterable, lr: float | torch.Tensor = 1e-3, momentum: float = 0,
+                 dampening: float = 0, weight_decay: float | torch.Tensor = 0,
+                 nesterov: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, differentiable: bool = False,
+                 fused: bool | None = None) -> None:
+        _refuse_torch_options("SGD", foreach=foreach, fused=fused,
+                              differentiable=differentiable)
+        ko.check_sgd_hyper(_number("lr", lr), momentum, dampening,
+                           _number("weight_decay", weight_decay), nesterov)
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize}
         super().__init__(params, defaults)
@@ -104,8 +141,10 @@ class SGD(torch.optim.Optimizer):
                 state = self.state[p]
                 buf = state.get("momentum_buffer")
                 first = buf is None
-                k = ko.sgd_scalars(first, group["lr"], group["momentum"], group["dampening"],
-                                   group["weight_decay"], group["nesterov"], group["maximize"])
+                k = ko.sgd_scalars(first, _number("lr", group["lr"]), group["momentum"],
+                                   group["dampening"],
+                                   _number("weight_decay", group["weight_decay"]),
+                                   group["nesterov"], group["maximize"])
                 if k.has_momentum and first:  # poisoned: the kernel must write every element
                     buf = state["momentum_buffer"] = torch.full_like(p, float("nan"))
                 ko.launch_sgd(_kernel(p, "param"), _kernel(g, "grad"),
@@ -138,15 +177,21 @@ def _adopt(tensor: torch.Tensor, slot: torch.Tensor) -> bool:
 
 class Adam(torch.optim.Optimizer):
     """``torch.optim.Adam`` (and, with ``decoupled_weight_decay``, AdamW) whose step runs
-    ``gpudl.kernels.optim.VARIANTS[variant]``. Same arguments and checks as torch's, except
-    that ``amsgrad`` is not implemented; ``variant`` is this book's."""
+    ``gpudl.kernels.optim.VARIANTS[variant]``. Same arguments and checks as torch's (``lr``
+    and each beta a number or a one-element tensor), except that ``amsgrad=True`` and torch's
+    implementation switches (``foreach``, ``fused``, ``capturable``, ``differentiable``) are
+    refused; ``variant`` is this book's."""
 
-    def __init__(self, params: Iterable, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
+    def __init__(self, params: Iterable, lr: float | torch.Tensor = 1e-3,
+                 betas: tuple[float | torch.Tensor, float | torch.Tensor] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None,
                  decoupled_weight_decay: bool = False,
                  variant: str = ko.DEFAULT_VARIANT) -> None:
-        ko.check_adam_hyper(lr, betas, eps, weight_decay)
+        _refuse_torch_options(type(self).__name__, foreach=foreach, fused=fused,
+                              capturable=capturable, differentiable=differentiable)
+        ko.check_adam_hyper(_number("lr", lr), _betas(betas), eps, weight_decay)
         if amsgrad:
             raise ValueError("amsgrad=True is not implemented by gpudl.optim; use "
                              "torch.optim.Adam(amsgrad=True)")
@@ -185,9 +230,9 @@ class Adam(torch.optim.Optimizer):
                              f"{group['variant']!r}")
 
     def _scalars(self, group: dict, step: int) -> ko.AdamScalars:
-        return ko.adam_scalars(step, group["lr"], group["betas"], group["eps"],
-                               group["weight_decay"], group["decoupled_weight_decay"],
-                               group["maximize"])
+        return ko.adam_scalars(step, _number("lr", group["lr"]), _betas(group["betas"]),
+                               group["eps"], group["weight_decay"],
+                               group["decoupled_weight_decay"], group["maximize"])
 
     def _init_state(self, p: torch.Tensor) -> dict:
         state = self.state[p]
@@ -239,7 +284,12 @@ class Adam(torch.optim.Optimizer):
         kinds = _KINDS if dtype in LOW_PRECISION else _KINDS[:-1]
         buffers = {kind: torch.zeros(total, device=device,
                                      dtype=dtype if kind in ("param", "grad") else torch.float32)
-                   for kind in kinds}
+                   for kind in kinds if kind != "param"}
+        # One contiguous parameter is its own flat buffer: it stays where it is, so that a view
+        # of it stays a view (ZeRO's shard is a slice of the flat parameters, gathered in place)
+        alone = len(params) == 1 and params[0].is_contiguous()
+        buffers["param"] = params[0].detach().view(-1) if alone else torch.zeros(
+            total, device=device, dtype=dtype)
         slots = {kind: [buffers[kind][o:o + p.numel()].view_as(p)
                         for o, p in zip(offsets, params, strict=True)] for kind in kinds}
         for i, p in enumerate(params):
@@ -327,11 +377,15 @@ class Adam(torch.optim.Optimizer):
 class AdamW(Adam):
     """``torch.optim.AdamW``: Adam with decoupled weight decay (default 0.01)."""
 
-    def __init__(self, params: Iterable, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 variant: str = ko.DEFAULT_VARIANT) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+    def __init__(self, params: Iterable, lr: float | torch.Tensor = 1e-3,
+                 betas: tuple[float | torch.Tensor, float | torch.Tensor] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 maximize: bool = False, foreach: bool | None = None,
+                 capturable: bool = False, differentiable: bool = False,
+                 fused: bool | None = None, variant: str = ko.DEFAULT_VARIANT) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
+                         maximize=maximize, capturable=capturable,
+                         differentiable=differentiable, fused=fused,
                          decoupled_weight_decay=True, variant=variant)
 
 

@@ -13,7 +13,9 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpudl import optim as go
 from gpudl.estimate import model_state_memory
+from gpudl.kernels import optim as go_kernels
 from gpudl.parallel.launch import default_backend, spawn
 from gpudl.parallel.sharding import make_mlp
 from gpudl.parallel.zero import (
@@ -283,7 +285,10 @@ def test_state_per_rank_is_one_nth_up_to_padding(world_size):
 # can change nothing, not even a rounding.
 EXACT_DIMS = (5, 7, 2)  # 58 parameters: no padding over 2 ranks, 2 elements over 3 and 4
 HYPER = dict(lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
-CLASSES = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
+# torch's Adam and AdamW, and gpudl.optim's Adam in each variant: the book's kernels in place on
+# the shard (compared with one process running the same class)
+CLASSES = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW} | {
+    f"gpudl Adam {v}": functools.partial(go.Adam, variant=v) for v in go_kernels.VARIANTS}
 
 
 def dyadic_grads(step, rank):
@@ -312,6 +317,12 @@ def exact_worker(rank, world_size, steps):
                 optimizer.step()
                 params.append([p.detach().clone() for p in model.parameters()])
             out[zero_class.__name__, name] = params
+            # the shard the optimizer updates is still the slice of the flat parameters that
+            # the all-gather fills in place
+            start, _ = shard_range(optimizer.numel, world_size, rank)
+            shard, flat = optimizer.param_shard, optimizer.flat_param
+            out["in place", zero_class.__name__, name] = (
+                shard.data_ptr() == flat.data_ptr() + start * flat.element_size())
     try:
         ZeroAdam([torch.zeros(world_size - 1, requires_grad=True)])
     except ValueError as exc:
@@ -336,6 +347,7 @@ def test_exact_gradients_give_torchs_parameters_bit_for_bit(world_size):
                 for zero_class in ("ZeroAdam", "NaiveZeroAdam"):
                     got = result[zero_class, name][step]
                     assert all(map(torch.equal, got, model.parameters())), (zero_class, name, step)
+                    assert result["in place", zero_class, name], (zero_class, name)
     for result in results:
         assert f"cannot shard {world_size - 1} elements over {world_size} ranks" in result["error"]
 

@@ -57,6 +57,7 @@ __all__ = [
     "check_adam_hyper", "check_sgd_hyper", "adam_scalars", "sgd_scalars",
     "reference_adam", "adam_error_bound", "reference_sgd", "sgd_error_bound",
     "v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor", "adam_mixed", "sgd_kernel",
+    "sgd_momentum_kernel",
     "launch_fused", "launch_shared", "launch_multi_tensor", "launch_mixed", "launch_sgd",
     "adam_step", "adam_step_mixed", "sgd_step", "traffic", "bench_optim",
 ]
@@ -169,7 +170,7 @@ def adam_scalars(step: int, lr: float = 1e-3, betas: tuple[float, float] = (0.9,
 
 
 class SgdScalars(NamedTuple):
-    """What ``sgd_kernel`` receives after its arrays."""
+    """What ``sgd_kernel`` or ``sgd_momentum_kernel`` receives after its arrays."""
 
     maximize: bool
     l2: np.float32  # weight decay: g + l2 * p
@@ -539,24 +540,42 @@ def adam_mixed(p_low, g_low, master, m, v, bf16, maximize, l2, decay, w1, beta2,
             p_low[i] = p
 
 
-# sgd_kernel: torch.optim.SGD's step in one pass: the gradient (negated to maximize, plus
-# the L2 term), the momentum buffer (the gradient itself on the first step, then
-# momentum * buf + (1 - dampening) * g), Nesterov's look-ahead, and p -= lr * direction.
-# Without momentum it moves 12 bytes per parameter (read p, g; write p), with it 20.
+@cuda.jit(device=True, inline=True)
+def _sgd_gradient(g, p, maximize, l2):
+    """The gradient SGD follows: negated to maximize, plus the L2 term, in torch's order."""
+    if maximize:
+        g = -g
+    if l2 != 0:
+        g = g + l2 * p
+    return g
+
+
+# sgd_kernel: torch.optim.SGD's step without momentum, p -= lr * g, in one pass: 12 bytes per
+# parameter (read p, g; write p).
 @cuda.jit
-def sgd_kernel(p, g, buf, maximize, l2, has_momentum, first, momentum, w, nesterov, neg_lr):
+def sgd_kernel(p, g, maximize, l2, neg_lr):
     i = cuda.grid(1)
     if i < p.size:
-        d = g[i]
-        if maximize:
-            d = -d
-        if l2 != 0:
-            d = d + l2 * p[i]
-        if has_momentum:
-            b = d if first else buf[i] * momentum + w * d
-            buf[i] = b
-            d = d + momentum * b if nesterov else b
-        p[i] = p[i] + neg_lr * d
+        x = p[i]
+        p[i] = x + neg_lr * _sgd_gradient(g[i], x, maximize, l2)
+
+
+# sgd_momentum_kernel: with momentum, the buffer too: the gradient itself on the first step,
+# then momentum * buf + (1 - dampening) * g; Nesterov's look-ahead g + momentum * buf; and
+# p -= lr * direction. 20 bytes per parameter (read p, g, buf; write p, buf). Plain SGD has
+# a kernel of its own rather than this one with an unused buffer: handing it the parameter
+# as a stand-in buffer passed one memory twice, which the simulator copies twice
+# (gpudl.aliasing).
+@cuda.jit
+def sgd_momentum_kernel(p, g, buf, maximize, l2, first, momentum, w, nesterov, neg_lr):
+    i = cuda.grid(1)
+    if i < p.size:
+        x = p[i]
+        d = _sgd_gradient(g[i], x, maximize, l2)
+        b = d if first else buf[i] * momentum + w * d
+        buf[i] = b
+        d = d + momentum * b if nesterov else b
+        p[i] = x + neg_lr * d
 
 
 # ------------------------------------------------------------------------------------------
@@ -592,9 +611,17 @@ def launch_mixed(p_low: Array, g_low: Array, master: Array, m: Array, v: Array,
 
 
 def launch_sgd(p: Array, g: Array, buf: Array | None, k: SgdScalars) -> None:
-    """One ``sgd_kernel`` launch; without momentum ``buf`` is None (``p`` stands in for it,
-    untouched)."""
-    _launch(sgd_kernel, _blocks(p.size), p, g, p if buf is None else buf, *k)
+    """One SGD launch: ``sgd_kernel`` without momentum (``buf`` None), else
+    ``sgd_momentum_kernel`` on the momentum buffer ``buf``."""
+    if k.has_momentum != (buf is not None):
+        given = "None" if buf is None else "an array"
+        raise ValueError("a momentum buffer is needed exactly when momentum != 0, got "
+                         f"momentum={float(k.momentum)} and buf={given}")
+    if buf is None:
+        _launch(sgd_kernel, _blocks(p.size), p, g, k.maximize, k.l2, k.neg_lr)
+    else:
+        _launch(sgd_momentum_kernel, _blocks(p.size), p, g, buf, k.maximize, k.l2, k.first,
+                k.momentum, k.w, k.nesterov, k.neg_lr)
 
 
 #: Adam variant name -> launcher(p, g, m, v, scalars) on kernel arrays, updating in place.
