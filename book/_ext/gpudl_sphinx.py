@@ -109,21 +109,44 @@ def _model_figures() -> dict:
     from gpudl import plots
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
+    from gpudl.optim import traffic_table
     from gpudl.parallel import pipeline_parallel
+    from gpudl.plots._style import finish
+    from gpudl.trace import on_simulator
 
     h100 = SPECS["H100 SXM"]
     a100 = "A100 80GB SXM"
     return {
+        # Chapter 1
+        "sm-cc90.png": lambda: plots.sm_diagram((9, 0)),
+        "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
+        "ring-model.png": lambda: plots.ring_allreduce_model(
+            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
+        ),
+        # Chapter 2 (the Hopper whitepaper's 50 MB of L2, cited in the chapter's table)
+        "memory-levels-h100.png": lambda: plots.memory_levels("H100 SXM", l2_mb=50),
+        "warp-sectors.png": lambda: plots.warp_sectors(on_simulator(plots.copy_requests)),
+        "bank-conflicts.png": lambda: plots.bank_conflicts(
+            on_simulator(plots.tile_load_requests)),
         "roofline-h100.png": lambda: plots.roofline(
             h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
             {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
             "Roofline, FP32, H100 SXM (datasheet)",
         ),
-        "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
-        "ring-model.png": lambda: plots.ring_allreduce_model(
-            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
-        ),
-        "pipeline-schedules.png": lambda: pipeline_parallel.plot_schedules(4, 4),
+        # Chapter 3
+        "matmul-tiling.png": plots.matmul_tiling,
+        "linear-dataflow.png": lambda: plots.linear_dataflow(32, 64, 32),
+        # Chapter 4: two parameter tensors are enough, the counts are per parameter
+        "adam-traffic.png": lambda: plots.optimizer_traffic(
+            on_simulator(traffic_table, (40, 13))),
+        "zero-partition.png": lambda: plots.zero_partition(4),
+        # Chapter 5 (the timeline's inputs are assumptions, stated in the caption)
+        "ring-steps.png": lambda: plots.ring_steps(4),
+        "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
+        # Chapter 6
+        "pipeline-schedules.png": lambda: finish(pipeline_parallel.plot_schedules(4, 4)),
+        "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
+        # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(
             training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
         "zero-memory.png": lambda: plots.memory_by_zero_stage(
