@@ -22,7 +22,7 @@ __all__ = ["sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
 
 def sm_diagram(compute_capability: tuple[int, int] = (9, 0)) -> Figure:
     """One streaming multiprocessor of ``compute_capability``, drawn from
-    :data:`gpudl.hardware.SM_LIMITS` and :data:`gpudl.hardware.FP32_CORES_PER_SM`: its
+    ``gpudl.hardware.SM_LIMITS`` and ``gpudl.hardware.FP32_CORES_PER_SM``: its
     partitions, each with a warp scheduler, a slice of the register file and its FP32 lanes
     (one small square per lane, gid ``"fp32-lane"``), and the shared memory they all reach."""
     limits = SM_LIMITS[compute_capability]

@@ -28,7 +28,7 @@ __all__ = [
 
 def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
     """Size and bandwidth of each memory level of the GPU called ``gpu``, from
-    :data:`gpudl.hardware.SPECS` and :data:`gpudl.hardware.SM_LIMITS`: registers (SMs x 256
+    ``gpudl.hardware.SPECS`` and ``gpudl.hardware.SM_LIMITS``: registers (SMs x 256
     KB; bandwidth three 4-byte operands per FP32 core per clock), shared memory (SMs x the
     largest carveout; 32 banks x 4 bytes per clock per SM), the L2 (``l2_mb``, a whitepaper
     figure the table does not hold; its bandwidth is in no datasheet and is not drawn) and

@@ -49,7 +49,7 @@ _SHARDED_FROM = {"parameters": 3, "gradients": 2, "optimizer state": 1}  # stage
 
 def zero_partition(world_size: int = 4, stages: Sequence[int] = (0, 1, 2, 3)) -> Figure:
     """For each ZeRO stage, each rank's bytes per parameter, one bar per rank split into
-    :data:`ZERO_PARTS`: a part is whole on every rank until the stage that shards it, then
+    ``ZERO_PARTS``: a part is whole on every rank until the stage that shards it, then
     each rank holds its 1/N slice (drawn at that rank's position). The bars' totals are
     :func:`gpudl.estimate.model_state_memory` per parameter."""
     n = world_size
