@@ -52,6 +52,14 @@ def test_every_lab_code_line_fits_the_code_box(path):
     assert not too_wide, f"lines wider than {LISTING_COLUMNS} characters: {too_wide}"
 
 
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)
+def test_every_code_block_line_fits_the_code_box(md):
+    blocks = re.findall(r"^```(?:text|bash|python|console)\n(.*?)^```", md.read_text(),
+                        re.M | re.S)
+    too_wide = [line for b in blocks for line in b.splitlines() if len(line) > LISTING_COLUMNS]
+    assert not too_wide, f"lines wider than {LISTING_COLUMNS} characters: {too_wide}"
+
+
 def test_no_checks_keeps_the_code_and_drops_only_the_checks():
     code = (
         "def f(x, n):\n"

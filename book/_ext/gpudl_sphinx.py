@@ -39,8 +39,9 @@ EXTERNAL_TARGET_PREFIXES = (
 GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
 #: The widest listing line (characters) that the code box holds at a window 1280 px wide:
-#: measured in headless Chromium with book/_static/gpudl.css (98.2 characters of DejaVu Sans
-#: Mono, the widest common monospace font), less one for safety.
+#: measured in headless Chromium with book/_static/gpudl.css, 100 characters of DejaVu Sans
+#: Mono (the widest common monospace font) in the text, in a list and in a solution's
+#: dropdown alike, less three for other fonts and scroll bars.
 LISTING_COLUMNS = 97
 
 CHECKS_OMITTED = "# (input checks omitted here; they are in the source)"
