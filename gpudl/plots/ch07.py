@@ -35,7 +35,7 @@ def training_time_and_cost(flops: float, peak_flops: float, gpu_name: str,
     left.set(xscale="log", yscale="log", xlabel=f"{gpu_name} GPUs", ylabel="hours",
              title=f"{flops:.3g} flops")
     left.set_xticks(list(gpus), [str(n) for n in gpus])
-    left.legend(loc="lower left")
+    left.legend(loc="upper right")
     fractions = np.linspace(0.1, 0.6, 26)
     right.plot(fractions * 100, [training_time(flops, 1, peak_flops, f) / 3600 for f in fractions])
     right.set(xlabel="MFU (%)", ylabel="GPU-hours (x price = cost)",
