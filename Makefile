@@ -42,7 +42,7 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
 	    --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 300 tests notebooks
 
-test: lint pytest book
+test: lint book pytest
 
 notebooks: $(STAMP)
 	$(BIN)/python -m gpudl notebooks

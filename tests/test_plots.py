@@ -11,6 +11,14 @@ from gpudl.estimate import allreduce_time  # noqa: E402
 from gpudl.hardware import occupancy  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def test_occupancy_curves_plot_the_calculator():
     regs = [32, 64, 72, 128]
     fig = plots.occupancy_curves((8, 0), block_sizes=(256, 1024), registers=regs)
@@ -108,3 +116,183 @@ def test_memory_by_zero_stage_draws_one_bar_per_stage_and_case():
     ax = fig.get_axes()[0]
     assert [p.get_height() for p in ax.patches] == [16, 7, 5.5, 4, 120, 31.4, 16.6, 1.9]
     assert [line.get_ydata()[0] for line in ax.get_lines()] == [80]
+
+
+# ------------------------------------------------------------------------------------------
+# The figures the book draws when it is built (book/_ext/gpudl_sphinx.py)
+# ------------------------------------------------------------------------------------------
+
+
+def test_every_book_figure_has_readable_text_and_fits_the_page():
+    import sys
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    from gpudl.plots._style import MAX_WIDTH_IN, MIN_FONT_PT, font_sizes
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+    import gpudl_sphinx
+
+    figures = gpudl_sphinx._model_figures()
+    assert len(figures) >= 17
+    for name, draw in figures.items():
+        fig = draw()
+        assert fig.get_size_inches()[0] <= MAX_WIDTH_IN, name
+        assert min(font_sizes(fig)) >= MIN_FONT_PT, name
+        plt.close(fig)
+
+
+def test_finish_raises_small_text():
+    import matplotlib.pyplot as plt
+
+    from gpudl.plots._style import MIN_FONT_PT, finish, font_sizes
+
+    fig, ax = plt.subplots()
+    ax.text(0, 0, "tiny", fontsize=5)
+    ax.set_xlabel("x", fontsize=6)
+    assert min(font_sizes(fig)) == 5
+    assert min(font_sizes(finish(fig))) >= MIN_FONT_PT
+
+
+def test_sm_diagram_draws_the_sm_limits():
+    from gpudl.hardware import FP32_CORES_PER_SM, SM_LIMITS
+
+    for cc in ((8, 0), (9, 0)):
+        fig = plots.sm_diagram(cc)
+        ax = fig.axes[0]
+        lanes = [p for p in ax.patches if p.get_gid() == "fp32-lane"]
+        assert len(lanes) == FP32_CORES_PER_SM[cc]
+        texts = " ".join(t.get_text() for t in ax.texts)
+        regs = SM_LIMITS[cc].registers // SM_LIMITS[cc].register_partitions
+        assert f"{regs:,}" in texts and f"{SM_LIMITS[cc].shared_memory // 1024} KB" in texts
+
+
+def test_memory_levels_come_from_the_spec_table():
+    from gpudl.hardware import SPECS
+
+    h100 = SPECS["H100 SXM"]
+    fig = plots.memory_levels("H100 SXM", l2_mb=50)
+    sizes = [p.get_width() for p in fig.axes[0].patches]
+    bandwidths = [p.get_width() for p in fig.axes[1].patches]
+    assert sizes == pytest.approx([132 * 65536 * 4, 132 * 228 * 1024, 50e6, 80e9])
+    clock = h100.fp32_tflops * 1e12 / (2 * h100.cuda_cores)
+    assert bandwidths[0] == pytest.approx(h100.cuda_cores * 12 * clock / 1e9)
+    assert bandwidths[1] == pytest.approx(132 * 128 * clock / 1e9)  # 33.5 TB/s, as Ch. 2
+    assert bandwidths[1] == pytest.approx(33.5e3, rel=0.01)
+    assert bandwidths[2] == 0 and bandwidths[3] == h100.memory_bandwidth_gbs
+
+
+def test_warp_sectors_draw_the_tracers_requests():
+    rows = plots.copy_requests((("stride", 1), ("stride", 2), ("offset", 1), ("stride", 32)))
+    assert [r["sectors"] for r in rows] == [4, 8, 5, 32]
+    assert rows[1]["addresses"] == [8 * k for k in range(32)]
+    fig = plots.warp_sectors(rows)
+    for ax, row in zip(fig.axes, rows, strict=True):
+        assert len(ax.patches) == row["sectors"]  # one shaded span per touched sector
+        assert ax.get_title(loc="right") == f"{row['sectors']} sectors"
+
+
+def test_bank_conflicts_draw_the_traced_tile_reads():
+    words = plots.tile_load_requests()
+    assert sorted(w % 32 for w in words["padded"]) == list(range(32))
+    assert {w % 32 for w in words["shared"]} == {words["shared"][0] % 32}
+    fig = plots.bank_conflicts(words)
+    shared, padded = fig.axes
+    assert len(shared.patches) == 32 and max(p.get_y() for p in shared.patches) == 31
+    assert {p.get_x() + p.get_width() / 2 for p in padded.patches} == set(range(32))
+    assert shared.get_title() == "shared: 32-way conflict"
+
+
+def test_matmul_tiling_draws_each_variants_tiles():
+    from gpudl.kernels import matmul as mm
+
+    assert plots.tile_geometry("v5_register_2d")["rows"] == mm.V5_BM
+    fig = plots.matmul_tiling()
+    for ax, variant in zip(fig.axes, ("v3_tiled", "v4_register_1d", "v5_register_2d"),
+                           strict=True):
+        g = plots.tile_geometry(variant)
+        tile = next(p for p in ax.patches if p.get_gid() == "c-tile")
+        a = next(p for p in ax.patches if p.get_gid() == "a-slab")
+        assert (tile.get_width(), tile.get_height()) == (g["cols"], g["rows"])
+        assert a.get_width() == g["depth"]
+        dots = next(ln for ln in ax.get_lines() if ln.get_gid() == "thread-outputs")
+        assert len(dots.get_xdata()) * g["threads"] == g["rows"] * g["cols"]
+    with pytest.raises(ValueError, match="variant"):
+        plots.tile_geometry("v1_naive")
+
+
+def test_linear_dataflow_prints_the_layers_flops():
+    from gpudl.kernels.nn import linear_backward_flops, linear_forward_flops
+
+    texts = " ".join(t.get_text() for t in plots.linear_dataflow(32, 64, 32).axes[0].texts)
+    assert f"forward: {linear_forward_flops(32, 64, 32):,} flops" in texts
+    assert f"backward: {linear_backward_flops(32, 64, 32):,} flops" in texts
+
+
+def test_optimizer_traffic_plots_the_counted_bytes():
+    rows = [{"variant": "unfused", "launches": 14, "global_bytes_per_param": 72.0,
+             "shared_bytes_per_param": 0.0},
+            {"variant": "shared", "launches": 2, "global_bytes_per_param": 28.0,
+             "shared_bytes_per_param": 56.0}]
+    fig = plots.optimizer_traffic(rows)
+    assert [p.get_height() for p in fig.axes[0].patches] == [72.0, 28.0, 0.0, 56.0]
+
+
+def test_zero_partition_totals_are_the_zero_accounting():
+    from gpudl.estimate import model_state_memory
+    from gpudl.plots.ch04 import held_bytes
+
+    fig = plots.zero_partition(4)
+    held = held_bytes(fig)
+    for stage in range(4):
+        expected = model_state_memory(1000, n_gpus=4, zero_stage=stage) / 1000
+        assert [held[(stage, r)] for r in range(4)] == pytest.approx([expected] * 4)
+
+
+def test_ring_schedule_follows_the_ring_rule():
+    for n in (2, 3, 4, 5):
+        states = plots.ring_schedule(n)
+        assert len(states) == 2 * (n - 1) + 1
+        after_rs = states[n - 1]
+        # after the reduce-scatter rank r holds the complete sum of chunk r + 1
+        assert all(after_rs[r, (r + 1) % n] == n for r in range(n))
+        assert (states[-1] == n).all()
+    fig = plots.ring_steps(4)
+    assert [ax.get_title() for ax in fig.axes] == ["start", "RS 1", "RS 2", "RS 3", "AG 1",
+                                                   "AG 2", "AG 3"]
+
+
+def test_bucket_timeline_is_the_step_time_model():
+    from gpudl.estimate import data_parallel_step_time
+
+    for n in (1, 3, 10):
+        rows = plots.bucket_timeline(0.15, 100e6, 4, 2e9, 50e-6, n_buckets=n)
+        backward = 2 / 3 * 0.15
+        step = 0.15 + max(0.0, rows[-1][2] - backward)
+        assert step == pytest.approx(data_parallel_step_time(0.15, 100e6, 4, 2e9, 50e-6,
+                                                             n_buckets=n))
+        assert all(start >= ready for ready, start, _ in rows)
+    fig = plots.ddp_overlap(bucket_counts=(1, 4))
+    bars = [p for p in fig.axes[0].patches if p.get_gid() == "allreduce:4"]
+    assert len(bars) == 4
+
+
+def test_tensor_parallel_split_is_drawn_to_scale():
+    fig = plots.tensor_parallel_split(hidden=32, ffn=64, degree=4)
+    ax = fig.axes[0]
+    a = [p for p in ax.patches if (p.get_gid() or "").startswith("A:")]
+    b = [p for p in ax.patches if (p.get_gid() or "").startswith("B:")]
+    assert len(a) == len(b) == 4
+    assert {round(p.get_width() / p.get_height(), 6) for p in a} == {round(16 / 32, 6)}
+    assert {round(p.get_height() / p.get_width(), 6) for p in b} == {round(16 / 32, 6)}
+    assert sum(1 for p in ax.patches if (p.get_gid() or "").startswith("allreduce")) == 2
+    with pytest.raises(ValueError, match="divide"):
+        plots.tensor_parallel_split(32, 64, 3)
+
+
+def test_time_bars_are_linear_and_labelled_with_speed_ups():
+    fig = plots.time_bars({"slow": 4e-3, "fast": 1e-3}, "t")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "linear"
+    assert [t.get_text().strip() for t in ax.texts] == ["4 ms (1.0x)", "1 ms (4.0x)"]

@@ -3,15 +3,27 @@
 - puts the repository on sys.path, for autodoc and for the figures below;
 - draws the prose's model figures (deterministic, from `gpudl.plots`) into book/_generated/
   when the build starts, so a figure in the text is always the package's current answer;
-- the ``{gpudl-specs}`` directive renders `gpudl.hardware.SPECS` as a table;
+- the ``{gpudl-specs}`` directive renders `gpudl.hardware.SPECS` as two tables (core facts;
+  rates and power);
+- ``{literalinclude}`` takes one more flag, ``:no-checks:``, which shows a function's teaching
+  core: its input checks (``if ...: raise`` blocks and ``check_*`` calls) become one comment
+  line, and stay in the source;
+- serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
+  ``LISTING_COLUMNS`` characters at 1280 px), and shows the repository and launch buttons only
+  when ``repository.url`` is set in _config.yml;
 - drops missing references to types documented elsewhere (NumPy, torch, numba, matplotlib)
   so that `-n` (nitpicky) warns only about the book's own broken references."""
 
+import ast
 import sys
+import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 from docutils import nodes
+from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
+from sphinx.directives.code import LiteralInclude, LiteralIncludeReader
 from sphinx.util.docutils import SphinxDirective
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,26 +38,116 @@ EXTERNAL_TARGET_PREFIXES = (
 
 GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
+#: The widest listing line (characters) that the code box holds at a window 1280 px wide:
+#: measured in headless Chromium with book/_static/gpudl.css, 100 characters of DejaVu Sans
+#: Mono (the widest common monospace font) in the text, in a list and in a solution's
+#: dropdown alike, less three for other fonts and scroll bars.
+LISTING_COLUMNS = 97
+
+CHECKS_OMITTED = "# (input checks omitted here; they are in the source)"
+
+
+def _is_check(statement: ast.stmt) -> bool:
+    """An input check: ``if ...: raise ...`` without ``else``, or a bare ``check_*(...)``."""
+    if isinstance(statement, ast.If):
+        return not statement.orelse and all(isinstance(s, ast.Raise) for s in statement.body)
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        return name.startswith(("check_", "_check"))
+    return False
+
+
+def strip_checks(code: str) -> str:
+    """``code`` with each run of input checks replaced by one :data:`CHECKS_OMITTED` line."""
+    lines = code.splitlines()
+    tree = ast.parse(textwrap.dedent(code))
+    runs: list[tuple[int, int]] = []  # (first line, last line), 0-based, inclusive
+    previous_block = None
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            for statement in block:
+                if not _is_check(statement):
+                    continue
+                first, last = statement.lineno - 1, statement.end_lineno - 1
+                if runs and runs[-1][1] + 1 == first and block is previous_block:
+                    runs[-1] = (runs[-1][0], last)
+                else:
+                    runs.append((first, last))
+                previous_block = block
+    for first, last in sorted(runs, reverse=True):
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        lines[first : last + 1] = [indent + CHECKS_OMITTED]
+    return "\n".join(lines) + ("\n" if code.endswith("\n") else "")
+
+
+def listing_text(path: Path, options: dict) -> str:
+    """The text a ``{literalinclude}`` of ``path`` with ``options`` shows (for the tests)."""
+    reader = LiteralIncludeReader(str(path), options, SimpleNamespace(source_encoding="utf-8"))
+    text, _ = reader.read()
+    return strip_checks(text) if "no-checks" in options else text
+
+
+class Listing(LiteralInclude):
+    """``{literalinclude}`` with a ``:no-checks:`` flag (see :func:`strip_checks`)."""
+
+    option_spec = {**LiteralInclude.option_spec, "no-checks": directives.flag}
+
+    def run(self):
+        result = super().run()
+        if "no-checks" in self.options:
+            for block in result[0].findall(nodes.literal_block):
+                text = strip_checks(block.astext())
+                block.rawsource = text
+                block.children = [nodes.Text(text)]
+        return result
+
 
 def _model_figures() -> dict:
     from gpudl import plots
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
+    from gpudl.optim import traffic_table
     from gpudl.parallel import pipeline_parallel
+    from gpudl.plots._style import finish
+    from gpudl.trace import on_simulator
 
     h100 = SPECS["H100 SXM"]
     a100 = "A100 80GB SXM"
     return {
+        # Chapter 1
+        "sm-cc90.png": lambda: plots.sm_diagram((9, 0)),
+        "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
+        "ring-model.png": lambda: plots.ring_allreduce_model(
+            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
+        ),
+        # Chapter 2 (the Hopper whitepaper's 50 MB of L2, cited in the chapter's table)
+        "memory-levels-h100.png": lambda: plots.memory_levels("H100 SXM", l2_mb=50),
+        "warp-sectors.png": lambda: plots.warp_sectors(on_simulator(plots.copy_requests)),
+        "bank-conflicts.png": lambda: plots.bank_conflicts(
+            on_simulator(plots.tile_load_requests)),
         "roofline-h100.png": lambda: plots.roofline(
             h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
             {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
             "Roofline, FP32, H100 SXM (datasheet)",
         ),
-        "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
-        "ring-model.png": lambda: plots.ring_allreduce_model(
-            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
-        ),
-        "pipeline-schedules.png": lambda: pipeline_parallel.plot_schedules(4, 4),
+        # Chapter 3
+        "matmul-tiling.png": plots.matmul_tiling,
+        "linear-dataflow.png": lambda: plots.linear_dataflow(32, 64, 32),
+        # Chapter 4: two parameter tensors are enough, the counts are per parameter
+        "adam-traffic.png": lambda: plots.optimizer_traffic(
+            on_simulator(traffic_table, (40, 13))),
+        "zero-partition.png": lambda: plots.zero_partition(4),
+        # Chapter 5 (the timeline's inputs are assumptions, stated in the caption)
+        "ring-steps.png": lambda: plots.ring_steps(4),
+        "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
+        # Chapter 6
+        "pipeline-schedules.png": lambda: finish(pipeline_parallel.plot_schedules(4, 4)),
+        "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
+        # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(
             training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
         "zero-memory.png": lambda: plots.memory_by_zero_stage(
@@ -80,35 +182,60 @@ def _ignore_external(app, env, node, contnode):
 
 
 class SpecsTable(SphinxDirective):
-    """``{gpudl-specs}``: the table of real GPUs, rendered from ``gpudl.hardware.SPECS`` so
-    that the prose cannot drift from the package."""
+    """``{gpudl-specs} core`` or ``{gpudl-specs} rates``: the table of real GPUs, rendered from
+    ``gpudl.hardware.SPECS`` so that the prose cannot drift from the package. ``core`` gives
+    the chip (year, compute capability, SMs, cores, memory), ``rates`` its bandwidth, peak
+    rates and power: two tables of seven columns, each readable at 1280 px."""
 
     has_content = False
+    required_arguments = 1
 
     def run(self):
         from gpudl.hardware import SPECS
         from gpudl.hardware import datasheet_number as _fmt
 
-        header = (
-            "| GPU | year | CC | SMs | FP32 cores/SM | CUDA cores | memory | bandwidth (GB/s) "
-            "| FP32 (TFLOP/s) | FP16 tensor, dense | BF16 tensor, dense | TDP (W) | source |"
-        )
-        lines = [header, "|" + "---|" * 13]
+        part = self.arguments[0]
+        columns = {
+            "core": ("GPU", "year", "compute capability", "SMs", "FP32 cores per SM",
+                     "CUDA cores", "memory"),
+            "rates": ("GPU", "bandwidth (GB/s)", "FP32 (TFLOP/s)", "FP16 tensor, dense",
+                      "BF16 tensor, dense", "TDP (W)", "source"),
+        }
+        if part not in columns:
+            raise self.error(f"gpudl-specs takes one of {list(columns)}, got {part!r}")
+        lines = ["| " + " | ".join(columns[part]) + " |", "|" + "---|" * len(columns[part])]
         for s in SPECS.values():
-            cc = f"{s.compute_capability[0]}.{s.compute_capability[1]}"
-            lines.append(
-                f"| {s.name} | {s.year} | {cc} | {s.sm_count} | {s.fp32_cores_per_sm} "
-                f"| {s.cuda_cores:,} | {s.memory_gb:g} GB {s.memory_type} "
-                f"| {_fmt(s.memory_bandwidth_gbs)} | {_fmt(s.fp32_tflops)} "
-                f"| {_fmt(s.fp16_tensor_tflops)} | {_fmt(s.bf16_tflops)} | {_fmt(s.tdp_watts)} "
-                f"| {{cite:p}}`{s.source}` |"
-            )
+            if part == "core":
+                cc = f"{s.compute_capability[0]}.{s.compute_capability[1]}"
+                cells = (s.name, s.year, cc, s.sm_count, s.fp32_cores_per_sm,
+                         f"{s.cuda_cores:,}", f"{s.memory_gb:g} GB {s.memory_type}")
+            else:
+                cells = (s.name, _fmt(s.memory_bandwidth_gbs), _fmt(s.fp32_tflops),
+                         _fmt(s.fp16_tensor_tflops), _fmt(s.bf16_tflops), _fmt(s.tdp_watts),
+                         f"{{cite:p}}`{s.source}`")
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
         container = nodes.container()
         self.state.nested_parse(StringList(lines, source="gpudl.hardware.SPECS"), 0, container)
         return container.children
 
 
+def _buttons_from_repository(app, config) -> None:
+    """Repository, issue and launch buttons only when ``repository.url`` is set: a book built
+    from a fork that has not set it links to nothing it does not own."""
+    options = config.html_theme_options
+    has_repository = bool(options.get("repository_url"))
+    options["use_repository_button"] = has_repository
+    options["use_issues_button"] = has_repository
+    if not has_repository:
+        options.pop("launch_buttons", None)
+        options.pop("repository_url", None)
+
+
 def setup(app):
+    app.connect("config-inited", _buttons_from_repository)
+    app.add_directive("literalinclude", Listing, override=True)
+    app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))
+    app.add_css_file("gpudl.css")
     app.add_directive("gpudl-specs", SpecsTable)
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _ignore_external)

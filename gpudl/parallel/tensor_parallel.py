@@ -168,7 +168,8 @@ class ColumnParallelLinear(torch.nn.Module):
     their slices stacked, so they cost one product and one ``f``."""
 
     def __init__(self, linears: torch.nn.Linear | Sequence[torch.nn.Linear],
-                 group: torch.distributed.ProcessGroup | None = None, gelu: bool = False) -> None:
+                 group: torch.distributed.ProcessGroup | None = None,
+                 gelu: bool = False) -> None:
         super().__init__()
         linears = [linears] if isinstance(linears, torch.nn.Linear) else list(linears)
         self.group, self.gelu = group, gelu
@@ -194,8 +195,8 @@ class RowParallelLinear(torch.nn.Module):
     ``x_r`` this rank's slice of the input (a column-parallel layer's output). The bias is
     added once, after the sum."""
 
-    def __init__(self, linear: torch.nn.Linear, group: torch.distributed.ProcessGroup | None = None
-                 ) -> None:
+    def __init__(self, linear: torch.nn.Linear,
+                 group: torch.distributed.ProcessGroup | None = None) -> None:
         super().__init__()
         self.group = group
         degree, rank = dist.get_world_size(group), dist.get_rank(group)

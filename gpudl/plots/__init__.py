@@ -1,0 +1,44 @@
+"""The book's figures, one module per chapter, each drawn from data the package computes
+(and that a notebook prints or a test checks, since nbval never compares images).
+
+Book section: every chapter. ``gpudl.plots.<name>`` reaches every figure function, as the
+labs use it; the book's build draws the deterministic ones into ``book/_generated/``
+(``book/_ext/gpudl_sphinx.py``). ``gpudl.plots._style`` keeps their text readable.
+"""
+
+from gpudl.plots.ch01 import (
+    allreduce_bandwidth,
+    occupancy_curves,
+    ring_allreduce_model,
+    sm_diagram,
+    time_bars,
+)
+from gpudl.plots.ch02 import (
+    bandwidth_vs_size,
+    bank_conflicts,
+    copy_requests,
+    hierarchy,
+    memory_levels,
+    roofline,
+    sectors_per_request,
+    state_bytes,
+    tile_load_requests,
+    warp_sectors,
+)
+from gpudl.plots.ch03 import gradient_timeline, linear_dataflow, matmul_tiling, tile_geometry
+from gpudl.plots.ch04 import optimizer_traffic, zero_partition
+from gpudl.plots.ch05 import bucket_timeline, ddp_overlap, ring_schedule, ring_steps
+from gpudl.plots.ch06 import tensor_parallel_split
+from gpudl.plots.ch07 import memory_by_zero_stage, training_time_and_cost
+
+__all__ = [
+    "sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
+    "ring_allreduce_model",
+    "memory_levels", "copy_requests", "warp_sectors", "tile_load_requests", "bank_conflicts",
+    "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
+    "tile_geometry", "matmul_tiling", "linear_dataflow", "gradient_timeline",
+    "optimizer_traffic", "zero_partition",
+    "ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap",
+    "tensor_parallel_split",
+    "training_time_and_cost", "memory_by_zero_stage",
+]

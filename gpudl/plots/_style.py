@@ -1,0 +1,36 @@
+"""What every figure of the book shares: readable text and a width that fits the page.
+
+Book section: every chapter's figures. A figure is saved at 110 dpi and shown at most about
+790 px wide at a window of 1280 px, so a width of :data:`MAX_WIDTH_IN` inches is shown at
+nearly full size and :data:`MIN_FONT_PT` points stay at least 14 px tall on screen.
+"""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+MIN_FONT_PT = 10.0
+MAX_WIDTH_IN = 7.5
+TICK_PT, LABEL_PT, TITLE_PT = 10.5, 11.0, 12.0
+
+
+def finish(fig: Figure) -> Figure:
+    """Raise every text of ``fig`` to at least :data:`MIN_FONT_PT` (ticks, labels and titles
+    to their house sizes), then lay it out tightly."""
+    for ax in fig.axes:
+        ax.tick_params(labelsize=TICK_PT)
+        ax.xaxis.label.set_size(max(ax.xaxis.label.get_size(), LABEL_PT))
+        ax.yaxis.label.set_size(max(ax.yaxis.label.get_size(), LABEL_PT))
+        ax.title.set_size(max(ax.title.get_size(), TITLE_PT))
+    for text in fig.findobj(Text):
+        if text.get_size() < MIN_FONT_PT:
+            text.set_size(MIN_FONT_PT)
+    fig.tight_layout()
+    return fig
+
+
+def font_sizes(fig: Figure) -> list[float]:
+    """The size in points of every visible text of ``fig``, tick labels included (for tests)."""
+    fig.canvas.draw()
+    return [t.get_size() for t in fig.findobj(Text) if t.get_visible() and t.get_text()]

@@ -1,0 +1,156 @@
+"""Chapter 1's figures: an SM, occupancy, CPU against GPU, and all-reduce bandwidth.
+
+Book section: Chapter 1, GPU hardware and SIMT (and its lab). Each function draws data that
+the package computes, so a figure is always the package's current answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from gpudl.estimate import allreduce_time
+from gpudl.hardware import FP32_CORES_PER_SM, SM_LIMITS, occupancy
+from gpudl.plots._style import finish
+
+__all__ = ["sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
+           "ring_allreduce_model"]
+
+
+def sm_diagram(compute_capability: tuple[int, int] = (9, 0)) -> Figure:
+    """One streaming multiprocessor of ``compute_capability``, drawn from
+    ``gpudl.hardware.SM_LIMITS`` and ``gpudl.hardware.FP32_CORES_PER_SM``: its
+    partitions, each with a warp scheduler, a slice of the register file and its FP32 lanes
+    (one small square per lane, gid ``"fp32-lane"``), and the shared memory they all reach."""
+    limits = SM_LIMITS[compute_capability]
+    parts = limits.register_partitions
+    lanes = FP32_CORES_PER_SM[compute_capability] // parts
+    regs = limits.registers // parts
+    warps = limits.max_warps // parts
+    fig, ax = plt.subplots(figsize=(7.2, 5.0))
+    ax.add_patch(Rectangle((0, 0), 100, 70, fill=False, lw=2))
+    width = 96 / parts
+    cols = 8
+    for p in range(parts):
+        x0 = 2 + p * width
+        ax.add_patch(Rectangle((x0, 18), width - 2, 50, facecolor="#eef3fb", edgecolor="k"))
+        ax.text(x0 + width / 2 - 1, 64, f"partition {p}", ha="center", va="center")
+        ax.add_patch(Rectangle((x0 + 1, 55), width - 4, 6, facecolor="#f9d6a0", edgecolor="k"))
+        ax.text(x0 + width / 2 - 1, 58, "warp scheduler", ha="center", va="center")
+        ax.add_patch(Rectangle((x0 + 1, 44), width - 4, 9, facecolor="#c9e3c1", edgecolor="k"))
+        ax.text(x0 + width / 2 - 1, 48.5, f"{regs:,}\nregisters", ha="center",
+                va="center")
+        size = (width - 4) / cols
+        for lane in range(lanes):
+            r, c = divmod(lane, cols)
+            ax.add_patch(Rectangle((x0 + 1 + c * size, 40 - (r + 1) * size), size * 0.85,
+                                   size * 0.85, facecolor="#4c72b0", gid="fp32-lane"))
+        rows = -(-lanes // cols)
+        ax.text(x0 + width / 2 - 1, 38 - rows * size, f"{lanes} FP32 lanes\nup to {warps} warps",
+                ha="center", va="top")
+    shared_kb = limits.shared_memory // 1024
+    ax.add_patch(Rectangle((2, 3), 96, 12, facecolor="#e4d4f0", edgecolor="k"))
+    ax.text(50, 9, f"shared memory and L1 cache: up to {shared_kb} KB of shared memory,\n"
+            "each block's part visible to its own threads", ha="center", va="center")
+    ax.set(xlim=(-1, 101), ylim=(-1, 71), aspect="equal")
+    ax.axis("off")
+    cc = f"{compute_capability[0]}.{compute_capability[1]}"
+    ax.set_title(f"One SM of compute capability {cc}: {parts * lanes} FP32 lanes, "
+                 f"{limits.max_warps} warps, {limits.registers:,} registers")
+    return finish(fig)
+
+
+def _occupancy_or_zero(threads: int, regs: int, cc: tuple[int, int]) -> float:
+    try:
+        return occupancy(threads, regs, 0, cc).occupancy
+    except ValueError:  # the block needs more registers than a block may have: no launch
+        return 0.0
+
+
+def occupancy_curves(
+    compute_capability: tuple[int, int],
+    block_sizes: Sequence[int] = (64, 256, 1024),
+    registers: Sequence[int] = tuple(range(16, 256)),
+) -> Figure:
+    """Occupancy against registers per thread, one line per block size (no shared memory);
+    zero where a block of that size cannot launch at all."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for threads in block_sizes:
+        occ = [_occupancy_or_zero(threads, r, compute_capability) for r in registers]
+        ax.step(list(registers), occ, where="post", label=f"{threads} threads/block")
+    ax.set(
+        xlabel="registers per thread",
+        ylabel="occupancy",
+        ylim=(0, 1.05),
+        title=f"Occupancy on compute capability {compute_capability[0]}.{compute_capability[1]}",
+    )
+    ax.legend()
+    return finish(fig)
+
+
+def time_bars(seconds: dict[str, float], title: str, note: str = "") -> Figure:
+    """A horizontal bar per method, time in milliseconds on a linear axis (so that a bar
+    twice as long took twice as long), each labelled with its time and its speed-up over
+    the slowest."""
+    fig, ax = plt.subplots(figsize=(6.5, 0.6 * len(seconds) + 1.4))
+    names = list(seconds)
+    ms = [seconds[n] * 1e3 for n in names]
+    ax.barh(names, ms)
+    slowest = max(ms) if ms else 1.0
+    for y, value in enumerate(ms):
+        ax.text(value, y, f" {value:.3g} ms ({slowest / value:.1f}x)", va="center")
+    ax.set(xlabel="time (ms)", title=title, xlim=(0, slowest * 1.35 if ms else 1))
+    ax.invert_yaxis()
+    if note:
+        ax.text(0.99, 0.02, note, transform=ax.transAxes, ha="right", va="bottom")
+    return finish(fig)
+
+
+def allreduce_bandwidth(
+    rows: Sequence[dict], model: tuple[float, float] | None = None
+) -> Figure:
+    """Algorithm and bus bandwidth against message size (rows of
+    :func:`gpudl.parallel.comms.allreduce_bandwidth`), with the ring model's algorithm
+    bandwidth for ``model = (latency_s, bandwidth_bytes_per_s)`` if given."""
+    sizes = [r["size_bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    ax.plot(sizes, [r["algbw_gbs"] for r in rows], "o-", label="algorithm bandwidth")
+    ax.plot(sizes, [r["busbw_gbs"] for r in rows], "s-", label="bus bandwidth")
+    if model is not None:
+        latency, bandwidth = model
+        n = rows[0]["world_size"]
+        algbw = [s / allreduce_time(s, n, bandwidth, latency) / 1e9 for s in sizes]
+        ax.plot(sizes, algbw, "k--",
+                label=f"α-β model: {latency * 1e6:.3g} µs, {bandwidth / 1e9:.3g} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set(
+        xlabel="message size (bytes)",
+        ylabel="GB/s",
+        title=f"All-reduce, {rows[0]['world_size']} ranks, {rows[0]['backend']}",
+    )
+    ax.legend()
+    return finish(fig)
+
+
+def ring_allreduce_model(
+    n_bytes: float, bus_bandwidth_gbs: float, latency_s: float, world_sizes: Sequence[int]
+) -> Figure:
+    """The ring model's all-reduce time against the number of ranks, with and without the
+    per-step latency: the bandwidth term approaches 2 S/B, the latency term grows with N."""
+    ns = list(world_sizes)
+    bandwidth = bus_bandwidth_gbs * 1e9
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth) * 1e3 for n in ns], "o-",
+            label="bandwidth term 2(N-1)/N S/B")
+    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth, latency_s) * 1e3 for n in ns], "s--",
+            label=f"with {latency_s * 1e6:g} us per step")
+    ax.axhline(2 * n_bytes / bandwidth * 1e3, color="k", lw=0.8, ls=":", label="limit 2 S/B")
+    ax.set(xlabel="ranks N", ylabel="time (ms)", ylim=(0, None),
+           title=f"Ring all-reduce of {n_bytes / 1e9:g} GB at {bus_bandwidth_gbs:g} GB/s")
+    ax.legend()
+    return finish(fig)
+
+

@@ -1,0 +1,241 @@
+"""Chapter 2's figures: the memory levels, what a warp's loads touch (from the tracer),
+bank conflicts, reductions' levels, the roofline, and model state across GPUs.
+
+Book section: Chapter 2, The memory hierarchy (and its lab). The access-pattern figures draw
+requests recorded by :mod:`gpudl.trace` on the simulator (:func:`copy_requests`,
+:func:`tile_load_requests`), not hand-made pictures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpudl.estimate import ridge_point
+from gpudl.estimate import roofline as attainable
+from gpudl.hardware import SM_LIMITS, SPECS, DeviceInfo
+from gpudl.plots._style import finish
+from gpudl.trace import BANK_BYTES, BANKS, SECTOR_BYTES
+
+__all__ = [
+    "memory_levels", "copy_requests", "warp_sectors", "tile_load_requests", "bank_conflicts",
+    "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
+]
+
+
+def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
+    """Size and bandwidth of each memory level of the GPU called ``gpu``, from
+    ``gpudl.hardware.SPECS`` and ``gpudl.hardware.SM_LIMITS``: registers (SMs x 256
+    KB; bandwidth three 4-byte operands per FP32 core per clock), shared memory (SMs x the
+    largest carveout; 32 banks x 4 bytes per clock per SM), the L2 (``l2_mb``, a whitepaper
+    figure the table does not hold; its bandwidth is in no datasheet and is not drawn) and
+    device memory (the datasheet). The clock is the one the FP32 peak implies. Bars:
+    left, bytes; right, GB/s; both on log scales."""
+    from gpudl.kernels.hierarchy import register_file_bandwidth_gbs
+
+    spec = SPECS[gpu]
+    limits = SM_LIMITS[spec.compute_capability]
+    clock_hz = spec.fp32_tflops * 1e12 / (2 * spec.cuda_cores)
+    info = DeviceInfo(backend="cuda", name=gpu, sm_count=spec.sm_count,
+                      fp32_cores_per_sm=spec.fp32_cores_per_sm, sm_clock_khz=clock_hz / 1e3)
+    levels = {
+        "registers": (spec.sm_count * limits.registers * 4, register_file_bandwidth_gbs(info)),
+        "shared\nmemory": (spec.sm_count * limits.shared_memory,
+                           spec.sm_count * BANKS * BANK_BYTES * clock_hz / 1e9),
+        "L2 cache": (l2_mb * 1e6, None),
+        "device\nmemory": (spec.memory_gb * 1e9, spec.memory_bandwidth_gbs),
+    }
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.4, 3.6))
+    names = list(levels)
+    sizes = [levels[n][0] for n in names]
+    left.barh(names, sizes, color="#55a868")
+    for y, size in enumerate(sizes):
+        left.text(size, y, " " + _bytes_label(size), va="center")
+    left.set(xscale="log", xlabel="bytes (whole GPU)", xlim=(1e6, 1e14), title="Size")
+    left.invert_yaxis()
+    bandwidths = [levels[n][1] or 0.0 for n in names]
+    right.barh(names, bandwidths, color="#c44e52")
+    for y, gbs in enumerate(bandwidths):
+        right.text(gbs if gbs else 1e2, y, f" {gbs / 1e3:,.1f} TB/s" if gbs else
+                   " not in a datasheet", va="center")
+    right.set(xscale="log", xlabel="GB/s (whole GPU)", xlim=(1e2, 1e7), title="Bandwidth")
+    right.set_yticks(range(len(names)), [""] * len(names))
+    right.invert_yaxis()
+    fig.suptitle(f"{gpu}: smaller levels are faster", fontsize=12)
+    return finish(fig)
+
+
+def _bytes_label(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.3g} {unit}"
+    return f"{n:g} B"
+
+
+def copy_requests(patterns: Sequence[tuple[str, int]] = (("stride", 1), ("stride", 2),
+                                                          ("offset", 1), ("stride", 32)),
+                  ) -> list[dict]:
+    """The first warp's load request of :mod:`gpudl.kernels.memory`'s strided and offset
+    copies, traced on the simulator (run it through :func:`gpudl.trace.on_simulator` on a
+    GPU): one dict per ``(kind, amount)`` with ``pattern``, the lanes' byte ``addresses``
+    relative to the array's start, and the ``sectors`` the tracer counted."""
+    from gpudl.kernels import memory
+    from gpudl.trace import trace
+
+    rows = []
+    for kind, amount in patterns:
+        out = np.full(32, np.nan, dtype=np.float32)
+        if kind == "stride":
+            x = np.arange(32 * amount, dtype=np.float32)
+            t = trace(memory.copy_strided_kernel, 1, 32, x, out, amount)
+        elif kind == "offset":
+            x = np.arange(32 + amount, dtype=np.float32)
+            t = trace(memory.copy_offset_kernel, 1, 32, x, out, amount)
+        else:
+            raise ValueError(f"a pattern is ('stride', s) or ('offset', k), got {kind!r}")
+        request = t.requests("global", "load", "x")[0]
+        base = 1 << 32  # the tracer's address of argument 0
+        rows.append({"pattern": f"{kind} {amount}",
+                     "addresses": [a - base for a in request.addresses],
+                     "sectors": request.sectors})
+    return rows
+
+
+def warp_sectors(rows: Sequence[dict], size: int = 4) -> Figure:
+    """For each traced request (rows of :func:`copy_requests`), the 32-byte sectors its 32
+    lanes touch: a dot per lane at the sector of its ``size``-byte word, touched sectors
+    shaded, and the count in the title of each panel."""
+    fig, axes = plt.subplots(len(rows), 1, figsize=(7.4, 1.15 * len(rows) + 0.9),
+                             squeeze=False)
+    for ax, row in zip(axes[:, 0], rows, strict=True):
+        span = max(8, -(-(max(row["addresses"]) // SECTOR_BYTES + 1) // 8) * 8)
+        sectors = sorted({a // SECTOR_BYTES for a in row["addresses"]}
+                         | {(a + size - 1) // SECTOR_BYTES for a in row["addresses"]})
+        for s in sectors:
+            ax.axvspan(s, s + 1, color="#f2c57c", lw=0)
+        x = [a / SECTOR_BYTES for a in row["addresses"]]
+        ax.plot(x, [0.5] * len(x), "|", color="#1f4e79", markersize=14, mew=1.5)
+        ax.set(xlim=(0, span), ylim=(0, 1), yticks=[])
+        ax.set_ylabel(row["pattern"], rotation=0, ha="right", va="center")
+        ax.set_title(f"{len(sectors)} sectors", loc="right", fontsize=10.5)
+        ax.set_xticks(range(0, span + 1, max(4, span // 8)))
+    axes[-1, 0].set_xlabel("32-byte sector of the array (lanes' words as ticks, "
+                           "touched sectors shaded)")
+    fig.suptitle("One warp's float32 load, traced on the simulator", fontsize=12)
+    return finish(fig)
+
+
+def tile_load_requests() -> dict[str, list[int]]:
+    """The shared-memory words that the first warp's column read of the transpose tile
+    asks for, in ``v2_shared`` (32 x 32 tile) and ``v3_padded`` (32 x 33), traced on the
+    simulator on one 32 x 32 block: name -> the 32 lanes' word indices."""
+    from gpudl.kernels import memory
+    from gpudl.trace import trace
+
+    x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
+    words = {}
+    for name, kernel in (("shared", memory.v2_shared), ("padded", memory.v3_padded)):
+        out = np.full((32, 32), np.nan, dtype=np.float32)
+        t = trace(kernel, *memory.transpose_grid(x.shape), x, out)
+        request = t.requests("shared", "load", "tile")[0]
+        words[name] = [a // BANK_BYTES for a in request.addresses]
+    return words
+
+
+def bank_conflicts(words: dict[str, Sequence[int]]) -> Figure:
+    """For each variant (``words`` of :func:`tile_load_requests`), the 32 banks and the
+    distinct words each is asked for by one warp's request: a bank asked for k different
+    words serves them in k passes, and the tallest column is the conflict degree."""
+    fig, axes = plt.subplots(1, len(words), figsize=(7.4, 3.4), sharey=True, squeeze=False)
+    for ax, (name, ws) in zip(axes[0], words.items(), strict=True):
+        per_bank: dict[int, list[int]] = {}
+        for w in sorted(set(ws)):
+            per_bank.setdefault(w % BANKS, []).append(w)
+        for bank, bank_words in per_bank.items():
+            ax.bar([bank] * len(bank_words), [1] * len(bank_words),
+                   bottom=list(range(len(bank_words))), width=0.8, color="#4c72b0",
+                   edgecolor="white")
+        degree = max(len(v) for v in per_bank.values())
+        verdict = "conflict-free" if degree == 1 else f"{degree}-way conflict"
+        ax.set(xlabel="bank (word mod 32)", xlim=(-1, BANKS), title=f"{name}: {verdict}")
+    axes[0, 0].set_ylabel("words asked of the bank")
+    fig.suptitle("One warp reads a column of the transpose tile (traced)", fontsize=12)
+    return finish(fig)
+
+
+def sectors_per_request(rows: Sequence[dict]) -> Figure:
+    """Sectors per warp request for each access pattern (rows of
+    :func:`gpudl.kernels.memory.coalescing_report`), against the ideal."""
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    names = [r["pattern"] for r in rows]
+    ax.bar(names, [r["sectors"] for r in rows], label="traced")
+    ax.axhline(rows[0]["ideal"], color="k", ls="--", lw=1, label="ideal (coalesced)")
+    ax.set(ylabel="32-byte sectors per request", title="One warp's float32 load")
+    ax.legend()
+    return finish(fig)
+
+
+def roofline(peak_flops: float, peak_bandwidth: float, points: dict[str, tuple],
+             title: str) -> Figure:
+    """The roofline of a device (flop/s, bytes/s) with kernels placed on it by arithmetic
+    intensity. ``points`` maps a name to ``(intensity, measured flop/s or None)``: measured
+    points are drawn where they were measured, the others on the roof."""
+    intensities = np.logspace(-2, 3, 200)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog(intensities, attainable(intensities, peak_flops, peak_bandwidth), "k-",
+              label="attainable = min(peak, intensity x bandwidth)")
+    ax.axvline(ridge_point(peak_flops, peak_bandwidth), color="grey", ls=":", lw=1,
+               label="ridge point")
+    for name, (intensity, measured) in points.items():
+        y = measured if measured is not None else attainable(intensity, peak_flops,
+                                                             peak_bandwidth)
+        ax.plot(intensity, y, "o" if measured is not None else "s", label=name)
+    ax.set(xlabel="arithmetic intensity (flop/byte)", ylabel="flop/s", title=title)
+    ax.legend()
+    return finish(fig)
+
+
+def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
+    """Bandwidth (``row[key]``, GB/s) against message size (``row["size_bytes"]``)."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["size_bytes"] for r in rows], [r[key] for r in rows], "o-")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="message size (bytes)", ylabel="GB/s", title=title)
+    return finish(fig)
+
+
+def state_bytes(rows: Sequence[dict]) -> Figure:
+    """Bytes of parameters, gradients and Adam state on rank 0 for each strategy and world
+    size (rows of :func:`gpudl.parallel.sharding.state_bytes`, rank 0's), stacked."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [f"{r['strategy']}\nN={r['world_size']}" for r in rows]
+    bottom = np.zeros(len(rows))
+    for key, label in (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
+                       ("adam_bytes", "Adam m, v")):
+        values = np.array([r[key] for r in rows], dtype=float) / 1e3
+        ax.bar(labels, values, bottom=bottom, label=label)
+        bottom += values
+    ax.set(ylabel="kB on rank 0", title="Model state per rank (fp32 Adam)")
+    ax.legend()
+    return finish(fig)
+
+
+def hierarchy(levels: dict) -> Figure:
+    """Latency (ns per dependent load) and bandwidth (GB/s) of each memory level, from
+    :func:`gpudl.kernels.hierarchy.measure`, side by side on log scales."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
+    latency = levels["latency"]
+    left.bar(list(latency), [r["ns_per_hop"] for r in latency.values()])
+    left.set(yscale="log", ylabel="ns per dependent load", title="Latency")
+    bandwidth = dict(levels["bandwidth"])
+    names = list(bandwidth)
+    values = [r["gbs"] for r in bandwidth.values()]
+    if levels.get("register_file_gbs") is not None:
+        names.append("registers\n(derived)")
+        values.append(levels["register_file_gbs"])
+    right.bar(names, values)
+    right.set(yscale="log", ylabel="GB/s", title="Bandwidth")
+    return finish(fig)

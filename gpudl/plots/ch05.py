@@ -1,0 +1,112 @@
+"""Chapter 5's figures: the ring all-reduce step by step, and DDP's buckets overlapping the
+backward pass.
+
+Book section: Chapter 5, Data parallelism.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpudl.estimate import allreduce_time
+from gpudl.plots._style import finish
+
+__all__ = ["ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap"]
+
+
+def ring_schedule(world_size: int) -> list[np.ndarray]:
+    """The state of a ring all-reduce after each step, by the rule of
+    :func:`gpudl.parallel.comms.ring_all_reduce`: at reduce-scatter step ``s`` rank ``r``
+    sends chunk ``r - s`` to rank ``r + 1``, which adds it to its own; at all-gather step
+    ``s`` it sends chunk ``r + 1 - s``, which replaces the receiver's (indices modulo N).
+    Element ``[r, c]`` of each state counts the ranks' contributions in rank ``r``'s chunk
+    ``c``: the first state is all ones, the last all ``world_size``."""
+    n = world_size
+    held = [[{r} for _ in range(n)] for r in range(n)]
+    states = [np.ones((n, n), dtype=int)]
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            sends = [(r, (r - s) % n if phase == "reduce-scatter" else (r + 1 - s) % n)
+                     for r in range(n)]
+            payload = {r: set(held[r][c]) for r, c in sends}
+            for r, c in sends:
+                dest = (r + 1) % n
+                held[dest][c] = held[dest][c] | payload[r] if phase == "reduce-scatter" \
+                    else set(payload[r])
+            states.append(np.array([[len(h) for h in row] for row in held]))
+    return states
+
+
+def ring_steps(world_size: int = 4) -> Figure:
+    """:func:`ring_schedule` drawn: a panel per step, rows ranks and columns chunks, each cell
+    shaded by how many ranks' contributions it holds (N is the complete sum)."""
+    states = ring_schedule(world_size)
+    n = world_size
+    fig, axes = plt.subplots(1, len(states), figsize=(7.4, 2.6), squeeze=False)
+    for k, (ax, state) in enumerate(zip(axes[0], states, strict=True)):
+        ax.imshow(state, cmap="Blues", vmin=0, vmax=n)
+        for r in range(n):
+            for c in range(n):
+                ax.text(c, r, str(state[r, c]), ha="center", va="center",
+                        color="white" if state[r, c] == n else "black")
+        phase = "start" if k == 0 else (f"RS {k}" if k < n else f"AG {k - n + 1}")
+        ax.set_title(phase)
+        ax.set_xticks(range(n), [str(c) for c in range(n)])
+        ax.set_yticks(range(n), [f"r{r}" for r in range(n)] if k == 0 else [""] * n)
+        ax.tick_params(length=0)
+    axes[0, 0].set_ylabel("rank")
+    fig.supxlabel("chunk; number = ranks summed into it (RS: reduce-scatter, AG: all-gather)",
+                  fontsize=10.5)
+    return finish(fig)
+
+
+def bucket_timeline(compute_s: float, grad_bytes: float, world_size: int, bandwidth: float,
+                    latency: float = 0.0, backward_fraction: float = 2 / 3,
+                    n_buckets: int = 1) -> list[tuple[float, float, float]]:
+    """The schedule behind :func:`gpudl.estimate.data_parallel_step_time`: per bucket, the
+    time its gradients are ready and the start and end of its all-reduce (seconds from the
+    start of the backward pass)."""
+    per_bucket = allreduce_time(grad_bytes / n_buckets, world_size, bandwidth, latency)
+    backward = backward_fraction * compute_s
+    rows, free = [], 0.0
+    for i in range(n_buckets):
+        ready = (i + 1) / n_buckets * backward
+        start = max(ready, free)
+        free = start + per_bucket
+        rows.append((ready, start, free))
+    return rows
+
+
+def ddp_overlap(compute_s: float = 0.15, grad_bytes: float = 100e6, world_size: int = 4,
+                bandwidth: float = 2e9, latency: float = 50e-6,
+                bucket_counts: tuple[int, ...] = (1, 4)) -> Figure:
+    """The backward pass and the all-reduces of :func:`bucket_timeline` for each bucket count:
+    with one bucket the all-reduce starts when backward ends; with several, each starts as
+    its bucket is ready and only the last one's tail is exposed."""
+    fig, ax = plt.subplots(figsize=(7.4, 1.4 + 1.3 * len(bucket_counts)))
+    backward = 2 / 3 * compute_s
+    ticks, labels = [], []
+    for k, n in enumerate(bucket_counts):
+        y = 2.2 * k
+        ax.barh(y, backward * 1e3, color="#9db8d9", height=0.7, gid="backward")
+        rows = bucket_timeline(compute_s, grad_bytes, world_size, bandwidth, latency,
+                               n_buckets=n)
+        for i, (ready, start, end) in enumerate(rows):
+            ax.barh(y + 0.9, (end - start) * 1e3, left=start * 1e3, height=0.7,
+                    color="#dd8452" if i % 2 == 0 else "#c44e52", gid=f"allreduce:{n}")
+            ax.plot(ready * 1e3, y + 0.45, "kv", markersize=6)
+        exposed = max(0.0, rows[-1][2] - backward)
+        ax.text(rows[-1][2] * 1e3, y + 0.9, f" {exposed * 1e3:.0f} ms exposed", va="center")
+        ticks += [y, y + 0.9]
+        labels += ["backward", f"{n} bucket{'s' * (n > 1)}"]
+    ax.set_yticks(ticks, labels)
+    ax.invert_yaxis()
+    end = max(bucket_timeline(compute_s, grad_bytes, world_size, bandwidth, latency,
+                              n_buckets=n)[-1][2] for n in bucket_counts)
+    ax.set(xlabel="ms since the backward pass started (▼ a bucket's gradients are ready)",
+           xlim=(0, end * 1e3 * 1.35),
+           title=f"Model: {grad_bytes / 1e6:g} MB of gradients, {world_size} ranks, "
+                 f"{bandwidth / 1e9:g} GB/s")
+    return finish(fig)
