@@ -234,6 +234,7 @@ def fused_kernel(d: int, causal: bool) -> Any:
     arrays need shapes that are constants when the kernel is compiled."""
     n_out = -(-d // TILE)  # output columns per thread: tx, tx + 16, ...
     threads = TILE * TILE
+    d_padded = d + 1  # computed here: a shape must be a constant, not d + 1 in the kernel
 
     # v2_fused: a block of 16 x 16 threads owns 16 query rows of one head; thread (ty, tx)
     # works on query row ty. For each tile of 16 keys: the block copies the tile's keys and
@@ -245,7 +246,7 @@ def fused_kernel(d: int, causal: bool) -> Any:
     @cuda.jit
     def v2_fused(q, k, v, o, lse, scale):
         q_s = cuda.shared.array((TILE, d), float32)
-        k_s = cuda.shared.array((TILE, d + 1), float32)  # padded: lanes read k_s[tx, c]
+        k_s = cuda.shared.array((TILE, d_padded), float32)  # lanes read k_s[tx, c]
         v_s = cuda.shared.array((TILE, d), float32)
         x_s = cuda.shared.array((TILE, TILE), float32)
         acc = cuda.local.array(n_out, float32)
