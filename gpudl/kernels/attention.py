@@ -103,7 +103,18 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         m = x.max(axis=-1, keepdims=True)
         e = np.exp(x - m)
         total = e.sum(axis=-1, keepdims=True)
-        return (e / total) @ v, (m + np.log(total))[..., 0]
+        return _weighted(e / total, v, causal), (m + np.log(total))[..., 0]
+
+
+def _weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    """``p @ v`` over the keys each query sees: a NaN in a value a query does not see (a
+    later key, when causal) does not reach it, as in the kernels."""
+    if not causal:
+        return p @ v
+    s = p.shape[-1]
+    seen = np.tril(np.ones((s, s), bool))
+    return np.stack([np.where(seen[i][:, None], p[:, i, :, None] * v, 0.0).sum(1)
+                     for i in range(s)], axis=1)
 
 
 def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
@@ -123,11 +134,12 @@ def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         e = np.exp(x - m)
         total = e.sum(axis=-1, keepdims=True)
         p = e / total
-        o = p @ v
+        o = _weighted(p, v, causal)
         gap = np.where(seen, m - x, 0.0)  # D_j; 0 where p_j is 0 anyway
-        r = (d + 2) * a + gap + 4 * (tiles + 1)  # |r_j| / u
-        weights = (p * r) @ np.abs(v) + (p * r).sum(-1, keepdims=True) * np.abs(o)
-        sums = (n_round + 1) * (p @ np.abs(v) + np.abs(o))
+        r = np.where(seen, (d + 2) * a + gap + 4 * (tiles + 1), 0.0)  # |r_j| / u
+        weights = (_weighted(p * r, np.abs(v), causal)
+                   + (p * r).sum(-1, keepdims=True) * np.abs(o))
+        sums = (n_round + 1) * (_weighted(p, np.abs(v), causal) + np.abs(o))
         log_total = np.log(total)[..., 0]
         lse_bound = ((p * r).sum(-1) + n_round + 1 + 2 * np.abs(log_total)
                      + np.abs(m[..., 0] + log_total))
@@ -200,9 +212,10 @@ def v1_softmax(scores, probs, lse):
 
 
 # v1_pv: o = P v, one 16 x 16 tile of o per block, walking along the keys a tile at a time
-# (Chapter 3's v3 again).
+# (Chapter 3's v3 again). When causal, a row adds no term for the keys it does not see (their
+# weight is 0, but 0 times a NaN value would be NaN).
 @cuda.jit
-def v1_pv(probs, v, o):
+def v1_pv(probs, v, o, causal):
     p_tile = cuda.shared.array((TILE, TILE), float32)
     v_tile = cuda.shared.array((TILE, TILE), float32)
     tx, ty, z = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockIdx.z
@@ -215,7 +228,8 @@ def v1_pv(probs, v, o):
         inside = c0 + tx < d
         v_tile[ty, tx] = v[z, j0 + ty, c0 + tx] if inside and j0 + ty < s else float32(0)
         cuda.syncthreads()
-        for j in range(TILE):
+        keys = min(TILE, i0 + ty - j0 + 1) if causal else TILE
+        for j in range(keys):
             acc += p_tile[ty, j] * v_tile[j, tx]
         cuda.syncthreads()
     i, c = i0 + ty, c0 + tx
@@ -291,11 +305,12 @@ def fused_kernel(d: int, causal: bool) -> Any:
             for jj in range(TILE):
                 tile_sum += x_s[ty, jj]
             total = alpha * total + tile_sum
+            keys = min(TILE, i - j0 + 1) if causal else TILE  # the keys row i sees
             for r in range(n_out):
                 c = tx + r * TILE
                 if c < d:
                     part = float32(0)
-                    for jj in range(TILE):
+                    for jj in range(keys):
                         part += x_s[ty, jj] * v_s[jj, c]
                     acc[r] = alpha * acc[r] + part
             m = m_new
@@ -330,7 +345,7 @@ def v1_three_kernels(q: Array, k: Array, v: Array, o: Array, lse: Array, causal:
     scale = np.float32(1 / math.sqrt(d))
     launch(v1_scores, (tiles, tiles, heads), (TILE, TILE), q, k, scores, scale, causal)
     launch(v1_softmax, (s, heads), WARP, scores, probs, lse)
-    launch(v1_pv, (-(-d // TILE), tiles, heads), (TILE, TILE), probs, v, o)
+    launch(v1_pv, (-(-d // TILE), tiles, heads), (TILE, TILE), probs, v, o, causal)
 
 
 def v2_fused(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
