@@ -336,11 +336,12 @@ def _plain(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:
 
 
 def v1_three_kernels(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
-                     launch: Launch = _plain) -> None:
+                     launch: Launch = _plain, workspace: tuple[Array, Array] | None = None
+                     ) -> None:
     """Scores, softmax and ``P v`` as three launches, through two ``(heads, s, s)`` device
-    arrays."""
+    arrays: ``workspace`` if given (a benchmark allocates them once), else new ones."""
     heads, s, d = q.shape
-    scores, probs = poisoned((heads, s, s)), poisoned((heads, s, s))
+    scores, probs = workspace or (poisoned((heads, s, s)), poisoned((heads, s, s)))
     tiles = -(-s // TILE)
     scale = np.float32(1 / math.sqrt(d))
     launch(v1_scores, (tiles, tiles, heads), (TILE, TILE), q, k, scores, scale, causal)
