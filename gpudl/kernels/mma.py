@@ -47,7 +47,7 @@ from gpudl.kernels.arrays import poisoned
 
 __all__ = [
     "M", "N", "K", "PTX", "EPS32", "ERROR_ULPS",
-    "bf16_round", "bf16_words", "fragments", "reference", "error_bound",
+    "bf16_round", "bf16_words", "fragments", "lanes", "reference", "error_bound",
     "mma_bf16", "check_tensor_cores", "warp_mma", "mma_tile",
 ]
 
@@ -114,11 +114,27 @@ def fragments(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> list[tuple]:
     return out
 
 
-def _assemble(lanes: dict[int, tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lanes(matrix: str) -> np.ndarray:
+    """The lane that holds each element of ``matrix`` ("a", "b" or "c"), read off
+    :func:`fragments` by handing it matrices whose values number their elements."""
+    shapes = {"a": (M, K), "b": (K, N), "c": (M, N)}
+    if matrix not in shapes:
+        raise ValueError(f"matrix must be one of {list(shapes)}, got {matrix!r}")
+    numbered = {name: np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+                for name, shape in shapes.items()}  # below 256: exact in bf16
+    owner = np.full(shapes[matrix], -1)
+    for lane, (a_w, b_w, c_v) in enumerate(fragments(numbered["a"], numbered["b"],
+                                                     numbered["c"])):
+        held = {"a": _unpack(a_w), "b": _unpack(b_w), "c": c_v}[matrix]
+        owner.flat[held.astype(int)] = lane
+    return owner
+
+
+def _assemble(registers: dict[int, tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The inverse of :func:`fragments`: ``A``, ``B`` (as float64) and ``C`` from all 32
     lanes' registers."""
     a, b, c = np.zeros((M, K)), np.zeros((K, N)), np.zeros((M, N))
-    for lane, (a_w, b_w, c_v) in lanes.items():
+    for lane, (a_w, b_w, c_v) in registers.items():
         g, t = lane // 4, lane % 4
         a_v, b_v = _unpack(np.asarray(a_w)), _unpack(np.asarray(b_w))
         a[g, 2 * t:2 * t + 2], a[g + 8, 2 * t:2 * t + 2] = a_v[0:2], a_v[2:4]
@@ -152,11 +168,12 @@ def _simulated_mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     from gpudl.backend import _rendezvous
 
     rdv, lane = _rendezvous()
-    lanes = rdv.exchange(0xFFFFFFFF, lane, ((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)))
-    if len(lanes) != 32:
+    registers = rdv.exchange(0xFFFFFFFF, lane,
+                             ((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)))
+    if len(registers) != 32:
         raise backend.WarpDivergenceError(
-            f"mma_bf16 needs all 32 lanes of a warp, got {len(lanes)}: launch whole warps")
-    a, b, c = _assemble(lanes)
+            f"mma_bf16 needs all 32 lanes of a warp, got {len(registers)}: launch whole warps")
+    a, b, c = _assemble(registers)
     d = (a @ b + c).astype(np.float32)
     g, t = lane // 4, lane % 4
     return d[g, 2 * t], d[g, 2 * t + 1], d[g + 8, 2 * t], d[g + 8, 2 * t + 1]
