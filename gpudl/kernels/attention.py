@@ -2,7 +2,7 @@
 
 Book section: Chapter 8, "Attention from the book's kernels" (the variants, the bytes each
 moves) and "How accurate is float32 attention?" (the bound below); the backward pass is
-Chapter 8's exercise (:mod:`gpudl.solutions.ch08`).
+Chapter 8's exercise (``gpudl.solutions.ch08``).
 
 Every variant computes, for each head ``z`` of float32 ``q``, ``k``, ``v`` of shape
 ``(heads, s, d)``, ``o = softmax(q k^T / sqrt(d)) v``, optionally causal (query ``i`` sees
@@ -52,7 +52,7 @@ NaN in column ``c`` of ``v`` makes column ``c`` NaN in every row that sees that 
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return device arrays), float32, C-contiguous, all three of one shape ``(heads, s, d)`` with
-``1 <= d <=`` :data:`MAX_HEAD_DIM`. Outputs are poisoned (NaN) before each launch.
+``1 <= d <= MAX_HEAD_DIM`` (128). Outputs are poisoned (NaN) before each launch.
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ M, N, K = 16, 8, 16
 EPS32 = float(np.finfo(np.float32).eps)
 #: Units of eps32, times the sum of the magnitudes, that one instruction may err by.
 ERROR_ULPS = K + 2
-#: The instruction: {D0..D3}, {A0..A3}, {B0, B1}, {C0..C3}; C is tied to D's registers.
+#: The PTX of the instruction; its operands are D0..D3, A0..A3, B0, B1 and C0..C3, and C
+#: is tied to D's registers.
 PTX = ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
        "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
 _CONSTRAINTS = "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3"
@@ -244,7 +245,7 @@ def warp_mma(a_words, b_words, c, d):
 
 def mma_tile(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``D = bf16(a) @ bf16(b) + c`` for float32 ``a`` (16, 16), ``b`` (16, 8), ``c`` (16, 8),
-    by one launch of :func:`warp_mma` (one warp, one instruction)."""
+    by one launch of ``warp_mma`` (one warp, one instruction)."""
     check_tensor_cores()
     for name, x, shape in (("a", a, (M, K)), ("b", b, (K, N)), ("c", c, (M, N))):
         if not isinstance(x, np.ndarray):

@@ -5,7 +5,7 @@ Book section: Chapter 8, "A tensor-core matmul".
 Every variant computes ``C = bf16(A) @ bf16(B)`` in float32 for float32 ``A`` (M, K) and
 ``B`` (K, N) of any sizes, on GPUs of compute capability 8.0 or later (and on the
 simulator). The inputs are first rounded to bfloat16 (to nearest, ties to even) and packed
-two per 32-bit word by :func:`pack_bf16`, ``A`` along its rows and ``B`` along its columns
+two per 32-bit word by ``pack_bf16``, ``A`` along its rows and ``B`` along its columns
 (``B^T`` row by row), with ``K`` padded with zeros to a multiple of 16: those words are the
 registers that :func:`gpudl.kernels.mma.mma_bf16` takes. Then:
 
