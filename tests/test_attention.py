@@ -214,14 +214,18 @@ def test_the_fused_kernel_writes_no_s_by_s_matrix():
 # PTX: the fused kernel compiles for sm_80 and sm_90 in float32 only
 # ------------------------------------------------------------------------------------------
 
-SIGNATURE = ("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
-             "float32[:, :, ::1], float32[:, ::1], float32)")
+F3 = "float32[:, :, ::1]"
 
 
 @pytest.mark.skipif(not ptx.available(), reason="no CUDA compiler (libNVVM, libdevice) here")
-def test_fused_kernel_ptx_has_no_float64_and_assembles():
-    code = ptx.compile_ptx("gpudl.kernels.attention", "fused_kernel", SIGNATURE, (9, 0),
-                           args=(64, True))
+@pytest.mark.parametrize(("name", "signature", "args"), [
+    ("fused_kernel", f"void({F3}, {F3}, {F3}, {F3}, float32[:, ::1], float32)", (64, True)),
+    ("v1_scores", f"void({F3}, {F3}, {F3}, float32, boolean)", None),
+])
+def test_kernel_ptx_has_no_float64_and_assembles(name, signature, args):
+    # The simulator accepts shapes Numba cannot compile (TILE + 1 written in a kernel) and
+    # float64 constants: compiling for a GPU catches both.
+    code = ptx.compile_ptx("gpudl.kernels.attention", name, signature, (9, 0), args=args)
     assert ".target sm_90" in code and "bar.sync" in code
     assert not re.search(r"\.f64\b", code), "float64 arithmetic in the fused kernel"
     try:

@@ -86,12 +86,17 @@ def test_the_shim_refuses_a_partial_warp():
 
 
 @pytest.mark.skipif(not ptx.available(), reason="no CUDA compiler (libNVVM, libdevice) here")
-def test_ptx_for_sm80_has_the_mma_instruction():
-    code = ptx.compile_ptx("gpudl.kernels.mma", "warp_mma", "void(uint32[:, ::1], "
-                           "uint32[:, ::1], float32[:, ::1], float32[:, ::1])", (8, 0))
-    assert ".target sm_80" in code
+@pytest.mark.parametrize(("module", "name", "mmas"), [
+    ("gpudl.kernels.mma", "warp_mma", 1),
+    ("gpudl.kernels.tensor_core_matmul", "v2_shared_tiles", 8),  # 2 x 4 per slab, unrolled
+])
+def test_ptx_for_sm80_has_the_mma_instruction(module, name, mmas):
+    words = "uint32[:, ::1], uint32[:, ::1], float32[:, ::1]"
+    signature = f"void({words}, float32[:, ::1])" if name == "warp_mma" else f"void({words})"
+    code = ptx.compile_ptx(module, name, signature, (8, 0))
+    assert ".target sm_80" in code and not re.search(r"\.f64\b", code)
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32",
-                          code)) == 1
+                          code)) == mmas
     try:
         ptx.ptxas(code, (8, 0))
     except RuntimeError as error:

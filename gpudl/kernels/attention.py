@@ -85,6 +85,7 @@ __all__ = [
 ]
 
 TILE = 16  # query rows per block, keys per tile (v2); the side of v1's square tiles
+TILE_PADDED = TILE + 1  # a module constant: a shape written TILE + 1 in a kernel is not one
 MAX_HEAD_DIM = 128  # v2 keeps three (16, d) tiles in shared memory: 25 KiB at d = 128
 WARP = 32
 EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
@@ -157,7 +158,7 @@ def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
 @cuda.jit
 def v1_scores(q, k, scores, scale, causal):
     q_tile = cuda.shared.array((TILE, TILE), float32)
-    k_tile = cuda.shared.array((TILE, TILE + 1), float32)
+    k_tile = cuda.shared.array((TILE, TILE_PADDED), float32)
     tx, ty, z = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockIdx.z
     i0, j0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
     s, d = q.shape[1], q.shape[2]

@@ -77,18 +77,11 @@ def error_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------
 
 
-@cuda.jit(device=True)
-def _bf16_bits(bits):
-    """The bf16 nearest to the float32 whose bits are ``bits`` (ties to even), as the 16
-    high bits; a NaN stays a (quiet) NaN."""
-    if (bits & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
-        return (bits >> uint32(16)) | uint32(0x40)
-    return (bits + uint32(0x7FFF) + ((bits >> uint32(16)) & uint32(1))) >> uint32(16)
-
-
 # pack_bf16: one thread per word of the output: words[r, w] holds x[r, 2w] in its low half
 # and x[r, 2w + 1] in its high half (x is x_bits, or its transpose when transpose is set),
-# zero past the end of x's rows.
+# zero past the end of x's rows. Each float32 (as its bits) becomes the nearest bf16, ties to
+# even: add 0x7FFF plus the lowest bit that stays, keep the high 16 bits; a NaN stays a quiet
+# NaN.
 @cuda.jit
 def pack_bf16(x_bits, words, transpose):
     w, r = cuda.grid(2)
@@ -99,7 +92,12 @@ def pack_bf16(x_bits, words, transpose):
             col = 2 * w + half
             if col < k:
                 bits = x_bits[col, r] if transpose else x_bits[r, col]
-                out |= _bf16_bits(bits) << uint32(16 * half)
+                if (bits & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
+                    high = (bits >> uint32(16)) | uint32(0x40)
+                else:
+                    high = (bits + uint32(0x7FFF) + ((bits >> uint32(16)) & uint32(1))) >> uint32(
+                        16)
+                out |= high << uint32(16 * half)
         words[r, w] = out
 
 
