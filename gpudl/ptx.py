@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpudl import backend
 
-__all__ = ["toolkit", "available", "compile_ptx", "ptxas"]
+__all__ = ["toolkit", "available", "compile_ptx", "compile_many", "ptxas"]
 
 _LIBDEVICE = Path("nvvm/libdevice/libdevice.10.bc")
 
@@ -43,12 +43,14 @@ if request["toolkit"]:
     nvvm.get_libdevice = lambda: libdevice
     nvvm.open_libdevice = lambda: open(libdevice, "rb").read()
 import importlib
-kernel = getattr(importlib.import_module(request["module"]), request["name"])
-if request["args"] is not None:
-    kernel = kernel(*request["args"])
-ptx, _ = numba.cuda.compile_ptx(kernel.py_func, request["signature"],
-                                cc=tuple(request["cc"]))
-sys.stdout.write(ptx)
+codes = []
+for module, name, signature, args in request["jobs"]:
+    kernel = getattr(importlib.import_module(module), name)
+    if args is not None:
+        kernel = kernel(*args)
+    ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=tuple(request["cc"]))
+    codes.append(ptx)
+sys.stdout.write(json.dumps(codes))
 """
 
 
@@ -76,23 +78,30 @@ def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = (8
                 args: tuple | None = None, timeout: float = 300) -> str:
     """The PTX of kernel ``module.name`` (or, with ``args``, of the kernel that the factory
     ``module.name(*args)`` returns) for ``signature`` and compute capability ``cc``."""
+    return compile_many([(module, name, signature, args)], cc, timeout)[0]
+
+
+def compile_many(jobs: list[tuple[str, str, str, tuple | None]], cc: tuple[int, int] = (8, 0),
+                 timeout: float = 300) -> list[str]:
+    """:func:`compile_ptx` for several ``(module, name, signature, args)`` at once, in one
+    child process."""
     if not (isinstance(cc, tuple) and len(cc) == 2 and all(isinstance(x, int) for x in cc)):
         raise TypeError(f"cc must be a (major, minor) tuple of ints, got {cc!r}")
     root = toolkit() if backend.is_simulator() else None
     if root is None and backend.is_simulator():
         raise RuntimeError("no CUDA toolkit with libNVVM and libdevice found (set CUDA_HOME): "
                            "PTX cannot be compiled without a GPU")
-    request = {"module": module, "name": name, "signature": signature, "cc": list(cc),
-               "args": None if args is None else list(args),
-               "toolkit": None if root is None else str(root)}
+    request = {"jobs": [[m, n, s, None if a is None else list(a)] for m, n, s, a in jobs],
+               "cc": list(cc), "toolkit": None if root is None else str(root)}
     repo = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(request)],
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": path})
     if done.returncode != 0:
-        raise RuntimeError(f"compiling {module}.{name} to PTX failed:\n{done.stderr[-3000:]}")
-    return done.stdout
+        names = ", ".join(f"{m}.{n}" for m, n, *_ in jobs)
+        raise RuntimeError(f"compiling {names} to PTX failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
 
 
 def ptxas(ptx: str, cc: tuple[int, int] = (8, 0)) -> str:

@@ -86,19 +86,21 @@ def test_the_shim_refuses_a_partial_warp():
 
 
 @pytest.mark.skipif(not ptx.available(), reason="no CUDA compiler (libNVVM, libdevice) here")
-@pytest.mark.parametrize(("module", "name", "mmas"), [
-    ("gpudl.kernels.mma", "warp_mma", 1),
-    ("gpudl.kernels.tensor_core_matmul", "v2_shared_tiles", 8),  # 2 x 4 per slab, unrolled
-])
-def test_ptx_for_sm80_has_the_mma_instruction(module, name, mmas):
+def test_ptx_for_sm80_has_the_mma_instruction():
     words = "uint32[:, ::1], uint32[:, ::1], float32[:, ::1]"
-    signature = f"void({words}, float32[:, ::1])" if name == "warp_mma" else f"void({words})"
-    code = ptx.compile_ptx(module, name, signature, (8, 0))
-    assert ".target sm_80" in code and not re.search(r"\.f64\b", code)
-    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32",
-                          code)) == mmas
+    codes = ptx.compile_many([
+        ("gpudl.kernels.mma", "warp_mma", f"void({words}, float32[:, ::1])", None),
+        ("gpudl.kernels.tensor_core_matmul", "v2_shared_tiles", f"void({words})", None),
+        ("gpudl.kernels.tensor_core_matmul", "pack_bf16",
+         "void(uint32[:, ::1], uint32[:, ::1], boolean)", None),
+    ], (8, 0))
+    instruction = r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32"
+    # one in warp_mma, 2 x 4 per slab in v2 (unrolled), none in the packing
+    for code, mmas in zip(codes, (1, 8, 0), strict=True):
+        assert ".target sm_80" in code and not re.search(r"\.f64\b", code)
+        assert len(re.findall(instruction, code)) == mmas
     try:
-        ptx.ptxas(code, (8, 0))
+        ptx.ptxas(codes[0], (8, 0))
     except RuntimeError as error:
         if "no ptxas" in str(error):
             pytest.skip("no ptxas here")
