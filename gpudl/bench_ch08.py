@@ -183,9 +183,12 @@ def _torch_attention_rows(host: list[np.ndarray], ref: np.ndarray, bound: np.nda
         with sdpa_kernel(which):
             timing = time_cuda(sdpa, *tensors, **timed)
             out = sdpa(*tensors)[:1].float().cpu().numpy()
-        if dtype == torch.float32 and not (np.abs(out - ref) <= 2 * bound).all():
-            raise RuntimeError(f"{name}: output outside twice the error bound")
-        rows.append(_row(f"{name} s={keys['s']}", timing, None, n_flops, **keys))
+        # recorded, not required: torch's kernels are not this book's to fix (a float32
+        # backend that used TF32 would fail it)
+        within = bool((np.abs(out - ref) <= 2 * bound).all()) if dtype == torch.float32 \
+            else None
+        rows.append(_row(f"{name} s={keys['s']}", timing, None, n_flops,
+                         within_twice_the_bound=within, **keys))
     return rows
 
 
