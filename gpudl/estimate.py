@@ -286,14 +286,16 @@ RECOMPUTE = ("none", "selective", "full")
 
 
 def activation_memory(
-    seq_len: int, batch_size: int, hidden: int, n_heads: int, *, recompute: str = "none"
+    seq_len: int, batch_size: int, hidden: int, n_heads: int, *, recompute: str = "none",
+    fused_attention: bool = False,
 ) -> float:
     """Bytes of activations one Transformer layer keeps for its backward pass.
 
-    Book section: *Chapter 7, "Memory: activations"*. The accounting of Korthikanti et al.
-    (2022) for a GPT-style layer (attention and a feed-forward block four times as wide,
-    16-bit activations, 1-byte dropout masks), with ``s = seq_len``, ``b = batch_size``,
-    ``h = hidden`` and ``a = n_heads``, without tensor or sequence parallelism::
+    Book section: *Chapter 7, "Memory: activations"* and *Chapter 8, "What fused attention
+    saves"*. The accounting of Korthikanti et al. (2022) for a GPT-style layer (attention and
+    a feed-forward block four times as wide, 16-bit activations, 1-byte dropout masks), with
+    ``s = seq_len``, ``b = batch_size``, ``h = hidden`` and ``a = n_heads``, without tensor or
+    sequence parallelism::
 
         recompute="none":       s b h (34 + 5 a s / h)
         recompute="selective":  34 s b h     (the a s^2 b score matrices are recomputed)
@@ -304,6 +306,13 @@ def activation_memory(
     copy, which grow with the square of the sequence. With full recomputation the backward
     pass rebuilds one layer's activations at a time, so that layer's full amount is needed
     again, briefly, on top of the stored inputs of all layers.
+
+    ``fused_attention=True`` is a fused kernel (FlashAttention, Chapter 8): it never stores
+    the scores, and its backward pass recomputes them from Q, K and V (already counted in the
+    ``34 s b h``) and one float32 log-sum-exp per row of scores, ``4 a s b`` bytes (a dropout
+    mask is regenerated from the random generator's state, not stored). Without
+    recomputation a layer then keeps ``s b h (34 + 4 a / h)``; selective and full
+    recomputation keep what they kept.
     """
     s = check_int("seq_len", seq_len, 1)
     b = check_int("batch_size", batch_size, 1)
@@ -314,10 +323,15 @@ def activation_memory(
                         f"{recompute!r}")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    if not isinstance(fused_attention, bool):
+        raise TypeError(f"fused_attention must be a bool, got "
+                        f"{type(fused_attention).__name__} {fused_attention!r}")
     if recompute == "full":
         return float(2 * s * b * h)
     if recompute == "selective":
         return float(34 * s * b * h)
+    if fused_attention:
+        return float(s * b * h * 34 + 4 * a * s * b)
     return float(s * b * h * 34 + 5 * a * s * s * b)
 
 

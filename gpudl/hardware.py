@@ -213,7 +213,9 @@ class GpuSpec:
 
     ``fp16_tensor_tflops`` is FP16 inputs with FP32 accumulation, the mixed-precision training
     case; ``None`` where the GPU has no tensor cores (and ``bf16_tflops`` also where its tensor
-    cores have no bfloat16). ``cuda_cores`` is the published count, which must equal
+    cores have no bfloat16). ``tf32_tflops`` is the tensor cores' TF32 rate (float32 products
+    with inputs rounded to 10-bit mantissas, Chapter 8), ``None`` where the GPU has none or
+    the source does not give it. ``cuda_cores`` is the published count, which must equal
     ``sm_count * fp32_cores_per_sm``. ``source`` is a key of ``book/references.bib``.
     """
 
@@ -232,6 +234,7 @@ class GpuSpec:
     bf16_tflops: float | None
     tdp_watts: float
     source: str
+    tf32_tflops: float | None = None
 
 
 _SPEC_LIST = [
@@ -250,29 +253,32 @@ _SPEC_LIST = [
     GpuSpec("Jetson Nano", "Maxwell", 2019, (5, 3), 1, 128, 128, 4.0, "LPDDR4", 25.6,
             0.236, None, None, 10, "nvidia2019jetsonnano"),
     # The datasheet quotes 624 TFLOPS FP16/BF16 "with sparsity"; dense is half, 312.
+    # TF32: 312 TFLOPS with sparsity, 156 dense.
     GpuSpec("A100 40GB SXM", "Ampere", 2020, (8, 0), 108, 64, 6912, 40.0, "HBM2", 1555.0,
-            19.5, 312.0, 312.0, 400, "nvidia2020a100"),
+            19.5, 312.0, 312.0, 400, "nvidia2020a100", tf32_tflops=156.0),
     GpuSpec("A100 80GB SXM", "Ampere", 2020, (8, 0), 108, 64, 6912, 80.0, "HBM2e", 2039.0,
-            19.5, 312.0, 312.0, 400, "nvidia2020a100"),
+            19.5, 312.0, 312.0, 400, "nvidia2020a100", tf32_tflops=156.0),
     # The datasheet's "Tensor performance 309.7 TFLOPS" is with sparsity: dense 154.8, which
     # is 84 SMs x 1,024 FP16 flops per clock x 1.8 GHz. Professional GA102 boards (A6000,
     # A40) run FP32 accumulation and BF16 at that full rate (the A40 datasheet lists both).
     GpuSpec("RTX A6000", "Ampere", 2020, (8, 6), 84, 128, 10752, 48.0, "GDDR6", 768.0,
             38.7, 154.8, 154.8, 300, "nvidia2020a6000"),
-    # FP16 and BF16 tensor: 1,979 TFLOPS "with sparsity" in the datasheet, dense 989.
+    # FP16 and BF16 tensor: 1,979 TFLOPS "with sparsity" in the datasheet, dense 989; TF32:
+    # 989 with sparsity, 494.5 dense.
     GpuSpec("H100 SXM", "Hopper", 2022, (9, 0), 132, 128, 16896, 80.0, "HBM3", 3350.0,
-            67.0, 989.0, 989.0, 700, "nvidia2022h100"),
+            67.0, 989.0, 989.0, 700, "nvidia2022h100", tf32_tflops=494.5),
     # Ada whitepaper: FP16 tensor 165.2 TFLOPS with FP32 accumulate (330.3 with FP16
-    # accumulate, GeForce runs FP32 accumulation at half rate), BF16 165.2; dense.
+    # accumulate, GeForce runs FP32 accumulation at half rate), BF16 165.2, TF32 82.6; dense.
     GpuSpec("RTX 4090", "Ada Lovelace", 2022, (8, 9), 128, 128, 16384, 24.0, "GDDR6X", 1008.0,
-            82.6, 165.2, 165.2, 450, "nvidia2022ada"),
-    # The datasheet's FP16 and BF16 tensor 242 TFLOPS are with sparsity: dense 121.
+            82.6, 165.2, 165.2, 450, "nvidia2022ada", tf32_tflops=82.6),
+    # The datasheet's FP16 and BF16 tensor 242 TFLOPS are with sparsity: dense 121; TF32 120
+    # with sparsity, 60 dense.
     GpuSpec("L4", "Ada Lovelace", 2023, (8, 9), 58, 128, 7424, 24.0, "GDDR6", 300.0,
-            30.3, 121.0, 121.0, 72, "nvidia2023l4"),
+            30.3, 121.0, 121.0, 72, "nvidia2023l4", tf32_tflops=60.0),
     # The H100's GPU with 141 GB of HBM3e: the datasheet lists the same compute figures
-    # (FP16/BF16 1,979 TFLOPS with sparsity, so 989 dense).
+    # (FP16/BF16 1,979 TFLOPS with sparsity, so 989 dense; TF32 989 sparse, 494.5 dense).
     GpuSpec("H200 SXM", "Hopper", 2024, (9, 0), 132, 128, 16896, 141.0, "HBM3e", 4800.0,
-            67.0, 989.0, 989.0, 700, "nvidia2024h200"),
+            67.0, 989.0, 989.0, 700, "nvidia2024h200", tf32_tflops=494.5),
 ]
 
 #: GPU name -> :class:`GpuSpec`, from the vendors' datasheets (rendered in Chapter 1).
@@ -301,19 +307,21 @@ def spec(name: str) -> GpuSpec:
 # --------------------------------------------------------------------------------------------
 
 #: The precisions :func:`peak_flops` knows, and the :class:`GpuSpec` field each one reads:
-#: FP32 on the CUDA cores, FP16 (with FP32 accumulation) and BF16 on the tensor cores.
+#: FP32 on the CUDA cores, FP16 (with FP32 accumulation), BF16 and TF32 on the tensor cores.
 PRECISIONS: dict[str, str] = {
     "fp32": "fp32_tflops", "fp16": "fp16_tensor_tflops", "bf16": "bf16_tflops",
+    "tf32": "tf32_tflops",
 }
 
 
 def peak_flops(name: str, precision: str = "bf16") -> float:
     """The datasheet's dense peak of the GPU called ``name``, in flop/s.
 
-    Book section: *Chapter 7, "Choosing a GPU"*. ``precision`` is ``"fp32"``, ``"fp16"``
-    (tensor cores with FP32 accumulation, the mixed-precision training case) or ``"bf16"``
-    (see :data:`PRECISIONS`). An unknown name raises :func:`spec`'s ``KeyError``, which lists
-    the known ones; a GPU without such units (a V100 has no BF16) raises a ``ValueError``.
+    Book section: *Chapter 7, "Choosing a GPU"* and *Chapter 8, "Tensor cores"*.
+    ``precision`` is ``"fp32"``, ``"fp16"`` (tensor cores with FP32 accumulation, the
+    mixed-precision training case), ``"bf16"`` or ``"tf32"`` (see :data:`PRECISIONS`). An
+    unknown name raises :func:`spec`'s ``KeyError``, which lists the known ones; a GPU
+    without such units (a V100 has no BF16) raises a ``ValueError``.
     """
     if not isinstance(precision, str):
         raise TypeError(f"precision must be a str, got {type(precision).__name__}")

@@ -302,3 +302,27 @@ def test_unknown_gpu_names_list_the_known_ones(call):
         call()
     message = str(err.value)
     assert "known:" in message and all(name in message for name in SPECS)
+
+
+# --- fused attention (Chapter 8) --------------------------------------------------------------
+
+
+def test_fused_attention_replaces_the_score_matrices_by_one_float_per_row():
+    # s = 4, b = 2, h = 8, a = 2: 34 s b h = 2176, and 4 a s b = 64 bytes of log-sum-exp
+    # instead of the 5 a s^2 b = 320 bytes of scores
+    assert activation_memory(4, 2, 8, 2, fused_attention=True) == 2176 + 64
+    for recompute in ("selective", "full"):  # nothing of the scores was kept anyway
+        assert (activation_memory(4, 2, 8, 2, recompute=recompute, fused_attention=True)
+                == activation_memory(4, 2, 8, 2, recompute=recompute))
+    with pytest.raises(TypeError, match="fused_attention must be a bool, got int"):
+        activation_memory(4, 2, 8, 2, fused_attention=1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(s=st.integers(1, 8192), b=st.integers(1, 64), heads=st.integers(1, 128),
+       head_dim=st.integers(1, 256))
+def test_fused_attention_memory_is_linear_in_the_sequence(s, b, heads, head_dim):
+    h = heads * head_dim
+    fused = activation_memory(s, b, h, heads, fused_attention=True)
+    assert activation_memory(2 * s, b, h, heads, fused_attention=True) == 2 * fused
+    assert activation_memory(s, b, h, heads) - fused == 5 * heads * s * s * b - 4 * heads * s * b

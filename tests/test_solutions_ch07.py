@@ -94,3 +94,15 @@ def test_exercise_4_energy_in_bf16_and_fp32():
     assert fp32 / bf16 == pytest.approx(16.0)
     with pytest.raises(KeyError, match="known"):
         ch07.energy_per_job(1e20, "A100", "bf16", 0.4)
+
+
+def test_exercise_3_with_fused_attention():
+    """With a fused attention kernel (Chapter 8) the same GPU trains 45,913 tokens at a time
+    without recomputation: the square term is gone, and 4 a = 64 bytes per token and layer of
+    log-sum-exp are all that replaces it (selective recomputation: 45,955)."""
+    got = ch07.longest_sequence(64e9, 2048, 16, 20, 1, "none", fused_attention=True)
+    assert got == 45913
+    assert 20 * activation_memory(got, 1, 2048, 16, fused_attention=True) <= 64e9
+    assert 20 * activation_memory(got + 1, 1, 2048, 16, fused_attention=True) > 64e9
+    assert ch07.longest_sequence(64e9, 2048, 16, 20, 1, "selective",
+                                 fused_attention=True) == 45955

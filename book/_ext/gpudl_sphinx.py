@@ -159,6 +159,51 @@ def _model_figures() -> dict:
     }
 
 
+def _ch08_figures() -> dict:
+    """Chapter 8's figures: the roofline with the BF16 roof, the tiles of online softmax, the
+    mma fragment layout and the bytes of the attention variants (formula, proven equal to the
+    traced counts by tests/test_attention.py)."""
+    from gpudl import plots
+    from gpudl.hardware import SPECS
+    from gpudl.kernels import attention, mma
+    from gpudl.kernels import matmul as mm
+    from gpudl.solutions.ch03 import tile_intensity
+
+    h100 = SPECS["H100 SXM"]
+    s_long, heads, d = 4096, 16, 64
+
+    def attention_intensity(variant: str) -> float:
+        flops = 4 * heads * d * s_long**2
+        return flops / sum(attention.traffic(variant, heads, s_long, d).values())
+
+    points = {
+        "v1/v2 naive matmul": (0.25, "FP32"),
+        "v3 tiled": (tile_intensity(mm.TILE, mm.TILE), "FP32"),
+        "v4 1-D registers": (tile_intensity(mm.V4_BM, mm.V4_BN), "FP32"),
+        "v5 2-D registers": (tile_intensity(mm.V5_BM, mm.V5_BN), "FP32"),
+        "attention v1, s=4096": (attention_intensity("v1_three_kernels"), "FP32"),
+        "attention v2 fused, s=4096": (attention_intensity("v2_fused"), "FP32"),
+        # a 64 x 64 tile of bf16 words per 16 of K: 2 * 64 * 64 * 16 flops, 2 * 128 * 16 B
+        "tensor-core v2 tile (bf16)": (2 * 64 * 64 / (2 * 128), "BF16"),
+    }
+    s_values = [2**p for p in range(7, 15)]
+    return {
+        "roofline-bf16-h100.png": lambda: plots.roofline_precisions(
+            {"FP32": h100.fp32_tflops * 1e12, "TF32": h100.tf32_tflops * 1e12,
+             "BF16": h100.bf16_tflops * 1e12}, h100.memory_bandwidth_gbs * 1e9, points,
+            "Roofline, H100 SXM (datasheet): FP32, TF32 and BF16 roofs"),
+        "online-softmax-tiles.png": lambda: plots.online_softmax_tiles(
+            100, attention.TILE, causal=True),
+        "mma-fragments.png": lambda: plots.mma_fragments(
+            {"A (16 x 16, bf16)": mma.lanes("a"), "B (16 x 8, bf16)": mma.lanes("b"),
+             "C and D (16 x 8, fp32)": mma.lanes("c")}),
+        "attention-bytes.png": lambda: plots.attention_bytes(
+            s_values, {v: [sum(attention.traffic(v, heads, s, d).values()) for s in s_values]
+                       for v in attention.VARIANTS},
+            title=f"Attention, {heads} heads of d = {d}, FP32: bytes per variant"),
+    }
+
+
 def _draw_figures(app) -> None:
     import matplotlib
 
@@ -166,7 +211,7 @@ def _draw_figures(app) -> None:
     import matplotlib.pyplot as plt
 
     GENERATED.mkdir(exist_ok=True)
-    for name, draw in _model_figures().items():
+    for name, draw in {**_model_figures(), **_ch08_figures()}.items():
         fig = draw()
         fig.savefig(GENERATED / name, dpi=110)
         plt.close(fig)

@@ -30,6 +30,12 @@ from gpudl.plots.ch04 import optimizer_traffic, zero_partition
 from gpudl.plots.ch05 import bucket_timeline, ddp_overlap, ring_schedule, ring_steps
 from gpudl.plots.ch06 import tensor_parallel_split
 from gpudl.plots.ch07 import memory_by_zero_stage, training_time_and_cost
+from gpudl.plots.ch08 import (
+    attention_bytes,
+    mma_fragments,
+    online_softmax_tiles,
+    roofline_precisions,
+)
 
 __all__ = [
     "sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
@@ -41,4 +47,5 @@ __all__ = [
     "ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap",
     "tensor_parallel_split",
     "training_time_and_cost", "memory_by_zero_stage",
+    "roofline_precisions", "online_softmax_tiles", "mma_fragments", "attention_bytes",
 ]

@@ -44,25 +44,31 @@ def largest_model(memory_bytes: float, n_gpus: int, zero_stage: int, *,
 
 
 def longest_sequence(memory_bytes: float, hidden: int, n_heads: int, n_layers: int,
-                     batch_size: int = 1, recompute: str = "none") -> int:
+                     batch_size: int = 1, recompute: str = "none",
+                     fused_attention: bool = False) -> int:
     """The longest sequence whose activations, over ``n_layers`` layers, fit in
     ``memory_bytes`` (exercise 3); 0 if not even one token fits.
 
     Per layer the bytes are ``c1 s + c2 s^2`` (Korthikanti et al. 2022), with ``c2 = 5 a b``
-    only without recomputation: a quadratic (or linear) inequality in ``s``, solved in closed
-    form and then checked against :func:`gpudl.estimate.activation_memory` itself.
+    only without recomputation and without fused attention (which adds ``4 a b`` to ``c1``
+    instead): a quadratic (or linear) inequality in ``s``, solved in closed form and then
+    checked against :func:`gpudl.estimate.activation_memory` itself.
     """
     layers = check_int("n_layers", n_layers, 1)
-    activation_memory(1, batch_size, hidden, n_heads, recompute=recompute)  # checks the rest
+    activation_memory(1, batch_size, hidden, n_heads, recompute=recompute,
+                      fused_attention=fused_attention)  # checks the rest
     if not 0 < memory_bytes < math.inf:
         raise ValueError(f"memory_bytes must be > 0 and finite, got {memory_bytes!r}")
 
     def fits(s: int) -> bool:
-        return s == 0 or layers * activation_memory(s, batch_size, hidden, n_heads,
-                                                    recompute=recompute) <= memory_bytes
+        return s == 0 or layers * activation_memory(
+            s, batch_size, hidden, n_heads, recompute=recompute,
+            fused_attention=fused_attention) <= memory_bytes
 
-    c1 = (2 if recompute == "full" else 34) * batch_size * hidden
-    c2 = 5 * n_heads * batch_size if recompute == "none" else 0
+    fused = fused_attention and recompute == "none"
+    c1 = (2 if recompute == "full" else 34) * batch_size * hidden + (
+        4 * n_heads * batch_size if fused else 0)
+    c2 = 5 * n_heads * batch_size if recompute == "none" and not fused else 0
     room = memory_bytes / layers
     s = room / c1 if c2 == 0 else (-c1 + math.sqrt(c1 * c1 + 4 * c2 * room)) / (2 * c2)
     s = max(int(s), 0)

@@ -1,0 +1,458 @@
+"""Attention, from three kernels that store the scores to one fused kernel with online softmax.
+
+Book section: Chapter 8, "Attention from the book's kernels" (the variants, the bytes each
+moves) and "How accurate is float32 attention?" (the bound below); the backward pass is
+Chapter 8's exercise (``gpudl.solutions.ch08``).
+
+Every variant computes, for each head ``z`` of float32 ``q``, ``k``, ``v`` of shape
+``(heads, s, d)``, ``o = softmax(q k^T / sqrt(d)) v``, optionally causal (query ``i`` sees
+keys ``j <= i``), as ``torch.nn.functional.scaled_dot_product_attention`` does, and the
+log-sum-exp of each row of scores, ``lse_i = log sum_j exp(x_ij)``, which the backward pass
+needs. They differ in what crosses the memory bus:
+
+* ``v1_three_kernels``: ``S = q k^T / sqrt(d)`` into device memory, a row softmax from ``S``
+  into ``P``, then ``o = P v``: two ``s x s`` matrices per head written and read back;
+* ``v2_fused``: one kernel. A block owns 16 query rows and walks over the keys 16 at a time,
+  with the key and value tiles in shared memory, keeping each row's running maximum and sum
+  (online softmax, Milakov and Gimelshein 2018; FlashAttention, Dao et al. 2022): no ``s x s``
+  matrix is ever written. Causal blocks skip the tiles above the diagonal.
+
+:func:`traffic` gives the bytes each variant reads and writes in device memory, per array,
+by formula; :func:`traced_traffic` counts them on the simulator with :mod:`gpudl.trace`, and
+the tests require the two to be equal.
+
+Accuracy (:func:`error_bound`). With ``u = 2**-24``, for one query row with exact scores
+``x_j``, ``m = max_j x_j``, weights ``p_j = exp(x_j - m) / sum_k exp(x_k - m)`` and
+``o = sum_j p_j v_j``, to first order in ``u``:
+
+1. *Scores.* A float32 dot product of ``d`` terms errs by at most ``gamma_d sum_c |q_c k_jc|``
+   (Higham, *Accuracy and Stability of Numerical Algorithms*, 2002, section 3.1); the float32
+   scale and the product by it add ``2u``: ``|x^_j - x_j| <= (d + 2) u a_j`` with
+   ``a_j = sum_c |q_c| |k_jc| / sqrt(d)``.
+2. *Weights.* Each variant computes ``exp(x^_j - m')`` for some ``m' >= x^_j``, and v2 may
+   later rescale it by ``exp(m' - m'')`` when the running maximum grows. The roundings of
+   those subtractions add at most ``u |x - m'| + u |m' - m''| + ... = u (m - x_j) = u D_j``
+   to the exponent (the maxima only grow, so the steps telescope). Each ``exp`` errs by at
+   most 2 ulp, ``4u`` (CUDA's ``expf``), and at most ``T + 1`` of them touch one weight,
+   ``T = ceil(s / 16)``. Relative errors ``r_j`` on the weights move the output by
+   ``|sum_j p_j r_j (v_j - o)| / |1 + sum_j p_j r_j|``, to first order at most
+   ``sum_j p_j |r_j| (|v_j| + |o|)``, with ``|r_j| <= ((d + 2) a_j + D_j + 4 (T + 1)) u``.
+   (``sum_j p_j D_j`` is the entropy of ``p`` less ``log sum_j exp(x_j - m)``: at most
+   ``log s``, so the subtractions cost little even when ``D_j`` is large.)
+3. *Sums.* Along its way into the numerator ``sum_j w_j v_j`` or the denominator
+   ``sum_j w_j``, a term is rounded at most ``n = s + 2 T + 32`` times (v1: ``s`` in ``P v``,
+   products included, and ``ceil(s / 32) + 32`` in the softmax's sum; v2: 16 within a tile,
+   then 2 per later tile), and the final division once: ``(n + 1) u (sum_j p_j |v_j| + |o|)``.
+
+The bound is the sum of 2 and 3 in units of ``eps32 = 2u``, twice the first-order terms, which
+leaves room for the second-order ones while they are small. ``lse = m + log(l)`` errs by at
+most the same weight and sum terms without ``|v|``, plus ``2u |log l|`` (``logf``: 1 ulp) and
+``u |lse|`` (the addition), also doubled. NaN in ``q`` or ``k`` makes its rows' outputs NaN;
+NaN in column ``c`` of ``v`` makes column ``c`` NaN in every row that sees that key.
+
+Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
+return device arrays), float32, C-contiguous, all three of one shape ``(heads, s, d)`` with
+``1 <= d <= MAX_HEAD_DIM`` (128). Outputs are poisoned (NaN) before each launch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
+
+# isort: split
+import numpy as np
+from numba import cuda, float32
+
+from gpudl.checks import check_float32_array
+from gpudl.kernels.arrays import poisoned
+
+# A NumPy array or a numba device array (whose class differs between GPU and simulator).
+Array = Any
+# launch(kernel, griddim, blockdim, *args): how a host function starts a kernel (plainly, or
+# under the tracer).
+Launch = Callable[..., None]
+
+__all__ = [
+    "TILE", "MAX_HEAD_DIM", "EPS32", "VARIANTS",
+    "reference", "error_bound", "traffic", "traced_traffic",
+    "v1_scores", "v1_softmax", "v1_pv", "fused_kernel",
+    "v1_three_kernels", "v2_fused", "forward", "attention",
+]
+
+TILE = 16  # query rows per block, keys per tile (v2); the side of v1's square tiles
+TILE_PADDED = TILE + 1  # a module constant: a shape written TILE + 1 in a kernel is not one
+MAX_HEAD_DIM = 128  # v2 keeps three (16, d) tiles in shared memory: 25 KiB at d = 128
+WARP = 32
+EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
+NEG_INF = float32(-np.inf)  # a float32 constant: a Python -inf would be float64 in the kernel
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+              causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(o, lse)`` in float64 NumPy: ``softmax(q k^T / sqrt(d)) v`` over the last two axes,
+    keys after the query masked out if ``causal``, and each row's log-sum-exp of scores."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    x = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
+    if causal:
+        x = np.where(np.tril(np.ones(x.shape[1:], bool)), x, -np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = x.max(axis=-1, keepdims=True)
+        e = np.exp(x - m)
+        total = e.sum(axis=-1, keepdims=True)
+        return _weighted(e / total, v, causal), (m + np.log(total))[..., 0]
+
+
+def _weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    """``p @ v`` over the keys each query sees: a NaN in a value a query does not see (a
+    later key, when causal) does not reach it, as in the kernels."""
+    if not causal:
+        return p @ v
+    s = p.shape[-1]
+    seen = np.tril(np.ones((s, s), bool))
+    return np.stack([np.where(seen[i][:, None], p[:, i, :, None] * v, 0.0).sum(1)
+                     for i in range(s)], axis=1)
+
+
+def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Elementwise bounds on ``|o - o_ref|`` and ``|lse - lse_ref|`` for any variant's float32
+    result (derivation in the module docstring); NaN where the reference is NaN."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    s, d = q.shape[1], q.shape[2]
+    tiles = -(-s // TILE)
+    n_round = s + 2 * tiles + 32
+    x = q @ k.transpose(0, 2, 1) / math.sqrt(d)
+    a = np.abs(q) @ np.abs(k).transpose(0, 2, 1) / math.sqrt(d)
+    seen = np.tril(np.ones((s, s), bool)) if causal else np.ones((s, s), bool)
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.where(seen, x, -np.inf)
+        m = x.max(axis=-1, keepdims=True)
+        e = np.exp(x - m)
+        total = e.sum(axis=-1, keepdims=True)
+        p = e / total
+        o = _weighted(p, v, causal)
+        gap = np.where(seen, m - x, 0.0)  # D_j; 0 where p_j is 0 anyway
+        r = np.where(seen, (d + 2) * a + gap + 4 * (tiles + 1), 0.0)  # |r_j| / u
+        weights = (_weighted(p * r, np.abs(v), causal)
+                   + (p * r).sum(-1, keepdims=True) * np.abs(o))
+        sums = (n_round + 1) * (_weighted(p, np.abs(v), causal) + np.abs(o))
+        log_total = np.log(total)[..., 0]
+        lse_bound = ((p * r).sum(-1) + n_round + 1 + 2 * np.abs(log_total)
+                     + np.abs(m[..., 0] + log_total))
+    return EPS32 * (weights + sums), EPS32 * lse_bound
+
+
+# ------------------------------------------------------------------------------------------
+# v1: three kernels, the s x s scores and probabilities in device memory
+# ------------------------------------------------------------------------------------------
+
+
+# v1_scores: S = q k^T / sqrt(d), masked, one 16 x 16 tile of S per block (Chapter 3's v3
+# tiling, with k's rows in place of B's columns: both tiles are read row by row, coalesced).
+# k's tile has a padding column, so that the 16 lanes reading k_tile[tx, c] hit 16 banks.
+@cuda.jit
+def v1_scores(q, k, scores, scale, causal):
+    q_tile = cuda.shared.array((TILE, TILE), float32)
+    k_tile = cuda.shared.array((TILE, TILE_PADDED), float32)
+    tx, ty, z = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockIdx.z
+    i0, j0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    s, d = q.shape[1], q.shape[2]
+    acc = float32(0)
+    for c0 in range(0, d, TILE):
+        inside = c0 + tx < d
+        q_tile[ty, tx] = q[z, i0 + ty, c0 + tx] if inside and i0 + ty < s else float32(0)
+        k_tile[ty, tx] = k[z, j0 + ty, c0 + tx] if inside and j0 + ty < s else float32(0)
+        cuda.syncthreads()
+        for c in range(TILE):
+            acc += q_tile[ty, c] * k_tile[tx, c]
+        cuda.syncthreads()
+    i, j = i0 + ty, j0 + tx
+    if i < s and j < s:
+        scores[z, i, j] = NEG_INF if causal and j > i else acc * scale
+
+
+# v1_softmax: a block of one warp per row of S. Three passes over the row, each coalesced:
+# its maximum, the sum of exp(x - max), then P = exp(x - max) / sum. Each lane reduces every
+# 32nd element; the lanes then swap their 32 partial results through shared memory (each
+# lane reads all 32, a broadcast) so that every lane holds the row's maximum and sum.
+# Subtracting the maximum keeps exp from overflowing; masked scores (-inf) give exactly 0. A
+# NaN is never the maximum, but it makes the sum NaN, and so the whole row.
+@cuda.jit
+def v1_softmax(scores, probs, lse):
+    partial = cuda.shared.array(WARP, float32)
+    lane, i, z = cuda.threadIdx.x, cuda.blockIdx.x, cuda.blockIdx.y
+    s = scores.shape[2]
+    m = NEG_INF
+    for j in range(lane, s, WARP):
+        x = scores[z, i, j]
+        if x > m:
+            m = x
+    partial[lane] = m
+    cuda.syncthreads()
+    for other in range(WARP):
+        if partial[other] > m:
+            m = partial[other]
+    cuda.syncthreads()
+    total = float32(0)
+    for j in range(lane, s, WARP):
+        total += math.exp(scores[z, i, j] - m)
+    partial[lane] = total
+    cuda.syncthreads()
+    total = float32(0)
+    for other in range(WARP):
+        total += partial[other]
+    for j in range(lane, s, WARP):
+        probs[z, i, j] = math.exp(scores[z, i, j] - m) / total
+    if lane == 0:
+        lse[z, i] = m + math.log(total)
+
+
+# v1_pv: o = P v, one 16 x 16 tile of o per block, walking along the keys a tile at a time
+# (Chapter 3's v3 again). When causal, a row adds no term for the keys it does not see (their
+# weight is 0, but 0 times a NaN value would be NaN).
+@cuda.jit
+def v1_pv(probs, v, o, causal):
+    p_tile = cuda.shared.array((TILE, TILE), float32)
+    v_tile = cuda.shared.array((TILE, TILE), float32)
+    tx, ty, z = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockIdx.z
+    i0, c0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    s, d = v.shape[1], v.shape[2]
+    acc = float32(0)
+    for j0 in range(0, s, TILE):
+        inside = j0 + tx < s
+        p_tile[ty, tx] = probs[z, i0 + ty, j0 + tx] if inside and i0 + ty < s else float32(0)
+        inside = c0 + tx < d
+        v_tile[ty, tx] = v[z, j0 + ty, c0 + tx] if inside and j0 + ty < s else float32(0)
+        cuda.syncthreads()
+        keys = min(TILE, i0 + ty - j0 + 1) if causal else TILE
+        for j in range(keys):
+            acc += p_tile[ty, j] * v_tile[j, tx]
+        cuda.syncthreads()
+    i, c = i0 + ty, c0 + tx
+    if i < s and c < d:
+        o[z, i, c] = acc
+
+
+# ------------------------------------------------------------------------------------------
+# v2: one fused kernel, online softmax
+# ------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def fused_kernel(d: int, causal: bool) -> Any:
+    """The fused kernel for head size ``d``, causal or not, compiled once per pair: shared
+    arrays need shapes that are constants when the kernel is compiled."""
+    n_out = -(-d // TILE)  # output columns per thread: tx, tx + 16, ...
+    threads = TILE * TILE
+    d_padded = d + 1  # computed here: a shape must be a constant, not d + 1 in the kernel
+
+    # v2_fused: a block of 16 x 16 threads owns 16 query rows of one head; thread (ty, tx)
+    # works on query row ty. For each tile of 16 keys: the block copies the tile's keys and
+    # values into shared memory; thread (ty, tx) computes the score of key tx; the row's
+    # new maximum m_new = max(m, max of the tile) rescales what the row has so far by
+    # alpha = exp(m - m_new); the weights exp(x - m_new) are added to the running sum l and,
+    # times the values, to the thread's output columns. The scores live in a 16 x 16 shared
+    # tile and die with it. At the end o = acc / l and lse = m + log(l).
+    @cuda.jit
+    def v2_fused(q, k, v, o, lse, scale):
+        q_s = cuda.shared.array((TILE, d), float32)
+        k_s = cuda.shared.array((TILE, d_padded), float32)  # lanes read k_s[tx, c]
+        v_s = cuda.shared.array((TILE, d), float32)
+        x_s = cuda.shared.array((TILE, TILE), float32)
+        acc = cuda.local.array(n_out, float32)
+        tx, ty, z = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockIdx.y
+        t = ty * TILE + tx
+        i0 = cuda.blockIdx.x * TILE
+        s = q.shape[1]
+        i = i0 + ty
+        for e in range(t, TILE * d, threads):
+            r, c = e // d, e % d
+            q_s[r, c] = q[z, i0 + r, c] if i0 + r < s else float32(0)
+        for r in range(n_out):
+            acc[r] = float32(0)
+        m = NEG_INF
+        total = float32(0)
+        end = min(s, i0 + TILE) if causal else s
+        for j0 in range(0, end, TILE):
+            for e in range(t, TILE * d, threads):
+                r, c = e // d, e % d
+                inside = j0 + r < s
+                k_s[r, c] = k[z, j0 + r, c] if inside else float32(0)
+                v_s[r, c] = v[z, j0 + r, c] if inside else float32(0)
+            cuda.syncthreads()
+            j = j0 + tx
+            x = float32(0)
+            for c in range(d):
+                x += q_s[ty, c] * k_s[tx, c]
+            x *= scale
+            if j >= s or (causal and j > i):
+                x = NEG_INF
+            x_s[ty, tx] = x
+            cuda.syncthreads()
+            m_new = m
+            for jj in range(TILE):
+                if x_s[ty, jj] > m_new:
+                    m_new = x_s[ty, jj]
+            cuda.syncthreads()  # every lane of the row has read the scores
+            x_s[ty, tx] = math.exp(x - m_new)
+            alpha = math.exp(m - m_new)
+            cuda.syncthreads()
+            tile_sum = float32(0)
+            for jj in range(TILE):
+                tile_sum += x_s[ty, jj]
+            total = alpha * total + tile_sum
+            keys = min(TILE, i - j0 + 1) if causal else TILE  # the keys row i sees
+            for r in range(n_out):
+                c = tx + r * TILE
+                if c < d:
+                    part = float32(0)
+                    for jj in range(keys):
+                        part += x_s[ty, jj] * v_s[jj, c]
+                    acc[r] = alpha * acc[r] + part
+            m = m_new
+            cuda.syncthreads()  # the tiles are read before the next ones overwrite them
+        if i < s:
+            for r in range(n_out):
+                c = tx + r * TILE
+                if c < d:
+                    o[z, i, c] = acc[r] / total
+            if tx == 0:
+                lse[z, i] = m + math.log(total)
+
+    return v2_fused
+
+
+# ------------------------------------------------------------------------------------------
+# Launchers (device arrays of shape (heads, s, d); o poisoned, lse (heads, s))
+# ------------------------------------------------------------------------------------------
+
+
+def _plain(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:
+    kernel[griddim, blockdim](*args)
+
+
+def v1_three_kernels(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
+                     launch: Launch = _plain, workspace: tuple[Array, Array] | None = None
+                     ) -> None:
+    """Scores, softmax and ``P v`` as three launches, through two ``(heads, s, s)`` device
+    arrays: ``workspace`` if given (a benchmark allocates them once), else new ones."""
+    heads, s, d = q.shape
+    scores, probs = workspace or (poisoned((heads, s, s)), poisoned((heads, s, s)))
+    tiles = -(-s // TILE)
+    scale = np.float32(1 / math.sqrt(d))
+    launch(v1_scores, (tiles, tiles, heads), (TILE, TILE), q, k, scores, scale, causal)
+    launch(v1_softmax, (s, heads), WARP, scores, probs, lse)
+    launch(v1_pv, (-(-d // TILE), tiles, heads), (TILE, TILE), probs, v, o, causal)
+
+
+def v2_fused(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
+             launch: Launch = _plain) -> None:
+    """The fused kernel for this head size: one launch, one block per 16 query rows."""
+    heads, s, d = q.shape
+    scale = np.float32(1 / math.sqrt(d))
+    launch(fused_kernel(d, bool(causal)), (-(-s // TILE), heads), (TILE, TILE),
+           q, k, v, o, lse, scale)
+
+
+#: Variant name -> launcher(q, k, v, o, lse, causal) on device arrays.
+VARIANTS: dict[str, Callable[..., None]] = {
+    "v1_three_kernels": v1_three_kernels,
+    "v2_fused": v2_fused,
+}
+
+
+def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    if not isinstance(causal, bool | np.bool_):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    on_device = False
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        on_device |= check_float32_array(name, x, 3)
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k and v must have one shape (heads, s, d), got {q.shape}, "
+                         f"{k.shape} and {v.shape}")
+    if not 1 <= q.shape[2] <= MAX_HEAD_DIM:
+        raise ValueError(f"the head size d = q.shape[2] must be from 1 to {MAX_HEAD_DIM}, "
+                         f"got {q.shape[2]}")
+    return on_device
+
+
+def forward(q: Array, k: Array, v: Array, causal: bool = False,
+            variant: str = "v2_fused") -> tuple[Array, Array]:
+    """``(o, lse)``: attention of float32 ``(heads, s, d)`` arrays and each row's log-sum-exp
+    of scores, computed by ``VARIANTS[variant]``."""
+    on_device = _check(q, k, v, causal, variant)
+    heads, s, d = q.shape
+    if heads * s == 0:
+        o, lse = np.zeros(q.shape, np.float32), np.zeros((heads, s), np.float32)
+        return (cuda.to_device(o), cuda.to_device(lse)) if on_device else (o, lse)
+    q_d, k_d, v_d = (x if getattr(x, "__cuda_ndarray__", False) else cuda.to_device(x)
+                     for x in (q, k, v))
+    o, lse = poisoned(q.shape), poisoned((heads, s))
+    VARIANTS[variant](q_d, k_d, v_d, o, lse, bool(causal))
+    return (o, lse) if on_device else (o.copy_to_host(), lse.copy_to_host())
+
+
+def attention(q: Array, k: Array, v: Array, causal: bool = False,
+              variant: str = "v2_fused") -> Array:
+    """``softmax(q k^T / sqrt(d)) v`` for float32 ``(heads, s, d)`` arrays (see
+    :func:`forward`)."""
+    return forward(q, k, v, causal, variant)[0]
+
+
+# ------------------------------------------------------------------------------------------
+# Bytes moved: the formula, and the count on the simulator
+# ------------------------------------------------------------------------------------------
+
+
+def traffic(variant: str, heads: int, s: int, d: int, causal: bool = False) -> dict:
+    """Bytes each kernel parameter of ``variant`` loads and stores in device memory, as
+    ``{(array, op): bytes}``, for ``heads`` heads of ``s`` tokens and head size ``d``.
+
+    Per head, in float32 values, with ``T = ceil(s / 16)``: v1 reads q and k once per tile
+    of S in their row of tiles (``T s d`` each), writes S (``s^2``) and reads it three times
+    (``3 s^2``), writes P (``s^2``) and reads it once per 16 columns of o
+    (``ceil(d / 16) s^2``), reads v once per row of tiles of o (``T s d``) and writes o and
+    lse. v2 reads q once, k and v once per block of queries (``T s d`` each; causal: only
+    the ``min(s, 16 (b + 1))`` keys up to block b's diagonal), and writes o and lse.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    tiles = -(-s // TILE)
+    values = {("o", "store"): s * d, ("lse", "store"): s}
+    if variant == "v1_three_kernels":
+        values |= {("q", "load"): tiles * s * d, ("k", "load"): tiles * s * d,
+                   ("scores", "store"): s * s, ("scores", "load"): 3 * s * s,
+                   ("probs", "store"): s * s, ("probs", "load"): -(-d // TILE) * s * s,
+                   ("v", "load"): tiles * s * d}
+    else:
+        keys = sum(min(s, TILE * (b + 1)) for b in range(tiles)) if causal else tiles * s
+        values |= {("q", "load"): s * d, ("k", "load"): keys * d, ("v", "load"): keys * d}
+    return {key: 4 * heads * n for key, n in values.items()}
+
+
+def traced_traffic(variant: str, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                   causal: bool = False) -> dict:
+    """Run ``variant`` under :func:`gpudl.trace.trace` (simulator only: wrap the call in
+    :func:`gpudl.trace.on_simulator` on a GPU) and count the bytes of device memory each
+    kernel parameter loads and stores, as :func:`traffic` gives them."""
+    from gpudl.trace import trace
+
+    _check(q, k, v, causal, variant)
+    counts: dict[tuple[str, str], int] = {}
+
+    def traced(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:
+        for a in trace(kernel, griddim, blockdim, *args).accesses:
+            if a.kind == "global":
+                counts[(a.array, a.op)] = counts.get((a.array, a.op), 0) + a.size
+
+    o, lse = poisoned(q.shape), poisoned(q.shape[:2])
+    VARIANTS[variant](*(cuda.to_device(x) for x in (q, k, v)), o, lse, bool(causal),
+                      launch=traced)
+    return counts

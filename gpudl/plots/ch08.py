@@ -1,0 +1,92 @@
+"""Chapter 8's figures: the roofline of each precision, the tiles a fused attention kernel
+visits, the lanes that hold an mma's fragments, and the bytes each attention variant moves.
+
+Book section: Chapter 8, Attention and tensor cores (and its lab).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpudl.estimate import ridge_point
+from gpudl.estimate import roofline as attainable
+from gpudl.plots._style import finish
+
+__all__ = ["roofline_precisions", "online_softmax_tiles", "mma_fragments", "attention_bytes"]
+
+
+def roofline_precisions(peaks: dict[str, float], peak_bandwidth: float,
+                        points: dict[str, tuple[float, str]], title: str) -> Figure:
+    """One roof per precision (``peaks``: name -> flop/s) over one memory bandwidth
+    (bytes/s), each ridge point marked, and kernels placed on the roof of their precision:
+    ``points`` maps a name to ``(intensity, precision)``."""
+    intensities = np.logspace(-1, 4, 300)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = ["-", "--", "-.", ":"]
+    for (name, peak), style in zip(peaks.items(), styles * len(peaks), strict=False):
+        ridge = ridge_point(peak, peak_bandwidth)
+        ax.loglog(intensities, attainable(intensities, peak, peak_bandwidth), "k" + style,
+                  lw=1, label=f"{name} roof, ridge {ridge:.0f} flop/B")
+        ax.axvline(ridge, color="grey", ls=":", lw=0.8)
+    for name, (intensity, precision) in points.items():
+        ax.plot(intensity, attainable(intensity, peaks[precision], peak_bandwidth), "o",
+                label=f"{name} ({intensity:.3g} flop/B)")
+    ax.set(xlabel="arithmetic intensity (flop/byte)", ylabel="attainable flop/s", title=title)
+    ax.legend(fontsize=6.5, loc="lower right")
+    return finish(fig)
+
+
+def online_softmax_tiles(s: int, tile: int, causal: bool) -> Figure:
+    """The tiles of the ``s x s`` score matrix that a fused kernel computes, one block of
+    ``tile`` queries per row of tiles, keys ``tile`` at a time from left to right; grey tiles
+    (above the diagonal, when causal) are skipped. Each visited tile updates the block's
+    running maximum ``m`` and sum ``l``; the numbers give the order of one block's visits."""
+    blocks = -(-s // tile)
+    grid = np.array([[1.0 if (not causal or j <= i) else 0.0 for j in range(blocks)]
+                     for i in range(blocks)])
+    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    ax.imshow(grid, cmap="Blues", vmin=-0.4, vmax=1.4)
+    row = blocks // 2
+    for j in range(blocks):
+        if grid[row, j]:
+            ax.text(j, row, str(j + 1), ha="center", va="center", fontsize=8, color="white")
+    ax.annotate("m and l updated\nafter each tile", xy=(row, row), xytext=(blocks - 0.6, 0.6),
+                fontsize=8, ha="right", arrowprops={"arrowstyle": "->"})
+    ax.set(xticks=range(blocks), yticks=range(blocks),
+           xlabel=f"key tile ({tile} keys)", ylabel=f"query block ({tile} queries)",
+           title=f"Tiles of S for s = {s}" + (", causal" if causal else "")
+           + "\n(dark: computed, light: skipped)")
+    return finish(fig)
+
+
+def mma_fragments(owners: dict[str, np.ndarray]) -> Figure:
+    """Which lane of the warp holds each element of the matrices of one mma: ``owners`` maps
+    a matrix name to an array of lane numbers (:func:`gpudl.kernels.mma.lanes`)."""
+    fig, axes = plt.subplots(1, len(owners), figsize=(9, 4.2),
+                             gridspec_kw={"width_ratios": [o.shape[1] for o in owners.values()]})
+    for ax, (name, lanes) in zip(np.atleast_1d(axes), owners.items(), strict=True):
+        ax.imshow(lanes // 4, cmap="tab10", vmin=0, vmax=9)
+        for (r, c), lane in np.ndenumerate(lanes):
+            ax.text(c, r, str(lane), ha="center", va="center", fontsize=5.5)
+        ax.set(title=name, xticks=[], yticks=[])
+    fig.suptitle("m16n8k16: the lane holding each element (colour: lane // 4)", fontsize=9)
+    return finish(fig)
+
+
+def attention_bytes(s_values: Sequence[int], bytes_by_variant: dict[str, Sequence[float]],
+                    traced: dict[str, tuple[Sequence[int], Sequence[float]]] | None = None,
+                    title: str = "") -> Figure:
+    """Device-memory bytes per variant against the sequence length (log-log), from the
+    formula, with traced counts (``(s values, bytes)`` per variant) as markers if given."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, values in bytes_by_variant.items():
+        ax.loglog(list(s_values), list(values), "-", label=f"{name} (formula)")
+    for name, (s_traced, values) in (traced or {}).items():
+        ax.loglog(list(s_traced), list(values), "o", label=f"{name} (traced)")
+    ax.set(xlabel="sequence length s", ylabel="bytes read and written", title=title)
+    ax.legend(fontsize=7)
+    return finish(fig)
