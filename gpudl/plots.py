@@ -4,7 +4,8 @@ Book section: every chapter's lab; Chapter 1 uses :func:`occupancy_curves`,
 :func:`time_bars`, :func:`allreduce_bandwidth` and :func:`ring_allreduce_model`; Chapter 2
 :func:`sectors_per_request`, :func:`roofline`, :func:`bandwidth_vs_size`,
 :func:`state_bytes` and :func:`hierarchy`; Chapter 7 :func:`training_time_and_cost` and
-:func:`memory_by_zero_stage`.
+:func:`memory_by_zero_stage`; the "Measured on a GPU" boxes of every chapter
+:func:`rate_bars`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpudl.hardware import occupancy
 __all__ = [
     "occupancy_curves", "time_bars", "allreduce_bandwidth", "ring_allreduce_model",
     "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
-    "gradient_timeline", "training_time_and_cost", "memory_by_zero_stage",
+    "gradient_timeline", "training_time_and_cost", "memory_by_zero_stage", "rate_bars",
 ]
 
 
@@ -73,7 +74,7 @@ def allreduce_bandwidth(
     rows: Sequence[dict], model: tuple[float, float] | None = None
 ) -> Figure:
     """Algorithm and bus bandwidth against message size (rows of
-    :func:`gpudl.parallel.comms.allreduce_bandwidth`), with the ring model's algorithm
+    :func:`gpudl.bench.allreduce.allreduce_bandwidth`), with the ring model's algorithm
     bandwidth for ``model = (latency_s, bandwidth_bytes_per_s)`` if given."""
     sizes = [r["size_bytes"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -179,7 +180,7 @@ def state_bytes(rows: Sequence[dict]) -> Figure:
 
 def hierarchy(levels: dict) -> Figure:
     """Latency (ns per dependent load) and bandwidth (GB/s) of each memory level, from
-    :func:`gpudl.kernels.hierarchy.measure`, side by side on log scales."""
+    :func:`gpudl.bench.hierarchy.measure`, side by side on log scales."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
     latency = levels["latency"]
     left.bar(list(latency), [r["ns_per_hop"] for r in latency.values()])
@@ -270,5 +271,28 @@ def memory_by_zero_stage(cases: dict[str, Sequence[float]],
                                   "3 (+parameters)"],
            xlabel="ZeRO stage", ylabel="model state per GPU (GB)", title="Mixed-precision Adam")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def rate_bars(groups: dict[str, dict[str, float]], references: dict[str, float], unit: str,
+              title: str, reference_label: str) -> Figure:
+    """One bar per kernel in each group (a size, a layout), its rate in ``unit`` (higher is
+    faster), and each group's reference rate (a torch copy, cuBLAS) as a dashed line across
+    the group's bars, labelled ``reference_label``."""
+    names = list(dict.fromkeys(name for group in groups.values() for name in group))
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 0.45 * len(names) * len(groups)), 3.4))
+    for j, name in enumerate(names):
+        xs = [i + j * width for i, group in enumerate(groups.values()) if name in group]
+        ax.bar(xs, [group[name] for group in groups.values() if name in group], width,
+               label=name, color=f"C{j % 10}")
+    for i, group in enumerate(groups):
+        if group in references:
+            ax.hlines(references[group], i - width / 2, i + 0.8 - width / 2, colors="k",
+                      linestyles="dashed", label=reference_label if i == 0 else None)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], list(groups))
+    ax.set(ylabel=unit, title=title)
+    ax.legend(fontsize=7, ncol=2 if len(names) > 4 else 1)
     fig.tight_layout()
     return fig

@@ -4,6 +4,9 @@
 - draws the prose's model figures (deterministic, from `gpudl.plots`) into book/_generated/
   when the build starts, so a figure in the text is always the package's current answer;
 - the ``{gpudl-specs}`` directive renders `gpudl.hardware.SPECS` as a table;
+- the ``{gpudl-measured}`` directive renders a "Measured on a GPU" box from the stored
+  ``results/<topic>-cuda.json`` (a table or figure, the speed goals, the GPU and commit), or
+  says *not yet measured* where none is stored (`gpudl_measured`);
 - drops missing references to types documented elsewhere (NumPy, torch, numba, matplotlib)
   so that `-n` (nitpicky) warns only about the book's own broken references."""
 
@@ -11,6 +14,7 @@ import sys
 from pathlib import Path
 
 from docutils import nodes
+from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
@@ -108,7 +112,44 @@ class SpecsTable(SphinxDirective):
         return container.children
 
 
+class MeasuredBox(SphinxDirective):
+    """``{gpudl-measured} TOPIC VIEW``: a "Measured on a GPU" box. Its content says what is
+    measured; below it, the ``VIEW`` of ``results/TOPIC-cuda.json`` (``gpudl_results`` in the
+    Sphinx config) with the goals it is held to and its provenance, or *not yet measured*
+    where no such file exists. Without arguments the box has no benchmark behind it yet."""
+
+    optional_arguments = 2
+    has_content = True
+    option_spec = {"title": directives.unchanged}
+
+    def run(self):
+        from gpudl_measured import box_markdown
+
+        from gpudl.bench.results import load_record
+
+        topic, view = (list(self.arguments) + [None, None])[:2]
+        record = None
+        try:
+            if topic is not None:
+                path = Path(self.config.gpudl_results) / f"{topic}-cuda.json"
+                if path.exists():
+                    self.env.note_dependency(str(path))
+                    record = load_record(path)
+            measured = box_markdown(topic, view, record, GENERATED)
+        except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
+            raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
+        lines = [*self.content, "", *measured]
+        box = nodes.admonition(classes=["important"])
+        title = self.options.get("title", "Measured on a GPU")
+        box += nodes.title(title, title)
+        self.state.nested_parse(StringList(lines, source=f"gpudl-measured {topic} {view}"),
+                                self.content_offset, box)
+        return [box]
+
+
 def setup(app):
+    app.add_config_value("gpudl_results", str(ROOT / "results"), "env")
+    app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _ignore_external)

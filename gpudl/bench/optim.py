@@ -131,7 +131,7 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
     ``small = (count, size)`` small tensors (1,000 of 10,000 on a GPU). Rows are named
     ``"<method> [<layout>]"``; each Adam step is rated at
     :data:`gpudl.kernels.optim.BYTES_PER_PARAM` = 28 bytes per parameter (``gbps``) and
-    against the copy's bandwidth (``fraction_of_copy``), and carries its ``check``
+    against the copy's bandwidth (``fraction_of_copy``), and carries its ``optimizer`` and ``check``
     (:func:`check_step`)."""
     sizes = backend.pick(gpu=(10**6, 10**7, 10**8), sim=(300,)) if sizes is None else sizes
     small = backend.pick(gpu=(1000, 10**4), sim=(6, 40)) if small is None else small
@@ -151,7 +151,7 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
         src = torch.randn(n, device=device)
         dst = torch.empty_like(src)
         copy = row(f"copy [{layout}]", time_cuda(dst.copy_, src, **timed), 8 * n,
-                   method="copy", **keys)
+                   optimizer="copy", **keys)
         rows.append(copy | {"fraction_of_copy": 1.0 if copy["gbps"] else None, "check": None})
         del src, dst
         for name, make in METHODS.items():
@@ -168,7 +168,7 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
             opt = make(params, **HYPER)
             plan = few if len(shapes) > 1 and name in PER_TENSOR else timed
             r = row(f"{name} [{layout}]", time_cuda(opt.step, **plan), ko.BYTES_PER_PARAM * n,
-                    method=name, **keys)
+                    optimizer=name, **keys)
             fraction = r["gbps"] / copy["gbps"] if r["gbps"] and copy["gbps"] else None
             rows.append(r | {"fraction_of_copy": fraction, "check": check})
             del opt, params

@@ -55,16 +55,16 @@ def bubble_sweep(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8,
     return rows
 
 
-def run(world_size: int = 4) -> dict:
-    """:func:`bubble_sweep` on ``world_size`` stages, one GPU each (skipped with fewer GPUs;
-    CPU processes on the simulator). One row per run: the makespan of its timed step, with
-    the sweep's keys, timelines included."""
+def run(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8, 16)) -> dict:
+    """:func:`bubble_sweep` on ``world_size`` stages at each of ``microbatches``, one GPU per
+    stage (skipped with fewer GPUs; CPU processes on the simulator). One row per run: the
+    makespan of its timed step, with the sweep's keys, timelines included."""
     missing = gpus_missing(world_size)
     if missing:
         print(f"[pipeline] {world_size} stages skipped: {missing}", flush=True)
         return {"rows": [], "bars": [], "skipped": missing}
     rows = []
-    for r in bubble_sweep(world_size):
+    for r in bubble_sweep(world_size, microbatches):
         makespan = Timing((r["makespan_s"],), "wall-clock", True)
         rows.append(row(f"{r['schedule']} m={r['microbatches']}", makespan, stages=world_size,
                         **r))
