@@ -13,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")  # figures are files, drawn during the build
+
 NOT_MEASURED = "**Not yet measured**"
 
 

@@ -62,6 +62,8 @@ def _model_figures() -> dict:
 
 
 def _draw_figures(app) -> None:
+    if not app.config.gpudl_model_figures:
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,7 +137,9 @@ class MeasuredBox(SphinxDirective):
                 if path.exists():
                     self.env.note_dependency(str(path))
                     record = load_record(path)
-            measured = box_markdown(topic, view, record, GENERATED)
+            # figures beside the page: its _generated/ folder (book/_generated for the book)
+            page = Path(self.env.doc2path(self.env.docname)).parent
+            measured = box_markdown(topic, view, record, page / "_generated")
         except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
             raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
         lines = [*self.content, "", *measured]
@@ -149,6 +153,7 @@ class MeasuredBox(SphinxDirective):
 
 def setup(app):
     app.add_config_value("gpudl_results", str(ROOT / "results"), "env")
+    app.add_config_value("gpudl_model_figures", True, "env")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
     app.connect("builder-inited", _draw_figures)

@@ -4,7 +4,7 @@ topic, and the results they store.
 Book section: every chapter's "Measured on a GPU" boxes, and Chapter 1, "Threads, blocks, grids
 and warps" for how a kernel is timed (:mod:`gpudl.bench.timing`).
 
-The kernels (:mod:`gpudl.kernels`) and the distributed workers (:mod:`gpudl.parallel`)
+The kernels (``gpudl.kernels``) and the distributed workers (``gpudl.parallel``)
 compute; this package times them, and nothing there imports it. Each topic of :data:`TOPICS`
 is a module ``gpudl.bench.<topic>`` with
 
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Where results are stored: ``results/`` beside the package.
+#: The folder where results are stored, ``results/`` beside the package.
 RESULTS = ROOT / "results"
 
 #: Topic -> what it measures; the topic's module is ``gpudl.bench.<topic>``.
@@ -61,7 +61,7 @@ TOPICS: dict[str, str] = {
     "precision": "Chapter 7: torch.matmul in FP32 and BF16; the kernel MLP's MFU",
 }
 
-#: Row keys a bar may compare: two rates (higher is faster) or the median time.
+#: The row keys a bar may compare, two rates (higher is faster) or the median time.
 RATES = ("gbps", "tflops", "median_s")
 
 _SIMULATOR_NOTE = ("simulator: kernels ran as Python threads on the CPU at tiny sizes; their "

@@ -55,7 +55,7 @@ __all__ = [
 
 _ITEMSIZE = 4  # the messages are float32
 
-#: No speed goal is set for the links: the rows are what the book's boxes show.
+#: No speed goal is set for the links; the rows are what the book's boxes show.
 BARS: tuple[dict, ...] = ()
 
 

@@ -34,7 +34,7 @@ __all__ = ["BARS", "predicted_step_time", "run", "step_times", "step_times_worke
 
 _FIT_BYTES = 4 << 20  # the largest all-reduce step_times_worker fits the ring model to
 
-#: The speed goal (issue "GPU speed"), at each world size measured.
+#: The speed goal of the issue on GPU speed, at each world size measured.
 BARS = (
     {"name": "bucketed_vs_ddp_x{ws}",
      "what": "time of a bucketed step over DDP's, same model and data (within 10%)",
@@ -152,7 +152,8 @@ def run(world_sizes: Sequence[int] | None = None, setup: dp.Setup | None = None)
 
     On GPUs: layer widths 2048 x 8 (29 million parameters, 117 MB of float32 gradients),
     1,024 samples per rank, DDP's default buckets, world sizes 1, 2, 4, 8 up to the number of
-    GPUs (NCCL), 20 timed steps. On the simulator: the lab's tiny :class:`Setup` on 1, 2 and
+    GPUs (NCCL), 20 timed steps. On the simulator: the lab's tiny
+    :class:`~gpudl.parallel.data_parallel.Setup` on 1, 2 and
     4 CPU processes (gloo), 5 timed steps; the times are then CPU times. One row per strategy
     and world size; ``runs`` keeps each :func:`step_times` result with its prediction."""
     on_gpu = not backend.is_simulator()

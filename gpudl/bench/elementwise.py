@@ -25,8 +25,8 @@ from gpudl.kernels import elementwise as ew
 
 __all__ = ["BARS", "run"]
 
-#: The speed goals (issue "GPU speed"): a streaming kernel near a device copy's bandwidth, and
-#: parity divergence costing both paths.
+#: The speed goals of the issue on GPU speed, a streaming kernel near a device copy's bandwidth,
+#: and parity divergence costing both paths.
 BARS = (
     {"name": "vector_add_v2_vs_torch_copy",
      "what": "vector_add v2's bandwidth over a torch device-to-device copy's, same run",

@@ -27,7 +27,7 @@ from gpudl.kernels.arrays import poisoned
 
 __all__ = ["BARS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
 
-#: The speed goal (issue "GPU speed"): half of cuBLAS at the largest size, 0.7 the aim.
+#: The speed goal of the issue on GPU speed, half of cuBLAS at the largest size (0.7 the aim).
 BARS = (
     {"name": "best_matmul_vs_torch",
      "what": "the fastest variant's TFLOP/s over torch.matmul's (float32, TF32 off) at the "

@@ -28,8 +28,8 @@ __all__ = ["BARS", "run"]
 
 _REDUCTIONS = [f"reduce {v}" for v in red.VARIANTS]
 
-#: The speed goals (issue "GPU speed"), each against a torch device-to-device copy of the same
-#: data in the same run.
+#: The speed goals of the issue on GPU speed, each against a torch device-to-device copy of the
+#: same data in the same run.
 BARS = (
     {"name": "copy_vs_torch_copy",
      "what": "the coalesced copy kernel's bandwidth over a torch device-to-device copy's",

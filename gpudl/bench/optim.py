@@ -35,16 +35,16 @@ __all__ = ["BARS", "HYPER", "METHODS", "PER_TENSOR", "float32_hyper", "hyper_use
 #: The hyperparameters every timed step uses (Adam's defaults).
 HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
 
-#: The optimizers timed: name -> factory ``(params, **hyper) -> optimizer``.
+#: The optimizers timed, name -> factory ``(params, **hyper) -> optimizer``.
 METHODS: dict[str, Callable] = {
     **{f"gpudl {v}": (lambda ps, v=v, **h: go.Adam(ps, variant=v, **h)) for v in ko.VARIANTS},
     "torch foreach": lambda ps, **h: torch.optim.Adam(ps, foreach=True, **h),
     "torch fused": lambda ps, **h: torch.optim.Adam(ps, fused=True, **h),
 }
-#: The methods that launch once per tensor: timed with fewer repeats over many tensors.
+#: The methods that launch once per tensor, timed with fewer repeats over many tensors.
 PER_TENSOR = ("gpudl unfused", "gpudl fused", "gpudl shared")
 
-#: The speed goals (issue "GPU speed"): ``{big}`` is the largest one-tensor layout (100M
+#: The speed goals of the issue on GPU speed; ``{big}`` is the largest one-tensor layout (100M
 #: parameters on a GPU), ``{many}`` the many small tensors.
 BARS = (
     {"name": "fused_adam_vs_copy",

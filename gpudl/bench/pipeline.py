@@ -22,7 +22,7 @@ from gpudl.parallel.launch import default_backend
 
 __all__ = ["BARS", "bubble_sweep", "run"]
 
-#: No speed goal: the rows set the measured idle fraction beside the formula's.
+#: No speed goal; the rows set the measured idle fraction beside the formula's.
 BARS: tuple[dict, ...] = ()
 
 

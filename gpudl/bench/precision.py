@@ -24,7 +24,7 @@ from gpudl.estimate import mfu, training_flops
 
 __all__ = ["BARS", "DTYPES", "matmul_timing", "measured_matmul_flops", "run"]
 
-#: No speed goal: the rates are ceilings to hold an MFU to.
+#: No speed goal; the rates are ceilings to hold an MFU to.
 BARS: tuple[dict, ...] = ()
 
 #: The dtypes measured, by name.
