@@ -171,7 +171,8 @@ def _dataparallel_steps(record: dict, path: Path) -> list[str]:
     return _table(["GPUs", "manual (ms)", "bucketed (ms)", "DDP (ms)", "model (ms)"],
                   [[str(r["world_size"]), *(_ms(r["step_s"][s]) for s in
                                             ("manual", "bucketed", "ddp")),
-                    _ms(r["predicted_step_s"])] for r in record["runs"]])
+                    "n/a" if r["predicted_step_s"] is None else _ms(r["predicted_step_s"])]
+                   for r in record["runs"]])
 
 
 def _pipeline_bubble(record: dict, path: Path) -> list[str]:

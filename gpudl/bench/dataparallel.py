@@ -155,7 +155,8 @@ def run(world_sizes: Sequence[int] | None = None, setup: dp.Setup | None = None)
     GPUs (NCCL), 20 timed steps. On the simulator: the lab's tiny
     :class:`~gpudl.parallel.data_parallel.Setup` on 1, 2 and
     4 CPU processes (gloo), 5 timed steps; the times are then CPU times. One row per strategy
-    and world size; ``runs`` keeps each :func:`step_times` result with its prediction."""
+    and world size; ``runs`` keeps each :func:`step_times` result with its prediction
+    (``predicted_step_s``, ``None`` where the all-reduce times were too noisy to fit)."""
     on_gpu = not backend.is_simulator()
     if world_sizes is None:
         gpus = torch.cuda.device_count() if on_gpu else 0
@@ -171,7 +172,11 @@ def run(world_sizes: Sequence[int] | None = None, setup: dp.Setup | None = None)
         ws_rows = [row(f"{name} step x{world_size}", timing, world_size=world_size,
                        strategy=name, backend=times["backend"])
                    for name, timing in times.pop("timings").items()]
-        times["predicted_step_s"] = predicted_step_time(times)
+        try:
+            times["predicted_step_s"] = predicted_step_time(times)
+        except ValueError as err:  # all-reduce times too noisy to fit (a busy CPU): no model
+            print(f"  no model for world size {world_size}: {err}", flush=True)
+            times["predicted_step_s"] = None
         runs.append(times)
         rows += ws_rows
         bars += evaluate_bars(BARS, ws_rows, ws=world_size)
