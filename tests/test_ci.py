@@ -29,7 +29,7 @@ def run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 def test_session_help_and_bad_arguments():
     done = run("gpu-session", "--help")
-    assert done.returncode == 0 and "NB_LIMIT 230" in done.stdout
+    assert done.returncode == 0 and "NB_LIMIT 280" in done.stdout
     done = run("gpu-session", "notebooks", "benchmarks", OUT="/nonexistent")
     assert done.returncode == 2 and "unknown phase 'benchmarks'" in done.stderr
     done = run("gpu-session", "tests")  # no OUT
@@ -41,8 +41,8 @@ def test_session_phase_limits_fit_in_eight_minutes():
     limits = {name: int(value) for name, value in
               re.findall(r"\$\{(\w+_LIMIT):-(\d+)\}", text)}
     assert set(limits) == {"INFO_LIMIT", "NB_LIMIT", "TESTS_LIMIT", "BENCH_LIMIT"}
-    # each with 10 s to be killed, and 30 s to install the wheels and write the tars
-    assert sum(limits.values()) + 10 * len(limits) + 30 <= 8 * 60
+    # each with 10 s to be killed, and 20 s to install the wheels and write the tars
+    assert sum(limits.values()) + 10 * len(limits) + 20 <= 8 * 60
     code = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     assert sum("timeout -k 10" in line for line in code) == 2  # the info check, every phase
 
