@@ -279,20 +279,25 @@ def rate_bars(groups: dict[str, dict[str, float]], references: dict[str, float],
               title: str, reference_label: str) -> Figure:
     """One bar per kernel in each group (a size, a layout), its rate in ``unit`` (higher is
     faster), and each group's reference rate (a torch copy, cuBLAS) as a dashed line across
-    the group's bars, labelled ``reference_label``."""
+    the group's bars, labelled ``reference_label``. One group: the kernels name the bars."""
     names = list(dict.fromkeys(name for group in groups.values() for name in group))
+    single = len(groups) == 1
     width = 0.8 / len(names)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 0.45 * len(names) * len(groups)), 3.4))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.5 + 0.5 * len(names) * len(groups)), 3.6))
     for j, name in enumerate(names):
         xs = [i + j * width for i, group in enumerate(groups.values()) if name in group]
-        ax.bar(xs, [group[name] for group in groups.values() if name in group], width,
-               label=name, color=f"C{j % 10}")
+        ax.bar(xs, [group[name] for group in groups.values() if name in group], width * 0.9,
+               label=None if single else name, color=f"C{j % 10}")
     for i, group in enumerate(groups):
         if group in references:
             ax.hlines(references[group], i - width / 2, i + 0.8 - width / 2, colors="k",
                       linestyles="dashed", label=reference_label if i == 0 else None)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], list(groups))
+    if single:
+        ax.set_xticks([j * width for j in range(len(names))], names, rotation=30, ha="right",
+                      fontsize=8)
+    else:
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], list(groups))
     ax.set(ylabel=unit, title=title)
-    ax.legend(fontsize=7, ncol=2 if len(names) > 4 else 1)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
