@@ -146,7 +146,7 @@ def test_every_topic_stores_its_rows_and_bars_in_the_schema(tmp_path, topic):
     path = write_results(topic, run_topic(topic, **SMALL[topic]), directory=tmp_path)
     record = load_record(path)
     assert record["topic"] == topic and record["backend"] == backend.name()
-    assert record["rows"] and record["commit"]
+    assert record["rows"] and record["commit"] == gpudl.bench.commit()
     for spec in importlib.import_module(f"gpudl.bench.{topic}").BARS:  # declared as data
         prefix = spec["name"].split("{")[0]
         assert any(b["name"] == spec["name"] or "{" in spec["name"]
