@@ -9,7 +9,7 @@ JOBS   ?= 2
 #   make book TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP_ARGS ?=
 
-.PHONY: help env book test lint pytest notebooks bench serve clean
+.PHONY: help env book test lint pytest notebooks bench gpu-wheels serve clean
 
 help:
 	@echo "make book       create $(VENV), install, build the HTML book into _build/html"
@@ -19,6 +19,8 @@ help:
 	@echo "make lint       ruff;  make pytest: the tests and nbval, without the book build"
 	@echo "make notebooks  re-execute every notebook in place on the current backend"
 	@echo "make bench      run the benchmarks and write JSON to results/"
+	@echo "make gpu-wheels download into .whl/ the wheels a lent GPU machine needs"
+	@echo "                (CONTRIBUTING.md, GPU runs; fails if they pass 40 MB)"
 	@echo "make serve      serve the built book on http://localhost:8000"
 	@echo "make clean      remove _build and $(VENV)"
 
@@ -49,6 +51,9 @@ notebooks: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m gpudl bench all
+
+gpu-wheels: $(STAMP)
+	PYTHON=$(BIN)/python bash .ci/gpu-wheels
 
 serve:
 	$(PYTHON) -m http.server --directory _build/html 8000

@@ -4,7 +4,10 @@ Book section: *Preface* and README, "Commands".
 
 * ``python -m gpudl info`` prints the backend and the device's facts.
 * ``python -m gpudl bench TOPIC`` runs a chapter's benchmarks and writes
-  ``results/TOPIC-<backend>.json`` (``all`` runs every topic).
+  ``results/TOPIC-<backend>.json`` (``all`` runs every topic); on a GPU a result the same commit
+  already stored is reused unless ``--fresh`` is given.
+* ``python -m gpudl results import PATH`` checks the GPU results in a tar file or folder and
+  copies them into ``results/`` (notebooks executed on a GPU only if they pass nbval here).
 * ``python -m gpudl notebooks [NAME ...]`` re-executes notebooks in place on the current
   backend, printing progress cell by cell.
 * ``python -m gpudl estimate ...`` runs Chapter 7's calculators (training time, MFU, memory
@@ -16,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import gpudl  # (decides the backend before anything imports numba)
@@ -25,84 +27,37 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
 
-def _bench_elementwise() -> dict:
-    from gpudl.bench import bench_elementwise
+def bench(topic: str, directory: Path, fresh: bool = False) -> list[Path]:
+    """Run (or reuse, see :func:`gpudl.bench.load_or_run`) the benchmarks of ``topic`` (or
+    ``all``) and store their JSON files in ``directory``. A topic that raises is reported and
+    the others still run; the command then exits with an error naming it."""
+    import traceback
 
-    return bench_elementwise()
+    from gpudl.bench import TOPICS, load_or_run, results_path
 
-
-def _bench_memory() -> dict:
-    from gpudl.bench import bench_memory
-
-    return bench_memory()
-
-
-def _bench_matmul() -> dict:
-    from gpudl.kernels.matmul import bench_matmul
-
-    return {"matmul": bench_matmul()}
-
-
-def _bench_allreduce() -> dict:
-    from gpudl.parallel.comms import allreduce_bandwidth
-
-    rows = []
-    for world_size in (2, 4):
-        print(f"all-reduce benchmark, world size {world_size} ...", flush=True)
-        rows.extend(allreduce_bandwidth(world_size=world_size))
-    return {"allreduce": rows}
-
-
-def _bench_optim() -> dict:
-    from gpudl.kernels.optim import bench_optim
-
-    return bench_optim()
-
-
-def _bench_dataparallel() -> dict:
-    from gpudl.parallel.data_parallel import bench_dataparallel
-
-    return bench_dataparallel()
-
-
-def _bench_pipeline() -> dict:
-    from gpudl.parallel.pipeline_parallel import bench_pipeline
-
-    return bench_pipeline()
-
-
-def _bench_precision() -> dict:
-    from gpudl.hardware import measured_matmul_flops
-
-    n = gpudl.backend.pick(gpu=8192, sim=512)
-    return {"n": n, "flops": {d: measured_matmul_flops(n, d) for d in ("float32", "bfloat16")}}
-
-
-BENCHMARKS: dict[str, Callable[[], dict]] = {
-    "elementwise": _bench_elementwise,
-    "memory": _bench_memory,
-    "matmul": _bench_matmul,
-    "allreduce": _bench_allreduce,
-    "optim": _bench_optim,
-    "dataparallel": _bench_dataparallel,
-    "pipeline": _bench_pipeline,
-    "precision": _bench_precision,
-}
-
-
-def bench(topic: str, directory: Path) -> list[Path]:
-    """Run the benchmarks of ``topic`` (or ``all``) and write their JSON files."""
-    from gpudl.bench import write_results
-
-    if topic != "all" and topic not in BENCHMARKS:
-        raise SystemExit(f"unknown topic {topic!r}; choose from {['all', *BENCHMARKS]}")
-    topics = list(BENCHMARKS) if topic == "all" else [topic]
-    written = []
-    for name in topics:
+    if topic != "all" and topic not in TOPICS:
+        raise SystemExit(f"unknown topic {topic!r}; choose from {['all', *TOPICS]}")
+    written, failed = [], []
+    for name in list(TOPICS) if topic == "all" else [topic]:
         print(f"== benchmark {name} ({gpudl.backend.name()}) ==", flush=True)
-        path = write_results(name, BENCHMARKS[name](), directory=directory)
-        print(f"wrote {path}", flush=True)
-        written.append(path)
+        try:
+            record = load_or_run(name, directory, fresh=fresh)
+        except Exception:  # one topic's failure must not stop the others
+            traceback.print_exc()
+            print(f"== benchmark {name} FAILED (the other topics still run) ==", flush=True)
+            failed.append(name)
+            continue
+        for b in record.get("bars", []):
+            verdict = {True: "met", False: "MISSED", None: "not measured"}[b["verdict"]]
+            ratio = "n/a" if b["ratio"] is None else f"{b['ratio']:.3f}"
+            print(f"  bar {b['name']}: {ratio} {b['compare']} {b['threshold']:g}: {verdict}",
+                  flush=True)
+        if not record.get("skipped"):
+            path = results_path(name, directory)
+            print(f"stored {path}", flush=True)
+            written.append(path)
+    if failed:
+        raise SystemExit(f"benchmarks that raised: {', '.join(failed)}")
     return written
 
 
@@ -162,12 +117,20 @@ def info() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from gpudl.bench import TOPICS
+
     parser = argparse.ArgumentParser(prog="python -m gpudl", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="print the backend and the device's facts")
     p_bench = sub.add_parser("bench", help="run benchmarks, write results/TOPIC-BACKEND.json")
-    p_bench.add_argument("topic", choices=["all", *BENCHMARKS])
+    p_bench.add_argument("topic", choices=["all", *TOPICS])
     p_bench.add_argument("--results", type=Path, default=ROOT / "results")
+    p_bench.add_argument("--fresh", action="store_true",
+                         help="measure again even where this commit's results are stored")
+    p_results = sub.add_parser("results", help="bring GPU results made elsewhere into results/")
+    p_results.add_argument("action", choices=["import"])
+    p_results.add_argument("path", type=Path, help="a tar file or a folder of a GPU run")
+    p_results.add_argument("--results", type=Path, default=ROOT / "results")
     p_nb = sub.add_parser("notebooks", help="re-execute notebooks in place")
     p_nb.add_argument("names", nargs="*", help="notebook names or prefixes (default: all)")
     from gpudl import estimate_cli  # python -m gpudl estimate ... (Chapter 7's calculators)
@@ -179,7 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "info":
         info()
     elif args.command == "bench":
-        bench(args.topic, args.results)
+        bench(args.topic, args.results, args.fresh)
+    elif args.command == "results":
+        from gpudl.bench.results import import_results
+
+        import_results(args.path, args.results, NOTEBOOKS)
     else:
         execute_notebooks(args.names)
 

@@ -7,9 +7,9 @@ Book section: Chapter 1, GPU hardware and SIMT.
   it says so and leaves every fact it cannot know as ``None``.
 * :data:`SPECS` holds vendor datasheet numbers for GPUs the book talks about, each with the
   BibTeX key of its source in ``book/references.bib``; :func:`spec` looks one up.
-* :func:`peak_flops`, :func:`compare_gpus` and :func:`measured_matmul_flops` compare GPUs
-  for Chapter 7 ("Choosing a GPU"): datasheet peaks per precision, memory and power, and the
-  matmul rate this machine reaches.
+* :func:`peak_flops` and :func:`compare_gpus` compare GPUs for Chapter 7 ("Choosing a GPU"):
+  datasheet peaks per precision, memory and power (the matmul rate this machine reaches is
+  measured by :mod:`gpudl.bench.precision`).
 * :func:`occupancy` applies the rules of NVIDIA's occupancy calculator (``cuda_occupancy.h``) to
   a block size, a register count and a shared-memory size, and says which resource limits how
   many blocks an SM holds at once.
@@ -43,7 +43,6 @@ __all__ = [
     "PRECISIONS",
     "peak_flops",
     "compare_gpus",
-    "measured_matmul_flops",
     "SmLimits",
     "SM_LIMITS",
     "Occupancy",
@@ -375,41 +374,6 @@ def compare_gpus(bytes_per_gpu: float | None = None,
             "fits": None if bytes_per_gpu is None else bytes_per_gpu <= gpu.memory_gb * 1e9,
         })
     return rows
-
-
-def measured_matmul_flops(n: int, dtype: str = "float32", repeats: int = 5) -> float:
-    """The flop/s ``torch.matmul`` reaches on two ``n x n`` matrices of ``dtype`` here.
-
-    Book section: *Chapter 7, "Measured on your machine"*. On a GPU it runs there, timed
-    with CUDA events, with TF32 off so that ``"float32"`` means float32; without one (the
-    simulator backend) it runs on the CPU, timed with the wall clock, and measures the
-    CPU. ``dtype`` is ``"float32"`` or ``"bfloat16"``. The median of ``repeats`` runs of
-    ``2 n**3`` flops. A ceiling measured with the vendor's library, not a datasheet peak:
-    it is the honest peak to hold a CPU's MFU to, since no datasheet gives one here.
-    """
-    import torch
-
-    from gpudl.timing import time_cpu, time_cuda
-
-    size = check_int("n", n, 1)
-    runs = check_int("repeats", repeats, 1)
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-    if not isinstance(dtype, str):
-        raise TypeError(f"dtype must be a str such as 'float32', got {type(dtype).__name__}")
-    if dtype not in dtypes:
-        raise ValueError(f"dtype must be one of {list(dtypes)}, got {dtype!r}")
-    on_gpu = backend.name() == "cuda"
-    generator = torch.Generator().manual_seed(size)
-    a, b = (torch.randn(size, size, generator=generator).to(dtypes[dtype])
-            .to("cuda" if on_gpu else "cpu") for _ in range(2))
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        timing = (time_cuda(torch.matmul, a, b, warmup=2, repeats=runs) if on_gpu
-                  else time_cpu(torch.matmul, a, b, warmup=1, repeats=runs))
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-    return 2 * size**3 / timing.median
 
 
 # --------------------------------------------------------------------------------------------

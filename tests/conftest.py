@@ -52,3 +52,48 @@ def torchrun():
         return done
 
     return run
+
+
+@pytest.fixture
+def fake_cuda_record():
+    """``fake_cuda_record(topic="elementwise")``: a small, made-up record of a GPU run in the
+    shape ``gpudl.bench.write_results`` stores (for the schema, the import and the book's
+    boxes; never a measurement)."""
+
+    def row(name, median_s, n_bytes, **extra):
+        return {"name": name, "median_s": median_s, "min_s": median_s, "max_s": median_s,
+                "runs": 20, "method": "cuda-events", "meaningful": True, "bytes": n_bytes,
+                "gbps": n_bytes and n_bytes / median_s / 1e9, "flops": None,
+                "tflops": None} | extra
+
+    def make(topic: str = "elementwise") -> dict:
+        n = 1 << 20
+        rows = [row("vector_add v1", 2e-5, 12 * n, group="bandwidth", n=n),
+                row("vector_add v2", 1e-5, 12 * n, group="bandwidth", n=n),
+                row("saxpy", 1.1e-5, 12 * n, group="bandwidth", n=n),
+                row("torch copy", 8e-6, 8 * n, group="bandwidth", n=n),
+                row("saxpy numpy", 1e-3, 12 * n, group="cpu_vs_gpu", n=n),
+                row("divergence parity", 2e-3, None, group="divergence", n=n,
+                    max_paths_per_warp=2),
+                row("divergence warp", 1e-3, None, group="divergence", n=n,
+                    max_paths_per_warp=1)]
+        ratio = rows[1]["gbps"] / rows[3]["gbps"]
+        bars = [{"name": "vector_add_v2_vs_torch_copy", "what": "v2 over a torch copy",
+                 "numerator": "vector_add v2", "denominator": "torch copy", "rate": "gbps",
+                 "ratio": ratio, "compare": ">=", "threshold": 0.9, "verdict": ratio >= 0.9},
+                {"name": "parity_divergence_over_warp", "what": "parity over warp",
+                 "numerator": "divergence parity", "denominator": "divergence warp",
+                 "rate": "median_s", "ratio": 2.0, "compare": ">=", "threshold": 1.5,
+                 "verdict": True}]
+        machine = {"backend": "cuda", "gpu": "Fake GPU 9000", "gpu_count": 1,
+                   "driver": "999.1.2", "cuda_driver": "13.0", "cuda_runtime": "13.0",
+                   "torch_cuda": "13.0", "platform": "Linux", "python": "3.12.3",
+                   "cpu": "fake", "cpu_count": 16,
+                   "versions": {"numpy": "2.4.6", "numba": "0.68.1", "numba-cuda": "0.30.4",
+                                "torch": "2.11.0"}, "device": {}}
+        return {"topic": topic, "backend": "cuda", "machine": machine,
+                "commit": "0123abcd" * 5, "date": "2026-12-01T00:00:00+00:00",
+                "timings_meaningful": True, "n": n, "cpu_threads": 16, "rows": rows,
+                "bars": bars}
+
+    return make

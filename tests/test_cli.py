@@ -1,5 +1,6 @@
 """`python -m gpudl` entry points."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import gpudl.bench
 from gpudl import backend
-from gpudl.__main__ import BENCHMARKS, main
+from gpudl.__main__ import bench, main
+from gpudl.bench import TOPICS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,15 +34,20 @@ def test_bench_elementwise_writes_json_with_the_machine(tmp_path):
     out = run_cli("bench", "elementwise", "--results", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "[elementwise]" in out.stdout  # progress is shown as it goes
+    assert "bar vector_add_v2_vs_torch_copy: " in out.stdout
     record = json.loads((tmp_path / f"elementwise-{backend.name()}.json").read_text())
-    assert record["machine"]["backend"] == backend.name()
+    assert record["machine"]["backend"] == record["backend"] == backend.name()
     assert record["timings_meaningful"] == (backend.name() == "cuda")
-    assert {"vector_add_v1", "vector_add_v2", "torch_copy"} <= set(record["payload"]["bandwidth"])
+    assert {"vector_add v1", "vector_add v2", "torch copy"} <= {r["name"] for r in record["rows"]}
 
 
-def test_every_benchmark_topic_is_a_cli_choice():
-    assert set(BENCHMARKS) == {"elementwise", "memory", "matmul", "allreduce", "optim",
-                               "dataparallel", "pipeline", "precision"}
+def test_every_benchmark_topic_is_a_cli_choice_and_a_module():
+    assert set(TOPICS) == {"elementwise", "memory", "matmul", "allreduce", "optim",
+                           "dataparallel", "pipeline", "precision", "attention",
+                           "tensorcores"}
+    for topic in TOPICS:
+        module = importlib.import_module(f"gpudl.bench.{topic}")
+        assert callable(module.run) and isinstance(module.BARS, tuple)
 
 
 def test_unknown_topic_or_notebook_is_an_error():
@@ -49,21 +57,43 @@ def test_unknown_topic_or_notebook_is_an_error():
         main(["notebooks", "99-nothing"])
 
 
-def test_bench_memory_checks_and_records_every_kernel(tmp_path):
-    from gpudl.bench import bench_memory, write_results
-    from gpudl.parallel.comms import default_sizes
+def test_a_topic_that_raises_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
+    def fake_run(topic, **kwargs):
+        if topic == "elementwise":
+            raise RuntimeError("boom in elementwise")
+        return {"rows": [], "bars": []}
 
-    payload = bench_memory(time_kernels=True, n=300)
-    record = json.loads(write_results("memory", payload, directory=tmp_path).read_text())["payload"]
-    assert set(record["copies"]) == {"torch_copy", "coalesced", "stride_2", "stride_4",
-                                     "stride_8", "stride_32", "offset_1"}
-    assert set(record["transposes"]) == {"naive", "shared", "padded"}
-    assert len(record["reductions"]) == 7  # six variants and torch.sum
-    assert record["copies"]["stride_32"]["bytes"] == 8 * 10  # ceil(300 / 32) elements
+    monkeypatch.setattr(gpudl.bench, "TOPICS", {"elementwise": "", "memory": ""})
+    monkeypatch.setattr(gpudl.bench, "run_topic", fake_run)
+    with pytest.raises(SystemExit, match="benchmarks that raised: elementwise$"):
+        bench("all", tmp_path)
+    printed = capsys.readouterr()
+    assert "boom in elementwise" in printed.err  # the traceback is shown
+    assert "== benchmark memory" in printed.out  # the next topic ran
+    assert (tmp_path / f"memory-{backend.name()}.json").exists()
+    assert not (tmp_path / f"elementwise-{backend.name()}.json").exists()
+
+
+def test_bench_memory_checks_and_records_every_kernel(tmp_path):
+    from gpudl.bench import memory, write_results
+    from gpudl.bench.allreduce import default_sizes
+
+    path = write_results("memory", memory.run(n=300), directory=tmp_path)
+    record = json.loads(path.read_text())
+    groups = {}
+    for r in record["rows"]:
+        groups.setdefault(r["group"], []).append(r["name"])
+    assert groups["copies"] == ["torch copy", "copy", "copy stride 2", "copy stride 4",
+                                "copy stride 8", "copy stride 32", "copy offset 1"]
+    assert groups["transposes"] == ["transpose naive", "transpose shared", "transpose padded"]
+    assert len(groups["reductions"]) == 7  # six variants and torch.sum
+    stride_32 = next(r for r in record["rows"] if r["name"] == "copy stride 32")
+    assert stride_32["bytes"] == 8 * 10  # ceil(300 / 32) elements
     assert [r["size_bytes"] for r in record["p2p"]] == default_sizes()
+    assert [b["name"] for b in record["bars"]] == [spec["name"] for spec in memory.BARS]
     if backend.is_simulator():
         assert record["timings_meaningful"] is False
-        assert set(record["fractions_of_copy"].values()) == {None}
+        assert all(b["ratio"] is None and b["verdict"] is None for b in record["bars"])
         assert "not measured (simulator)" in record["hierarchy_table"]
 
 

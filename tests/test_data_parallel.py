@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpudl.bench import dataparallel as bench
+from gpudl.bench import find_bar, load_or_run
 from gpudl.estimate import allreduce_time, data_parallel_step_time
 from gpudl.parallel import data_parallel as dp
 from gpudl.parallel.grad_timeline import expected_buckets
@@ -253,8 +255,9 @@ def test_torchrun_runs_a_strategy_and_rank_0_compares(torchrun):
 @pytest.mark.distributed
 @pytest.mark.timeout(200)
 def test_step_times_report_what_the_cost_model_needs():
-    out = dp.step_times(2, BASE, steps=2, warmup=1, timeout=150)
-    assert set(out["step_s"]) == {"manual", "bucketed", "ddp"}
+    out = bench.step_times(2, BASE, steps=2, warmup=1, timeout=150)
+    assert set(out["step_s"]) == set(out["timings"]) == {"manual", "bucketed", "ddp"}
+    assert all(len(t.samples) == 2 for t in out["timings"].values())
     assert all(t > 0 for t in out["step_s"].values()) and out["compute_s"] > 0
     assert 0 < out["backward_fraction"] <= 1
     n_params = sum(p.numel() for p in make_mlp(BASE.dims).parameters())
@@ -262,7 +265,7 @@ def test_step_times_report_what_the_cost_model_needs():
     assert [r["size_bytes"] for r in out["allreduce"]] == [out["grad_bytes"] // 2 // 4 * 4,
                                                            out["grad_bytes"],
                                                            4 << 20]
-    assert dp.predicted_step_time(out) >= out["compute_s"]
+    assert bench.predicted_step_time(out) >= out["compute_s"]
 
 
 def test_predicted_step_time_fits_the_ring_model_to_the_timings():
@@ -273,13 +276,25 @@ def test_predicted_step_time_fits_the_ring_model_to_the_timings():
              "allreduce": [{"size_bytes": s, "time_s": allreduce_time(s, 4, bandwidth, latency)}
                            for s in sizes]}
     expected = data_parallel_step_time(0.01, 400_000, 4, bandwidth, latency, 0.6, 3)
-    assert dp.predicted_step_time(times) == pytest.approx(expected, rel=1e-9)
-    assert dp.predicted_step_time(times | {"world_size": 1}) == 0.01
+    assert bench.predicted_step_time(times) == pytest.approx(expected, rel=1e-9)
+    assert bench.predicted_step_time(times | {"world_size": 1}) == 0.01
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(200)
+def test_the_benchmark_rows_and_bars_per_world_size():
+    body = bench.run(world_sizes=[1, 2], setup=BASE)
+    names = [r["name"] for r in body["rows"]]
+    assert names == [f"{s} step x{n}" for n in (1, 2) for s in ("manual", "bucketed", "ddp")]
+    assert [b["name"] for b in body["bars"]] == ["bucketed_vs_ddp_x1", "bucketed_vs_ddp_x2"]
+    assert [r["world_size"] for r in body["runs"]] == [1, 2]
+    assert body["runs"][0]["predicted_step_s"] == body["runs"][0]["compute_s"]
 
 
 @pytest.mark.gpu
 @pytest.mark.timeout(1200)
 def test_bucketed_steps_within_10_percent_of_ddp_on_gpus():
-    result = dp.bench_dataparallel()
-    assert result["rows"] and result["bucketed_within_10pct_of_ddp"], [
-        (r["world_size"], r["bucketed_over_ddp"]) for r in result["rows"]]
+    stored = load_or_run("dataparallel")  # this commit's stored run, measured if there is none
+    bars = [b for b in stored["bars"] if b["name"].startswith("bucketed_vs_ddp_x")]
+    assert bars and all(b["verdict"] for b in bars), bars
+    assert find_bar(stored, "bucketed_vs_ddp_x1")["compare"] == "<="

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpudl.bench.precision import measured_matmul_flops
 from gpudl.estimate import (
     activation_memory,
     mfu,
@@ -16,7 +17,7 @@ from gpudl.estimate import (
     training_flops,
     training_time,
 )
-from gpudl.hardware import SPECS, compare_gpus, measured_matmul_flops, peak_flops
+from gpudl.hardware import SPECS, compare_gpus, peak_flops
 
 A100 = peak_flops("A100 80GB SXM", "bf16")  # 312e12, dense
 DAY = 86400.0

@@ -1,5 +1,6 @@
-"""gpudl.kernels.hierarchy: the pointer chains and chases, the bandwidth kernels against NumPy,
-the ratio table, bad input; on a GPU, the order of the levels."""
+"""gpudl.kernels.hierarchy and its timing in gpudl.bench.hierarchy: the pointer chains and
+chases, the bandwidth kernels against NumPy, the ratio table, bad input; on a GPU, the order of
+the levels (from the stored memory benchmark)."""
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 from numba import cuda
 
 from gpudl import hardware
+from gpudl.bench import hierarchy as bh
+from gpudl.bench import load_or_run
 from gpudl.kernels import hierarchy as hi
 
 few = settings(max_examples=8, deadline=None, database=None)
@@ -108,7 +111,7 @@ def test_chase_bad_input():
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_latency_result(shared):
-    result = hi.latency(2048, steps=16, shared=shared)
+    result = bh.latency(2048, steps=16, shared=shared)
     assert result["memory"] == ("shared" if shared else "global")
     assert result["slots"] == 2048 // hi.LINE_BYTES
     assert result["steps"] == (16, 32)
@@ -129,7 +132,7 @@ def test_latency_result(shared):
 )
 def test_latency_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        hi.latency(**kwargs)
+        bh.latency(**kwargs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -192,18 +195,18 @@ def test_bandwidth_kernels_bad_input():
     with pytest.raises(ValueError, match="iters"):
         hi.shared_sums(np.ones(hi.SHARED_WORDS, dtype=np.float32), 0)
     with pytest.raises(ValueError, match="level"):
-        hi.bandwidth("L3")
+        bh.bandwidth("L3")
 
 
-@pytest.mark.parametrize("level", hi.BANDWIDTH_LEVELS)
+@pytest.mark.parametrize("level", bh.BANDWIDTH_LEVELS)
 def test_bandwidth_result(level):
-    result = hi.bandwidth(level)
+    result = bh.bandwidth(level)
     assert result["level"] == level
     assert result["gbs"] > 0
     if level == "HBM":  # read once
         assert result["bytes_read"] == result["working_set_bytes"]
     if level == "L2":  # read over and over, from a working set that fits in L2
-        assert result["bytes_read"] > result["working_set_bytes"] == hi.WORKING_SETS["L2"]
+        assert result["bytes_read"] > result["working_set_bytes"] == bh.WORKING_SETS["L2"]
     assert result["meaningful"] == (not backend.is_simulator())
 
 
@@ -236,7 +239,7 @@ def fake_results(meaningful: bool) -> dict:
 
 
 def test_table_ratios():
-    text = hi.table(fake_results(meaningful=True))
+    text = bh.table(fake_results(meaningful=True))
     shared_row = next(line for line in text.splitlines() if line.startswith("shared vs"))
     register_row = next(line for line in text.splitlines() if line.startswith("registers vs"))
     assert shared_row.split()[3:] == ["2-10x", "20.0x", "10.0x"]
@@ -245,19 +248,19 @@ def test_table_ratios():
 
 
 def test_table_on_simulator_results():
-    text = hi.table(fake_results(meaningful=False))
+    text = bh.table(fake_results(meaningful=False))
     assert text.count("not measured (simulator)") == 3
     assert "2-10x" in text and "20-30x" in text and "Table 1" in text
 
 
 def test_table_from_measure():
-    text = hi.table(hi.measure(steps=8))
+    text = bh.table(bh.measure(steps=8))
     assert ("not measured (simulator)" in text) == backend.is_simulator()
 
 
 def test_table_bad_input():
     with pytest.raises(ValueError, match="measure"):
-        hi.table({"latency": {}})
+        bh.table({"latency": {}})
 
 
 # ------------------------------------------------------------------------------------------
@@ -265,22 +268,26 @@ def test_table_bad_input():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.gpu
-def test_latency_grows_down_the_hierarchy():
-    shared = hi.latency(hi.WORKING_SETS["L1"], shared=True)["ns_per_hop"]
-    l2 = hi.latency(hi.WORKING_SETS["L2"])["ns_per_hop"]
-    hbm = hi.latency(hi.WORKING_SETS["HBM"])["ns_per_hop"]
-    assert 0 < shared < l2 < hbm
+@pytest.fixture(scope="module")
+def levels() -> dict:
+    """On a GPU: the hierarchy of this commit's stored memory benchmark (measured now if none)."""
+    return load_or_run("memory")["hierarchy"]
 
 
 @pytest.mark.gpu
-def test_hbm_bandwidth_near_peak():
+def test_latency_grows_down_the_hierarchy(levels):
+    ns = {level: r["ns_per_hop"] for level, r in levels["latency"].items()}
+    assert 0 < ns["shared"] < ns["L2"] < ns["HBM"], ns
+
+
+@pytest.mark.gpu
+def test_hbm_bandwidth_near_peak(levels):
     peak = hardware.describe().peak_memory_bandwidth_gbs
     if peak is None:
         pytest.skip("the driver does not report the memory clock")
-    assert peak / 2 < hi.bandwidth("HBM")["gbs"] < peak * 1.05
+    assert peak / 2 < levels["bandwidth"]["HBM"]["gbs"] < peak * 1.05
 
 
 @pytest.mark.gpu
-def test_shared_bandwidth_beats_hbm():
-    assert hi.bandwidth("shared")["gbs"] > hi.bandwidth("HBM")["gbs"]
+def test_shared_bandwidth_beats_hbm(levels):
+    assert levels["bandwidth"]["shared"]["gbs"] > levels["bandwidth"]["HBM"]["gbs"]

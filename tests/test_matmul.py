@@ -14,6 +14,8 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 # isort: split
 from numba import cuda
 
+from gpudl.bench import find_bar, load_or_run
+from gpudl.bench import matmul as bench
 from gpudl.kernels import matmul as mm
 
 VARIANTS = list(mm.VARIANTS)
@@ -250,12 +252,18 @@ def test_bench_rows_check_every_output_and_restore_tf32():
 
     before = torch.backends.cuda.matmul.allow_tf32
     size = backend.pick(gpu=256, sim=12)
-    rows = mm.bench_matmul(sizes=(size,))
+    body = bench.run(sizes=(size,), mlp=False)
+    rows = body["rows"]
     assert [r["variant"] for r in rows] == ["torch", *VARIANTS]
+    assert [r["name"] for r in rows] == [f"{v} n={size}" for v in ("torch", *VARIANTS)]
     for row in rows:
         assert row["size"] == size and 0 <= row["error_over_bound"] <= 1
         assert row["median_s"] > 0 and row["meaningful"] == (not backend.is_simulator())
-        assert (row["gflops"] is None) == backend.is_simulator()
+        assert row["flops"] == 2 * size**3
+        assert (row["tflops"] is None) == backend.is_simulator()
+    (goal,) = body["bars"]
+    assert goal["name"] == "best_matmul_vs_torch" and goal["denominator"] == f"torch n={size}"
+    assert (goal["verdict"] is None) == backend.is_simulator()
     assert torch.backends.cuda.matmul.allow_tf32 == before
 
 
@@ -263,16 +271,16 @@ def test_bench_refuses_a_wrong_output(monkeypatch):
     import torch
 
     before = torch.backends.cuda.matmul.allow_tf32
-    monkeypatch.setattr(mm, "VARIANTS", {"nothing": lambda a, b, c: None})
+    monkeypatch.setattr(bench.mm, "VARIANTS", {"nothing": lambda a, b, c: None})
     with pytest.raises(RuntimeError, match="nothing at 8: .* nan times its error bound"):
-        mm.bench_matmul(sizes=(8,))
+        bench.bench_matmul(sizes=(8,))
     assert torch.backends.cuda.matmul.allow_tf32 == before
 
 
 @pytest.mark.parametrize("sizes", [(0,), (16, -1), (2.0,)])
 def test_bench_sizes_must_be_positive_integers(sizes):
     with pytest.raises((TypeError, ValueError), match="size must be"):
-        mm.bench_matmul(sizes=sizes)
+        bench.bench_matmul(sizes=sizes)
 
 
 # ------------------------------------------------------------------------------------------
@@ -290,6 +298,6 @@ def test_large_products_on_the_gpu(variant, m, k, n):
 
 @pytest.mark.gpu
 def test_best_variant_reaches_half_of_torch_at_4096():
-    rows = mm.bench_matmul(sizes=(4096,))
-    best = max((r for r in rows if r["variant"] != "torch"), key=lambda r: r["gflops"])
-    assert best["fraction_of_torch"] >= 0.5, rows
+    stored = load_or_run("matmul")  # this commit's stored run, measured now if there is none
+    goal = find_bar(stored, "best_matmul_vs_torch")
+    assert goal["denominator"] == "torch n=4096" and goal["verdict"], stored["bars"]

@@ -1,18 +1,19 @@
 """gpudl.kernels.memory: the copies and the transposes against their references, poisoning,
-bad input, host and device arrays, and (on a GPU) bandwidth."""
+bad input, host and device arrays, and (on a GPU) the speed goals of the stored memory
+benchmark."""
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
+from gpudl import backend  # noqa: F401  (first: chooses GPU or simulator before numba is imported)
 
 # isort: split
 from numba import cuda
 
+from gpudl.bench import find_bar, load_or_run
 from gpudl.kernels import memory
-from gpudl.timing import gbps, time_cuda
 
 # Up to 70 x 70 (3 x 3 tiles of 256 threads): the simulator runs each GPU thread as a Python
 # thread (about 0.1 ms each). 1 x N, N x 1, primes and sizes that are not multiples of 32.
@@ -266,35 +267,21 @@ def test_transpose_grid_covers_every_tile():
 
 
 # ------------------------------------------------------------------------------------------
-# On a GPU only: bandwidth
+# On a GPU only: the speed goals, read from the stored run (measured now if there is none)
 # ------------------------------------------------------------------------------------------
 
 
-def _copy_gbps(n: int) -> float:
-    x = cuda.to_device(np.ones(n, np.float32))
-    out = cuda.device_array_like(x)
-    return gbps(2 * n * 4, time_cuda(memory.launch_copy, x, out, inner=10).median)
+@pytest.fixture(scope="module")
+def stored() -> dict:
+    return load_or_run("memory")
 
 
 @pytest.mark.gpu
-def test_coalesced_copy_reaches_90_percent_of_a_torch_copy():
-    import torch
-
-    n = backend.pick(gpu=1 << 26, sim=1024)
-    src = torch.ones(n, device="cuda")
-    dst = torch.empty_like(src)
-    torch_gbps = gbps(2 * n * 4, time_cuda(dst.copy_, src, inner=10).median)
-    assert _copy_gbps(n) >= 0.9 * torch_gbps
+def test_coalesced_copy_reaches_90_percent_of_a_torch_copy(stored):
+    assert find_bar(stored, "copy_vs_torch_copy")["verdict"], stored["bars"]
 
 
 @pytest.mark.gpu
-def test_padded_transpose_runs_near_copy_bandwidth_and_beats_naive():
-    side = backend.pick(gpu=8192, sim=64)
-    x = cuda.to_device(random_array((side, side), seed=11))
-    out = cuda.device_array_like(x)
-    seconds = {
-        name: time_cuda(memory.VARIANTS[name], x, out, inner=10).median
-        for name in ("naive", "padded")
-    }
-    assert gbps(2 * x.size * 4, seconds["padded"]) >= 0.8 * _copy_gbps(x.size)
-    assert seconds["padded"] < seconds["naive"]
+def test_padded_transpose_runs_near_copy_bandwidth_and_beats_naive(stored):
+    assert find_bar(stored, "padded_transpose_vs_torch_copy")["verdict"], stored["bars"]
+    assert find_bar(stored, "padded_transpose_vs_naive")["verdict"], stored["bars"]

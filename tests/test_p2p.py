@@ -1,15 +1,11 @@
-"""The point-to-point benchmark in gpudl.parallel.comms."""
+"""The point-to-point benchmark in gpudl.bench.allreduce, and its message check in
+gpudl.parallel.comms."""
 
 import pytest
 import torch
 
-from gpudl.parallel.comms import (
-    check_p2p,
-    format_table,
-    p2p_bandwidth,
-    p2p_bandwidth_worker,
-    rank_input,
-)
+from gpudl.bench.allreduce import format_table, p2p_bandwidth, p2p_bandwidth_worker
+from gpudl.parallel.comms import check_p2p, rank_input
 from gpudl.parallel.launch import default_backend, spawn
 
 

@@ -11,6 +11,9 @@
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``LISTING_COLUMNS`` characters at 1280 px), and shows the repository and launch buttons only
   when ``repository.url`` is set in _config.yml;
+- the ``{gpudl-measured}`` directive renders a "Measured on a GPU" box from the stored
+  ``results/<topic>-cuda.json`` (a table or figure, the speed goals, the GPU and commit), or
+  says *not yet measured* where none is stored (`gpudl_measured`);
 - drops missing references to types documented elsewhere (NumPy, torch, numba, matplotlib)
   so that `-n` (nitpicky) warns only about the book's own broken references."""
 
@@ -205,6 +208,8 @@ def _ch08_figures() -> dict:
 
 
 def _draw_figures(app) -> None:
+    if not app.config.gpudl_model_figures:
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -266,7 +271,10 @@ class SpecsTable(SphinxDirective):
 
 def _buttons_from_repository(app, config) -> None:
     """Repository, issue and launch buttons only when ``repository.url`` is set: a book built
-    from a fork that has not set it links to nothing it does not own."""
+    from a fork that has not set it links to nothing it does not own. Only the book's theme
+    (sphinx-book-theme) has these buttons; other themes are left alone."""
+    if config.html_theme != "sphinx_book_theme":
+        return
     options = config.html_theme_options
     has_repository = bool(options.get("repository_url"))
     options["use_repository_button"] = has_repository
@@ -276,11 +284,51 @@ def _buttons_from_repository(app, config) -> None:
         options.pop("repository_url", None)
 
 
+class MeasuredBox(SphinxDirective):
+    """``{gpudl-measured} TOPIC VIEW``: a "Measured on a GPU" box. Its content says what is
+    measured; below it, the ``VIEW`` of ``results/TOPIC-cuda.json`` (``gpudl_results`` in the
+    Sphinx config) with the goals it is held to and its provenance, or *not yet measured*
+    where no such file exists. Without arguments the box has no benchmark behind it yet."""
+
+    optional_arguments = 2
+    has_content = True
+    option_spec = {"title": directives.unchanged}
+
+    def run(self):
+        from gpudl_measured import box_markdown
+
+        from gpudl.bench.results import load_record
+
+        topic, view = (list(self.arguments) + [None, None])[:2]
+        record = None
+        try:
+            if topic is not None:
+                path = Path(self.config.gpudl_results) / f"{topic}-cuda.json"
+                if path.exists():
+                    self.env.note_dependency(str(path))
+                    record = load_record(path)
+            # figures beside the page: its _generated/ folder (book/_generated for the book)
+            page = Path(self.env.doc2path(self.env.docname)).parent
+            measured = box_markdown(topic, view, record, page / "_generated")
+        except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
+            raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
+        lines = [*self.content, "", *measured]
+        box = nodes.admonition(classes=["important"])
+        title = self.options.get("title", "Measured on a GPU")
+        box += nodes.title(title, title)
+        self.state.nested_parse(StringList(lines, source=f"gpudl-measured {topic} {view}"),
+                                self.content_offset, box)
+        return [box]
+
+
 def setup(app):
+    app.add_config_value("gpudl_results", str(ROOT / "results"), "env")
+    app.add_config_value("gpudl_model_figures", True, "env")
     app.connect("config-inited", _buttons_from_repository)
     app.add_directive("literalinclude", Listing, override=True)
     app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))
     app.add_css_file("gpudl.css")
+    app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _ignore_external)

@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gpudl import backend
+from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
 
 # isort: split
 import numpy as np
@@ -39,7 +39,6 @@ from numba import cuda, float32, uint32
 
 from gpudl.checks import check_float32_array, check_int
 from gpudl.kernels.arrays import filled, poisoned
-from gpudl.timing import Timing, gflops, time_cuda
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -51,7 +50,7 @@ __all__ = [
     "EPS32", "VARIANTS",
     "reference", "error_bound", "flops",
     "v1_naive", "v2_coalesced", "v3_tiled", "v4_register_1d", "v5_register_2d",
-    "launch_config", "matmul", "bench_matmul",
+    "launch_config", "matmul",
 ]
 
 EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
@@ -304,71 +303,6 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
     c = poisoned((m, n))
     VARIANTS[variant](a_d, b_d, c)
     return c if on_device else c.copy_to_host()
-
-
-# ------------------------------------------------------------------------------------------
-# Measured against torch.matmul (cuBLAS SGEMM)
-# ------------------------------------------------------------------------------------------
-
-
-def bench_matmul(sizes: tuple[int, ...] | None = None) -> list[dict]:
-    """Time every variant and ``torch.matmul`` in float32 (TF32 off) on square matrices.
-
-    ``sizes`` defaults to (1024, 2048, 4096) on a GPU and (48,) on the simulator. One row per
-    size and kernel (``variant`` is ``"torch"`` for torch.matmul): ``size``, ``median_s``,
-    ``gflops``, ``fraction_of_torch`` (of torch's GFLOP/s), ``error_over_bound`` (the
-    largest ``|C - C_torch|`` over its bound: at most 1) and ``meaningful``; the rates are
-    None on the simulator, whose timings are wall clock. Every output is checked against
-    torch's before its time is reported.
-    """
-    import torch
-
-    sizes = backend.pick(gpu=(1024, 2048, 4096), sim=(48,)) if sizes is None else sizes
-    for size in sizes:
-        check_int("size", size, 1)
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # TF32 rounds inputs to 10-bit mantissas
-    try:
-        return [row for size in sizes for row in _bench_size(torch, size)]
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-
-
-def _bench_size(torch: Any, size: int) -> list[dict]:
-    timed = {"warmup": backend.pick(gpu=2, sim=0), "repeats": backend.pick(gpu=5, sim=1),
-             "inner": backend.pick(gpu=3, sim=1)}
-    rng = np.random.default_rng(size)
-    a_host, b_host = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
-    device = "cpu" if backend.is_simulator() else "cuda"
-    ta, tb = (torch.from_numpy(x).to(device) for x in (a_host, b_host))
-    tc = torch.empty_like(ta)
-    torch_time = time_cuda(lambda: torch.mm(ta, tb, out=tc), **timed)
-    # Both tc and each kernel's output are within error_bound of the exact product: twice it.
-    bound = 2 * size * EPS32 * torch.mm(ta.abs(), tb.abs())
-    a, b = cuda.to_device(a_host), cuda.to_device(b_host)
-    rows = [_row(size, "torch", torch_time, torch_time, 0.0)]
-    for variant, launch in VARIANTS.items():
-        c = poisoned((size, size))
-        timing = time_cuda(launch, a, b, c, **timed)
-        ratio = float(((torch.as_tensor(c, device=device) - tc).abs() / bound).max())
-        if not ratio <= 1:  # also catches NaN
-            raise RuntimeError(f"{variant} at {size}: |C - C_torch| is {ratio:.3g} times its "
-                               "error bound")
-        rows.append(_row(size, variant, timing, torch_time, ratio))
-    return rows
-
-
-def _row(size: int, variant: str, timing: Timing, torch_time: Timing, ratio: float) -> dict:
-    rate = gflops(flops(size, size, size), timing.median) if timing.meaningful else None
-    return {
-        "size": size,
-        "variant": variant,
-        "median_s": timing.median,
-        "gflops": rate,
-        "fraction_of_torch": torch_time.median / timing.median if timing.meaningful else None,
-        "error_over_bound": ratio,
-        "meaningful": timing.meaningful,
-    }
 
 
 # ------------------------------------------------------------------------------------------

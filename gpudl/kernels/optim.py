@@ -59,7 +59,7 @@ __all__ = [
     "v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor", "adam_mixed", "sgd_kernel",
     "sgd_momentum_kernel",
     "launch_fused", "launch_shared", "launch_multi_tensor", "launch_mixed", "launch_sgd",
-    "adam_step", "adam_step_mixed", "sgd_step", "traffic", "bench_optim",
+    "adam_step", "adam_step_mixed", "sgd_step", "traffic",
 ]
 
 #: Threads per block; one warp on the simulator, which runs each thread as a Python thread.
@@ -793,100 +793,3 @@ def sgd_step(p: Array, g: Array, buf: Array | None, *, first: bool, lr: float = 
     kinds = {check_float32_array(name, x, 1) for name, x in arrays.items()}
     launch = launch_sgd if k.has_momentum else (lambda p_, g_, k_: launch_sgd(p_, g_, None, k_))
     _run_in_place(launch, arrays, tuple(name for name in arrays if name != "g"), kinds, k)
-
-
-# ------------------------------------------------------------------------------------------
-# Measured on a GPU: effective bandwidth against a copy, torch's foreach and fused Adam
-# ------------------------------------------------------------------------------------------
-
-
-def _layouts(sizes: tuple[int, ...], small: tuple[int, int]) -> list[tuple[str, list[int]]]:
-    layouts = [(f"1 tensor of {n:,}", [n]) for n in sizes]
-    count, each = small
-    return layouts + [(f"{count:,} tensors of {each:,}", [each] * count)]
-
-
-def _check_one_step(make: Callable, shapes: list[int], name: str) -> None:
-    """One step of the optimizer ``make(params)`` from fixed data, checked on (up to) the
-    first 2**20 elements of the first tensor against :func:`reference_adam`'s bound."""
-    import torch
-
-    from gpudl.interop import tensor_device
-
-    gen = torch.Generator().manual_seed(1)
-    params = [torch.randn(s, generator=gen).to(tensor_device()).requires_grad_() for s in shapes]
-    grads = [torch.randn(s, generator=gen).to(tensor_device()) for s in shapes]
-    n = min(shapes[0], 1 << 20)
-    p0, g0 = (np.array(t.detach()[:n].cpu().numpy()) for t in (params[0], grads[0]))  # copies
-    zeros = np.zeros(n, np.float32)
-    opt = make(params)
-    for p, g in zip(params, grads, strict=True):
-        p.grad = g
-    opt.step()
-    state = opt.state[params[0]]
-    got = [t.detach()[:n].cpu().numpy() for t in (params[0], state["exp_avg"],
-                                                  state["exp_avg_sq"])]
-    kw = {"step": 1, "lr": 1e-3}
-    for x, ref, bound in zip(got, reference_adam(p0, g0, zeros, zeros, **kw),
-                             adam_error_bound(p0, g0, zeros, zeros, **kw), strict=True):
-        if not (np.abs(x - ref) <= bound).all():  # also catches NaN
-            raise RuntimeError(f"{name}: a step is off the float64 reference by more than "
-                               "its error bound")
-
-
-def bench_optim(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = None,
-                repeats: int | None = None) -> dict:
-    """Time one Adam step (``optimizer.step()``, float32, gradients in place) of each
-    :mod:`gpudl.optim` variant, of ``torch.optim.Adam`` with ``foreach=True`` and with
-    ``fused=True``, and a device copy (``torch`` ``copy_``) of the same parameters, for one
-    tensor of each of ``sizes`` parameters (1M, 10M, 100M on a GPU) and for a model of
-    ``small = (count, size)`` small tensors (1,000 of 10,000 on a GPU). Each Adam step is
-    rated at :data:`BYTES_PER_PARAM` = 28 bytes per parameter (its effective bandwidth,
-    ``gbps``) and against the copy's bandwidth (``fraction_of_copy``); the rates are None on
-    the simulator, whose timings are wall clock. Every optimizer's first step is checked
-    against :func:`reference_adam` before it is timed."""
-    import torch
-
-    from gpudl import optim as go
-    from gpudl.bench import _row
-    from gpudl.interop import tensor_device
-    from gpudl.timing import time_cuda
-
-    sizes = backend.pick(gpu=(10**6, 10**7, 10**8), sim=(300,)) if sizes is None else sizes
-    small = backend.pick(gpu=(1000, 10**4), sim=(6, 40)) if small is None else small
-    for size in (*sizes, *small):
-        check_int("size", size, 1)
-    timed = {"warmup": backend.pick(gpu=3, sim=0),
-             "repeats": backend.pick(gpu=20, sim=1) if repeats is None else repeats}
-    methods: dict[str, Callable] = {
-        f"gpudl {v}": (lambda ps, v=v: go.Adam(ps, variant=v)) for v in VARIANTS}
-    methods["torch foreach"] = lambda ps: torch.optim.Adam(ps, foreach=True)
-    methods["torch fused"] = lambda ps: torch.optim.Adam(ps, fused=True)
-    device = tensor_device()
-    rows = []
-    for layout, shapes in _layouts(tuple(sizes), tuple(small)):
-        n = sum(shapes)
-        print(f"[optim] {layout}: {n:,} parameters ({backend.name()})", flush=True)
-        src = torch.randn(n, device=device)
-        dst = torch.empty_like(src)
-        copy = _row("device copy", time_cuda(dst.copy_, src, **timed), 8 * n)
-        rows.append({"layout": layout, "params": n, "tensors": len(shapes), "name": "copy"}
-                    | copy | {"fraction_of_copy": 1.0 if copy["gbps"] else None})
-        del src, dst
-        for name, make in methods.items():
-            _check_one_step(make, shapes, name)
-            params = [torch.randn(s, device=device).requires_grad_() for s in shapes]
-            for p in params:
-                p.grad = torch.randn_like(p)
-            opt = make(params)
-            row = _row(name, time_cuda(opt.step, **timed), BYTES_PER_PARAM * n)
-            fraction = row["gbps"] / copy["gbps"] if row["gbps"] and copy["gbps"] else None
-            rows.append({"layout": layout, "params": n, "tensors": len(shapes), "name": name}
-                        | row | {"fraction_of_copy": fraction})
-            del opt, params
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    meaningful = not backend.is_simulator()
-    return {"bytes_per_param": BYTES_PER_PARAM, "timings_meaningful": meaningful,
-            "note": "" if meaningful else "simulator: wall clock at tiny sizes, rates not "
-            "computed", "rows": rows}

@@ -31,14 +31,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 
-from gpudl import backend, estimate
+from gpudl import backend
 
 # isort: split
 import numpy as np
@@ -60,27 +58,25 @@ __all__ = [
     "STRATEGIES",
     "TOLERANCE",
     "GradientBuckets",
+    "Replica",
     "Setup",
-    "bench_dataparallel",
     "check_plan",
     "check_replicas",
+    "check_strategy",
     "compare",
     "global_order",
     "make_dataset",
-    "predicted_step_time",
+    "rank_device",
     "rank_indices",
     "run",
     "run_many",
     "run_worker",
     "sampler_plan",
-    "step_times",
-    "step_times_worker",
     "train_worker",
 ]
 
 #: The strategies, the reference first.
 STRATEGIES = ("single", "manual", "bucketed", "ddp")
-_FIT_BYTES = 4 << 20  # the largest all-reduce step_times_worker fits the ring model to
 
 #: Largest difference allowed between a strategy and ``"single"``, at every step: losses
 #: (absolute) and parameters (relative to the largest parameter). The ranks add the same
@@ -257,13 +253,13 @@ def _broadcast_parameters(module: nn.Module) -> None:
         dist.broadcast(param.detach(), src=0)
 
 
-def _device() -> tuple[torch.device, Callable[[], None]]:
+def rank_device() -> tuple[torch.device, Callable[[], None]]:
     """This rank's device, where its tensors and the bucket kernel's arrays live: its GPU on
     a GPU (with NCCL, or ranks sharing a GPU under gloo), the CPU on the simulator; and a
     function that waits for the GPU's queued work."""
     if backend.is_simulator():
         return torch.device("cpu"), lambda: None
-    return torch.device("cuda", torch.cuda.current_device()), torch.cuda.synchronize
+    return torch.device("cuda", torch.cuda.currentrank_device()), torch.cuda.synchronize
 
 
 @contextmanager
@@ -353,7 +349,7 @@ class GradientBuckets:
         return len(self._works)
 
 
-class _Replica:
+class Replica:
     """One rank's model, optimizer and gradient averaging for a strategy."""
 
     def __init__(self, strategy: str, setup: Setup, rank: int, world_size: int,
@@ -419,7 +415,8 @@ class _Replica:
         return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu().numpy()
 
 
-def _check_strategy(strategy: object) -> None:
+def check_strategy(strategy: object) -> None:
+    """Raise ``ValueError`` unless ``strategy`` is one of :data:`STRATEGIES`."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
 
@@ -436,7 +433,7 @@ def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
     ``batches`` (the sample indices this rank used) and ``allreduces`` (gradient all-reduces
     issued per step; ``None`` under DDP).
     """
-    _check_strategy(strategy)
+    check_strategy(strategy)
     single = strategy == "single"
     if single and world_size != 1:
         raise ValueError(f"strategy 'single' runs in one process, got world size {world_size}")
@@ -445,9 +442,9 @@ def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
                          f"got {data_world_size} with {world_size} ranks")
     n = world_size if data_world_size is None else data_world_size
     check_plan(setup, n)
-    device, _ = _device()
+    device, _ = rank_device()
     x_all, y_all = (t.to(device) for t in make_dataset(setup))
-    replica = _Replica(strategy, setup, rank, world_size, device)
+    replica = Replica(strategy, setup, rank, world_size, device)
     share = setup.global_batch if single else setup.global_batch // n
     record: dict = {"strategy": strategy, "rank": rank, "world_size": world_size,
                     "backend": None if single else dist.get_backend(), "losses": [],
@@ -483,7 +480,7 @@ def run_many(jobs: Sequence[tuple[str, Setup]], world_size: int,
     if not jobs:
         raise ValueError("jobs must list at least one (strategy, setup) pair")
     for strategy, setup in jobs:
-        _check_strategy(strategy)
+        check_strategy(strategy)
         if strategy == "single":
             raise ValueError("'single' runs in this process: use run('single', ...)")
         check_plan(setup, world_size)
@@ -496,7 +493,7 @@ def run(strategy: str, world_size: int, setup: Setup = Setup(),
     """Train with ``strategy`` on ``world_size`` ranks; the records of all ranks.
     ``"single"`` trains here, in this process, on the global batches that ``world_size``
     ranks would share (one record)."""
-    _check_strategy(strategy)
+    check_strategy(strategy)
     if strategy == "single":
         check_plan(setup, world_size)
         return [train_worker(0, 1, "single", setup, world_size)]
@@ -520,138 +517,6 @@ def compare(records: Sequence[dict], reference: dict) -> dict:
                  for p, q in zip(r["params"], reference["params"], strict=True)) / scale
     return {"steps": steps, "loss": loss, "params": params,
             "equal": loss <= TOLERANCE and params <= TOLERANCE}
-
-
-def step_times_worker(rank: int, world_size: int, strategies: Sequence[str], setup: Setup,
-                      steps: int, warmup: int) -> dict:
-    """Time training steps of each distributed strategy on this rank's share of a fixed
-    global batch, and what the cost model needs.
-
-    Each timed step starts after a barrier (and a ``cuda.synchronize`` on a GPU) and lasts
-    until the update has finished; a step takes as long as its slowest rank (max-reduced),
-    and the median over ``steps`` timed steps (after ``warmup``) is reported. Returns
-    ``step_s`` per strategy, ``compute_s`` (the same step with no communication at all),
-    ``backward_fraction`` (the backward pass's share of ``compute_s``), ``grad_bytes``,
-    ``n_buckets``, and ``allreduce`` (sizes and fastest times of all-reduces of one bucket, of
-    all the gradients and of at least 4 MiB, to fit the ring model to), with ``world_size``
-    and ``backend``.
-    """
-    for strategy in strategies:
-        _check_strategy(strategy)
-    device, sync = _device()
-    generator = torch.Generator().manual_seed(rank)
-    share = setup.global_batch // world_size
-    x = torch.randn(share, setup.dims[0], generator=generator).to(device)
-    y = torch.randn(share, setup.dims[-1], generator=generator).to(device)
-
-    def timed(step: Callable[[], object], summary: Callable = statistics.median) -> float:
-        times = []
-        for i in range(warmup + steps):
-            dist.barrier()
-            sync()
-            start = time.perf_counter()
-            step()
-            sync()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-        slowest = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return summary(slowest.tolist())
-
-    out: dict = {"world_size": world_size, "backend": dist.get_backend(), "step_s": {}}
-    for strategy in strategies:
-        if strategy == "single":
-            continue
-        replica = _Replica(strategy, setup, rank, world_size, device)
-        out["step_s"][strategy] = timed(lambda replica=replica: replica.step(x, y))
-
-    alone = _Replica("single", setup, rank, world_size, device)
-    out["compute_s"] = timed(lambda: alone.step(x, y))
-    model = alone.model
-    backward = []
-    for i in range(warmup + steps):
-        loss = nn.functional.mse_loss(model(x), y)
-        sync()
-        start = time.perf_counter()
-        loss.backward()
-        sync()
-        if i >= warmup:
-            backward.append(time.perf_counter() - start)
-    out["backward_fraction"] = min(1.0, statistics.median(backward) / out["compute_s"])
-    sizes = [p.numel() * p.element_size() for p in model.parameters()][::-1]
-    groups = expected_buckets(sizes, setup.bucket_cap_mb)
-    out["grad_bytes"], out["n_buckets"] = sum(sizes), len(groups)
-    out["allreduce"] = []
-    # one bucket, all the gradients, and at least 4 MiB: small messages measure the latency,
-    # large ones the bandwidth. The fastest run, not the median: the model fits what a
-    # collective costs, and a busy machine only ever adds time to it
-    bucket = out["grad_bytes"] // len(groups) // 4 * 4
-    for n_bytes in sorted({bucket, out["grad_bytes"], max(out["grad_bytes"], _FIT_BYTES)}):
-        buffer = torch.ones(n_bytes // 4, device=device)
-        out["allreduce"].append({"size_bytes": n_bytes, "time_s": timed(
-            lambda buffer=buffer: dist.all_reduce(buffer), min)})
-    return out
-
-
-def step_times(world_size: int, setup: Setup, strategies: Sequence[str] = STRATEGIES[1:],
-               steps: int = 5, warmup: int = 2, timeout: float = 180.0) -> dict:
-    """Spawn ``world_size`` ranks running :func:`step_times_worker`; rank 0's result (every
-    rank's times are the slowest rank's)."""
-    for strategy in strategies:
-        _check_strategy(strategy)
-    check_plan(setup, world_size)
-    check_int("steps", steps, 1)
-    check_int("warmup", warmup, 0)
-    return spawn(step_times_worker, world_size, tuple(strategies), setup, steps, warmup,
-                 timeout=timeout)[0]
-
-
-def predicted_step_time(times: dict) -> float:
-    """The cost model's step time for a :func:`step_times` result: the ring all-reduce's
-    latency and bandwidth fitted to its all-reduce timings (:func:`gpudl.estimate.fit_allreduce`),
-    then :func:`gpudl.estimate.data_parallel_step_time` with its compute time, backward
-    fraction, gradient bytes and buckets. One rank: the compute time."""
-    world_size = times["world_size"]
-    if world_size == 1:
-        return times["compute_s"]
-    latency, bandwidth = estimate.fit_allreduce([r["size_bytes"] for r in times["allreduce"]],
-                                                [r["time_s"] for r in times["allreduce"]],
-                                                world_size)
-    return estimate.data_parallel_step_time(times["compute_s"], times["grad_bytes"],
-                                            world_size, bandwidth, latency,
-                                            times["backward_fraction"], times["n_buckets"])
-
-
-def bench_dataparallel(world_sizes: Sequence[int] | None = None) -> dict:
-    """Step times of the manual, bucketed and DDP strategies at each world size, the same
-    share of the batch per rank (weak scaling), beside the cost model; and the GPU bar: the
-    bucketed step within 10% of DDP's.
-
-    On GPUs: layer widths 2048 x 8 (29 million parameters, 117 MB of float32 gradients),
-    1,024 samples per rank, DDP's default buckets, world sizes 1, 2, 4, 8 up to the number of
-    GPUs (NCCL). On the simulator: the tiny default :class:`Setup` on 1 and 2 CPU processes
-    (gloo); the times are then CPU times, and the bar is not checked.
-    """
-    on_gpu = not backend.is_simulator()
-    if world_sizes is None:
-        gpus = torch.cuda.device_count() if on_gpu else 0
-        world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus] if on_gpu else [1, 2]
-    base = Setup(dims=(2048,) * 8, bucket_cap_mb=None) if on_gpu else Setup()
-    share = backend.pick(gpu=1024, sim=base.global_batch // 2)
-    steps, warmup = backend.pick(gpu=(20, 5), sim=(5, 2))
-    rows = []
-    for world_size in world_sizes:
-        print(f"[dataparallel] world size {world_size} ...", flush=True)
-        times = step_times(world_size, replace(base, global_batch=share * world_size),
-                           steps=steps, warmup=warmup, timeout=600)
-        times["predicted_step_s"] = predicted_step_time(times)
-        times["bucketed_over_ddp"] = times["step_s"]["bucketed"] / times["step_s"]["ddp"]
-        rows.append(times)
-        print(f"  {times}", flush=True)
-    within = all(r["bucketed_over_ddp"] <= 1.10 for r in rows)
-    return {"timings_meaningful": on_gpu, "dims": list(base.dims), "samples_per_rank": share,
-            "steps": steps, "warmup": warmup, "rows": rows,
-            "bucketed_within_10pct_of_ddp": within if on_gpu else None}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -116,6 +116,13 @@ def _check_worker(worker: object) -> None:
     )
 
 
+def _device_id(backend: str, local_rank: int) -> torch.device | None:
+    """The GPU an NCCL rank is bound to (``init_process_group``'s ``device_id``: collectives
+    and barriers then know their device and do not warn that they guess it); ``None`` for
+    gloo."""
+    return torch.device("cuda", local_rank) if backend == "nccl" else None
+
+
 def _child(
     rank: int,
     world_size: int,
@@ -137,7 +144,7 @@ def _child(
         )
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size,
-            timeout=timedelta(seconds=timeout),
+            timeout=timedelta(seconds=timeout), device_id=_device_id(backend, rank),
         )
         result = worker(rank, world_size, *args)
         dist.barrier()
@@ -269,16 +276,19 @@ def run_under_torchrun(worker: Callable[..., T], *args: Any) -> T:
     if "RANK" in os.environ:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         backend = default_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend, init_method="env://")
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend, init_method="env://",
+                                device_id=_device_id(backend, local_rank))
     else:
         rank, world_size = 0, 1
         backend = default_backend(1)
         if backend == "nccl":
             torch.cuda.set_device(0)
         store = dist.TCPStore(_HOST, 0, 1, is_master=True, wait_for_workers=False)
-        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+        dist.init_process_group(backend, store=store, rank=0, world_size=1,
+                                device_id=_device_id(backend, 0))
     try:
         result = worker(rank, world_size, *args)
         dist.barrier()

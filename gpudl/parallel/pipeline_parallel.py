@@ -44,7 +44,7 @@ from gpudl.estimate import bubble_fraction
 from gpudl.models import EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.grad_timeline import _Clock
-from gpudl.parallel.launch import default_backend, rank0_print, run_under_torchrun, spawn
+from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
 
 __all__ = [
     "CPU_CONFIG",
@@ -53,8 +53,6 @@ __all__ = [
     "GPU_CONFIG",
     "SCHEDULES",
     "PipelinePlan",
-    "bench_pipeline",
-    "bubble_sweep",
     "idle_fraction",
     "main",
     "plot_timelines",
@@ -358,39 +356,6 @@ CPU_CONFIG = EncoderConfig()
 
 #: A larger encoder for GPUs, as wide as BERT-large, on sequences of 512 tokens.
 GPU_CONFIG = EncoderConfig(layers=12, hidden=1024, heads=16, ffn=4096, seq=512)
-
-
-def bubble_sweep(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8, 16),
-                 schedules: Sequence[str] = ("gpipe", "1f1b"), timeout: float = 600.0
-                 ) -> list[dict]:
-    """The naive split, then each of ``schedules`` at each number of ``microbatches``, timed,
-    in one set of ``world_size`` processes. On as many GPUs (NCCL): the :data:`GPU_CONFIG`
-    encoder on a batch of 32 at its own speed, two steps, the second timed. Otherwise the
-    :data:`CPU_CONFIG` encoder on 16 samples, paced at :data:`CPU_PACE_S`, one step.
-
-    One row per run: ``schedule``, ``microbatches``, ``measured`` (:func:`idle_fraction` of
-    the timed step), ``formula`` (:func:`gpudl.estimate.bubble_fraction`), ``makespan_s``,
-    ``paced`` and ``timelines`` (one per stage)."""
-    on_gpus = default_backend(world_size) == "nccl"
-    common = (dict(steps=2, batch=32, config=GPU_CONFIG) if on_gpus
-              else dict(steps=1, batch=16, config=CPU_CONFIG, pace_s=CPU_PACE_S))
-    plans = [PipelinePlan("naive", 1, **common)]
-    plans += [PipelinePlan(name, m, **common) for name in schedules for m in microbatches]
-    rows = []
-    for plan, ranks in zip(plans, run_pipelines(plans, world_size, timeout), strict=True):
-        timelines = [r["timeline"] for r in ranks]
-        rows.append({"schedule": plan.schedule, "microbatches": plan.microbatches,
-                     "measured": idle_fraction(timelines),
-                     "formula": bubble_fraction(world_size, plan.microbatches),
-                     "makespan_s": max(e["end_s"] for t in timelines for e in t),
-                     "paced": not on_gpus, "timelines": timelines})
-    return rows
-
-
-def bench_pipeline(world_size: int = 4) -> dict:
-    """:func:`bubble_sweep` for ``python -m gpudl bench pipeline``, rows without timelines."""
-    return {"pipeline": [{k: v for k, v in row.items() if k != "timelines"} | {
-        "stages": world_size} for row in bubble_sweep(world_size)]}
 
 
 def plot_timelines(timelines_by_name: dict[str, Sequence[Sequence[dict]]],

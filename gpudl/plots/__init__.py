@@ -36,6 +36,7 @@ from gpudl.plots.ch08 import (
     online_softmax_tiles,
     roofline_precisions,
 )
+from gpudl.plots.measured import rate_bars
 
 __all__ = [
     "sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
@@ -48,4 +49,5 @@ __all__ = [
     "tensor_parallel_split",
     "training_time_and_cost", "memory_by_zero_stage",
     "roofline_precisions", "online_softmax_tiles", "mma_fragments", "attention_bytes",
+    "rate_bars",
 ]

@@ -113,7 +113,7 @@ def allreduce_bandwidth(
     rows: Sequence[dict], model: tuple[float, float] | None = None
 ) -> Figure:
     """Algorithm and bus bandwidth against message size (rows of
-    :func:`gpudl.parallel.comms.allreduce_bandwidth`), with the ring model's algorithm
+    :func:`gpudl.bench.allreduce.allreduce_bandwidth`), with the ring model's algorithm
     bandwidth for ``model = (latency_s, bandwidth_bytes_per_s)`` if given."""
     sizes = [r["size_bytes"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))

@@ -225,7 +225,7 @@ def state_bytes(rows: Sequence[dict]) -> Figure:
 
 def hierarchy(levels: dict) -> Figure:
     """Latency (ns per dependent load) and bandwidth (GB/s) of each memory level, from
-    :func:`gpudl.kernels.hierarchy.measure`, side by side on log scales."""
+    :func:`gpudl.bench.hierarchy.measure`, side by side on log scales."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
     latency = levels["latency"]
     left.bar(list(latency), [r["ns_per_hop"] for r in latency.values()])

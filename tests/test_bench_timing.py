@@ -1,11 +1,11 @@
-"""gpudl.timing: the Timing type, device/wall-clock timers, and bandwidth and flop rates."""
+"""gpudl.bench.timing: the Timing type, device/wall-clock timers, and bandwidth and flop rates."""
 
 import time
 
 import pytest
 
 from gpudl import backend
-from gpudl.timing import Timing, gbps, gflops, time_cpu, time_cuda
+from gpudl.bench.timing import Timing, gbps, gflops, time_cpu, time_cuda
 
 
 def test_rates_by_hand():

@@ -1,6 +1,6 @@
-"""gpudl.bench_ch08: the attention and tensor-core benchmarks' rows and bars (on the simulator:
-tiny sizes, every bar without a ratio), the device-name lookup in the datasheet table, the
-attention flop count; on a GPU, the issue's speed bars."""
+"""gpudl.bench.attention and gpudl.bench.tensorcores (Chapter 8): their rows and bars (on the
+simulator: tiny sizes, every bar without a ratio), the device-name lookup in the datasheet table,
+the attention flop count; on a GPU, the chapter's speed bars."""
 
 import math
 
@@ -9,7 +9,9 @@ import pytest
 from gpudl import backend  # first: chooses GPU or simulator before numba is imported
 
 # isort: split
-from gpudl import bench_ch08 as bench
+from gpudl.bench import attention as attention_bench
+from gpudl.bench import find_bar, load_or_run
+from gpudl.bench import tensorcores as tensorcore_bench
 from gpudl.hardware import peak_flops
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
@@ -37,30 +39,30 @@ def check_shape(body: dict, bar_names: list[str]) -> None:
 
 @pytest.mark.skipif(not backend.is_simulator(), reason="the simulator's tiny run")
 def test_attention_rows_and_bars_on_the_simulator():
-    body = bench.run_attention()
-    check_shape(body, [b["name"] for b in bench.ATTENTION_BARS])
+    body = attention_bench.run()
+    check_shape(body, [b["name"] for b in attention_bench.BARS])
     rows = {r["name"]: r for r in body["rows"]}
     assert set(rows) == {"v1_three_kernels s=20", "v2_fused s=20", "torch sdpa cpu s=20"}
-    assert rows["v2_fused s=20"]["flops"] == bench.attention_flops(1, 20, 64)
+    assert rows["v2_fused s=20"]["flops"] == attention_bench.attention_flops(1, 20, 64)
     assert rows["v1_three_kernels s=20"]["bytes"] > rows["v2_fused s=20"]["bytes"]
     assert rows["v2_fused s=20"]["tflops"] is None  # a simulated kernel's time means nothing
 
 
 @pytest.mark.skipif(not backend.is_simulator(), reason="the simulator's tiny run")
 def test_tensorcore_rows_and_bars_on_the_simulator():
-    body = bench.run_tensorcores()
-    check_shape(body, [b["name"] for b in bench.TENSORCORE_BARS])
+    body = tensorcore_bench.run()
+    check_shape(body, [b["name"] for b in tensorcore_bench.BARS])
     names = [r["name"] for r in body["rows"]]
-    assert names[:4] == [f"torch {d} n=64" for d in bench.TORCH_DTYPES]
+    assert names[:4] == [f"torch {d} n=64" for d in tensorcore_bench.TORCH_DTYPES]
     assert names[4:] == ["tc v1_warp_tiles n=32", "tc v2_shared_tiles n=32",
                          "v4_register_1d n=32", "v5_register_2d n=32"]
     assert body["datasheet"] is None and body["rows"][0]["fraction_of_peak"] is None
 
 
 def test_attention_flops_by_hand():
-    assert bench.attention_flops(1, 3, 2) == 4 * 2 * 9  # QK^T and PV: 2 d per pair each
-    assert bench.attention_flops(2, 3, 2, causal=True) == 2 * 4 * 2 * 6  # 6 pairs i >= j
-    assert bench.attention_flops(8, 4096, 64) == 4 * 8 * 64 * 4096**2
+    assert attention_bench.attention_flops(1, 3, 2) == 4 * 2 * 9  # QK^T and PV: 2 d per pair each
+    assert attention_bench.attention_flops(2, 3, 2, causal=True) == 2 * 4 * 2 * 6  # 6 pairs i >= j
+    assert attention_bench.attention_flops(8, 4096, 64) == 4 * 8 * 64 * 4096**2
 
 
 @pytest.mark.parametrize(("device", "memory", "expected"), [
@@ -75,7 +77,7 @@ def test_attention_flops_by_hand():
     ("", None, None),
 ])
 def test_datasheet_lookup_by_device_name(device, memory, expected):
-    spec = bench.datasheet_spec(device, memory)
+    spec = tensorcore_bench.datasheet_spec(device, memory)
     assert (spec and spec.name) == expected
 
 
@@ -96,12 +98,12 @@ def test_tf32_peaks_are_half_the_sparse_datasheet_figures():
 
 @pytest.mark.gpu
 def test_attention_bars_hold_on_the_gpu():
-    body = bench.run_attention()
-    check_shape(body, [b["name"] for b in bench.ATTENTION_BARS])
-    assert all(b["verdict"] for b in body["bars"]), body["bars"]
+    stored = load_or_run("attention")
+    check_shape(stored, [b["name"] for b in attention_bench.BARS])
+    assert all(b["verdict"] for b in stored["bars"]), stored["bars"]
 
 
 @pytest.mark.gpu
 def test_tensor_core_matmul_beats_the_best_simt_kernel():
-    body = bench.run_tensorcores()
-    assert all(b["verdict"] for b in body["bars"]), body["bars"]
+    stored = load_or_run("tensorcores")
+    assert find_bar(stored, "tensor_core_faster_than_best_simt")["verdict"], stored["bars"]

@@ -1,0 +1,387 @@
+"""Measurement: the benchmarks behind the book's "Measured on a GPU" boxes, one module per
+topic, and the results they store.
+
+Book section: every chapter's "Measured on a GPU" boxes, and Chapter 1, "Threads, blocks, grids
+and warps" for how a kernel is timed (:mod:`gpudl.bench.timing`).
+
+The kernels (``gpudl.kernels``) and the distributed workers (``gpudl.parallel``)
+compute; this package times them, and nothing there imports it. Each topic of :data:`TOPICS`
+is a module ``gpudl.bench.<topic>`` with
+
+* ``run(...) -> dict``: every measurement of the topic, each checked before its time is
+  reported, as ``{"rows": [...], "bars": [...], ...}``: one :func:`row` per timing and one
+  :func:`bar` per speed goal;
+* ``BARS``: the topic's speed goals, as data (see :func:`evaluate_bars`).
+
+:func:`write_results` stores what ``run`` returns, with the machine, the git commit of the
+measured code and the date, as ``results/<topic>-<backend>.json``. :func:`load_or_run` reads it
+back when the same commit has already measured it on the same GPU, so that a notebook's
+benchmark cell, ``python -m gpudl bench`` and the GPU-only speed tests share one run per topic.
+On the simulator the timings describe Python threads, not a GPU: every rate and every bar's
+verdict is ``None`` there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gpudl import backend
+from gpudl.bench.timing import Timing, gbps, gflops
+
+__all__ = [
+    "ROOT", "RESULTS", "TOPICS", "RATES",
+    "row", "bar", "evaluate_bars", "find_bar", "machine", "commit",
+    "write_results", "run_topic", "load_or_run", "results_path",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The folder where results are stored, ``results/`` beside the package.
+RESULTS = ROOT / "results"
+
+#: Topic -> what it measures; the topic's module is ``gpudl.bench.<topic>``.
+TOPICS: dict[str, str] = {
+    "elementwise": "Chapter 1: vector add and SAXPY against a copy, CPU against GPU, divergence",
+    "memory": "Chapter 2: copies, transposes and reductions; the memory hierarchy; send/recv",
+    "matmul": "Chapter 3: the matmul variants against cuBLAS; an MLP's backward over forward",
+    "optim": "Chapter 4: one Adam step of each variant against a copy and torch's Adams",
+    "allreduce": "Chapters 1 and 5: all-reduce bandwidth between GPUs",
+    "dataparallel": "Chapter 5: step times of manual, bucketed and DDP data parallelism",
+    "pipeline": "Chapter 6: the pipeline bubble, measured against the formula",
+    "precision": "Chapter 7: torch.matmul in FP32 and BF16; the kernel MLP's MFU",
+    "attention": "Chapter 8: the two attention variants against torch's SDPA",
+    "tensorcores": "Chapter 8: torch.matmul per precision; the tensor-core matmul against FP32",
+}
+
+#: The row keys a bar may compare, two rates (higher is faster) or the median time.
+RATES = ("gbps", "tflops", "median_s")
+
+_SIMULATOR_NOTE = ("simulator: kernels ran as Python threads on the CPU at tiny sizes; their "
+                   "timings are wall clock and say nothing about GPU speed")
+_RESERVED = ("topic", "backend", "machine", "commit", "date", "timings_meaningful")
+
+
+# ------------------------------------------------------------------------------------------
+# Rows and bars
+# ------------------------------------------------------------------------------------------
+
+
+def row(name: str, timing: Timing, n_bytes: int | None = None, n_flops: float | None = None,
+        **extra: Any) -> dict:
+    """One measurement: ``name``, the median, min and max of ``timing`` in seconds, ``runs``,
+    ``method``, ``meaningful``, ``bytes`` and ``gbps`` (from ``n_bytes``), ``flops`` and
+    ``tflops`` (from ``n_flops``), then the topic's own keys ``extra``. A rate is ``None``
+    where the timing means nothing for a GPU (the simulator's). Prints the row as it goes."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty str, got {name!r}")
+    if not isinstance(timing, Timing):
+        raise TypeError(f"timing must be a gpudl.bench.timing.Timing, got "
+                        f"{type(timing).__name__}")
+    meaningful = timing.meaningful
+    out = {
+        "name": name, "median_s": timing.median, "min_s": timing.min, "max_s": timing.max,
+        "runs": len(timing.samples), "method": timing.method, "meaningful": meaningful,
+        "bytes": n_bytes,
+        "gbps": gbps(n_bytes, timing.median) if meaningful and n_bytes is not None else None,
+        "flops": n_flops,
+        "tflops": (gflops(n_flops, timing.median) / 1e3 if meaningful and n_flops is not None
+                   else None),
+    }
+    clash = set(out) & set(extra)
+    if clash:
+        raise ValueError(f"extra keys must not replace a row's own, got {sorted(clash)}")
+    rate = ""
+    if n_bytes is not None:
+        rate = f", {out['gbps']:.2f} GB/s" if meaningful else ", GB/s n/a"
+    if n_flops is not None:
+        rate += f", {out['tflops']:.3f} TFLOP/s" if meaningful else ", TFLOP/s n/a"
+    print(f"  {name}: {timing}{rate}", flush=True)
+    return out | extra
+
+
+def _check_bar_spec(name: str, what: str, threshold: float, compare: str, rate: str) -> None:
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
+        raise ValueError(f"a bar's name must be a short id of a-z, 0-9 and _, got {name!r}")
+    if not isinstance(what, str) or not what:
+        raise ValueError(f"a bar's what must be a sentence, got {what!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
+    if compare not in (">=", "<="):
+        raise ValueError(f"compare must be '>=' or '<=', got {compare!r}")
+    if rate not in RATES:
+        raise ValueError(f"rate must be one of {RATES}, got {rate!r}")
+
+
+def _bar(name: str, what: str, numerator: str, denominator: str, ratio: float | None,
+         threshold: float, compare: str, rate: str) -> dict:
+    verdict = None if ratio is None else bool(
+        ratio >= threshold if compare == ">=" else ratio <= threshold)
+    return {"name": name, "what": what, "numerator": numerator, "denominator": denominator,
+            "rate": rate, "ratio": ratio, "compare": compare, "threshold": float(threshold),
+            "verdict": verdict}
+
+
+def bar(name: str, what: str, rows: Sequence[dict], numerator: str, denominator: str,
+        threshold: float, compare: str = ">=", rate: str = "gbps") -> dict:
+    """A speed goal checked on two rows: ``ratio`` is the numerator row's ``rate`` over the
+    denominator row's (a rate ratio for ``"gbps"`` and ``"tflops"``, a time ratio for
+    ``"median_s"``, as ``what`` says), and ``verdict`` is ``ratio compare threshold``.
+
+    Both are ``None`` on the simulator and wherever a timing is not meaningful. A row missing
+    from ``rows`` is an error (``ValueError``)."""
+    _check_bar_spec(name, what, threshold, compare, rate)
+    by_name = {r["name"]: r for r in rows}
+    for label, wanted in (("numerator", numerator), ("denominator", denominator)):
+        if wanted not in by_name:
+            raise ValueError(f"bar {name}: no row named {wanted!r} for its {label}; rows: "
+                             f"{sorted(by_name)}")
+    num, den = by_name[numerator], by_name[denominator]
+    ratio = None
+    if (not backend.is_simulator() and num["meaningful"] and den["meaningful"]
+            and num[rate] is not None and den[rate]):
+        ratio = num[rate] / den[rate]
+    return _bar(name, what, numerator, denominator, ratio, threshold, compare, rate)
+
+
+def _fastest(names: Sequence[str], by_name: dict[str, dict], rate: str) -> str | None:
+    present = [n for n in names if n in by_name]
+    if not present:
+        return None
+    if rate == "median_s":
+        return min(present, key=lambda n: by_name[n]["median_s"])
+    return max(present, key=lambda n: by_name[n][rate] or 0.0)
+
+
+def evaluate_bars(specs: Sequence[dict], rows: Sequence[dict], **names: str) -> list[dict]:
+    """Every bar of ``specs`` (a topic's ``BARS``) checked on ``rows``.
+
+    A spec is a dict with ``name``, ``what``, ``numerator``, ``denominator`` and
+    ``threshold``, and optionally ``compare`` (``">="``) and ``rate`` (``"gbps"``). Bar and
+    row names may hold ``{placeholders}`` filled from ``names`` (a size that differs between
+    backends, a world size).
+    A numerator given as a list names candidates: the fastest of those present is compared
+    (the best reduction, the best matmul). A bar whose rows were not measured (a GPU-only row
+    on the simulator) is kept, with ``ratio`` and ``verdict`` ``None``."""
+    rows = list(rows)
+    by_name = {r["name"]: r for r in rows}
+    out = []
+    for spec in specs:
+        name = spec["name"].format(**names)
+        compare, rate = spec.get("compare", ">="), spec.get("rate", "gbps")
+        numerator = spec["numerator"]
+        if isinstance(numerator, str):
+            numerator = numerator.format(**names)
+        else:
+            numerator = _fastest([n.format(**names) for n in numerator], by_name, rate)
+        denominator = spec["denominator"].format(**names)
+        if numerator in by_name and denominator in by_name:
+            out.append(bar(name, spec["what"], rows, numerator, denominator,
+                           spec["threshold"], compare, rate))
+        else:
+            _check_bar_spec(name, spec["what"], spec["threshold"], compare, rate)
+            out.append(_bar(name, spec["what"], numerator or "", denominator, None,
+                            spec["threshold"], compare, rate))
+    return out
+
+
+def find_bar(record: dict, name: str) -> dict:
+    """The bar called ``name`` in a stored record (``KeyError`` if it has none)."""
+    for b in record.get("bars", []):
+        if b["name"] == name:
+            return b
+    raise KeyError(f"{record.get('topic')!r} has no bar {name!r}; it has "
+                   f"{[b['name'] for b in record.get('bars', [])]}")
+
+
+# ------------------------------------------------------------------------------------------
+# The machine and the code that ran
+# ------------------------------------------------------------------------------------------
+
+
+def _nvidia_driver() -> str | None:
+    proc = Path("/proc/driver/nvidia/version")  # Linux: the kernel module's version line
+    text = proc.read_text() if proc.exists() else ""
+    if not text:
+        try:
+            text = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                                   "--format=csv,noheader"], capture_output=True, text=True,
+                                  timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    found = re.search(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b", text)
+    return found.group(1) if found else None
+
+
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")  # Linux
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict:
+    """The machine a benchmark ran on: ``backend``, ``gpu`` (name), ``gpu_count``,
+    ``driver`` (NVIDIA driver version), ``cuda_driver`` (the CUDA version the driver
+    supports), ``cuda_runtime`` (numba's NVRTC), ``torch_cuda``, ``platform``, ``python``,
+    ``cpu``, ``cpu_count``, ``versions`` (numpy, numba, numba-cuda, torch) and ``device``
+    (:func:`gpudl.hardware.describe`)."""
+    import torch
+
+    from gpudl.hardware import describe
+
+    versions = {}
+    for package in ("numpy", "numba", "numba-cuda", "torch"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    info = describe()
+    on_gpu = not backend.is_simulator()
+    out = {"backend": backend.name(), "gpu": info.name if on_gpu else None,
+           "gpu_count": torch.cuda.device_count() if on_gpu else 0,
+           "driver": None, "cuda_driver": None, "cuda_runtime": None, "torch_cuda": None}
+    if on_gpu:
+        from numba import cuda
+        from numba.cuda.cudadrv import driver
+
+        out |= {"driver": _nvidia_driver(),
+                "cuda_driver": ".".join(map(str, driver.get_version())),
+                "cuda_runtime": ".".join(map(str, cuda.runtime.get_version())),
+                "torch_cuda": torch.version.cuda}
+    return out | {"platform": platform.platform(), "python": platform.python_version(),
+                  "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "versions": versions,
+                  "device": dataclasses.asdict(info)}
+
+
+_COMMIT = re.compile(r"[0-9a-f]{7,40}(-dirty)?")
+
+
+def commit(root: Path = ROOT) -> str | None:
+    """The git commit of the measured code: ``GPUDL_COMMIT`` if set (a checkout without
+    ``.git``, as on a lent GPU machine), else ``git rev-parse HEAD`` in ``root``, with
+    ``-dirty`` appended when tracked files differ from it (the outputs of runs, in
+    ``notebooks/`` and ``results/``, aside); ``None`` when neither is known."""
+    given = os.environ.get("GPUDL_COMMIT")
+    if given:
+        if not _COMMIT.fullmatch(given):
+            raise ValueError(f"GPUDL_COMMIT must be a hexadecimal git sha (7 to 40 digits), "
+                             f"optionally ending in -dirty, got {given!r}")
+        return given
+    try:
+        git = ["git", "-C", str(root)]
+        sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True, timeout=30).stdout.strip()
+        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--",
+                                 ".", ":!notebooks", ":!results"], capture_output=True,
+                                text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("-dirty" if status.strip() else "")
+
+
+# ------------------------------------------------------------------------------------------
+# Results on disk
+# ------------------------------------------------------------------------------------------
+
+
+def _to_json(value: object) -> object:
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def _check_topic(topic: object) -> str:
+    if not isinstance(topic, str) or not re.fullmatch(r"[a-z0-9_]+", topic):
+        raise ValueError(f"topic must be a name of a-z, 0-9 and _, got {topic!r}")
+    return topic
+
+
+def results_path(topic: str, directory: str | Path = RESULTS,
+                 backend_name: str | None = None) -> Path:
+    """``directory/<topic>-<backend>.json`` (the current backend unless one is named)."""
+    return Path(directory) / f"{_check_topic(topic)}-{backend_name or backend.name()}.json"
+
+
+def write_results(topic: str, body: dict, directory: str | Path = RESULTS) -> Path:
+    """Store what a topic's ``run`` returned as ``<topic>-<backend>.json`` in ``directory``,
+    with ``topic``, ``backend``, ``machine`` (:func:`machine`), ``commit`` (:func:`commit`),
+    ``date`` (UTC, ISO 8601) and ``timings_meaningful`` added. Written whole or not at all."""
+    _check_topic(topic)
+    if not isinstance(body, dict):
+        raise TypeError(f"body must be a dict, got {type(body).__name__}")
+    for key in ("rows", "bars"):
+        if not isinstance(body.get(key), list):
+            raise ValueError(f"body must hold a list under {key!r}, got {body.get(key)!r}")
+    clash = set(body) & set(_RESERVED)
+    if clash:
+        raise ValueError(f"body must not set {sorted(clash)}: write_results adds them")
+    record = {"topic": topic, "backend": backend.name(), "machine": machine(),
+              "commit": commit(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
+              "timings_meaningful": not backend.is_simulator()} | body
+    if backend.is_simulator():
+        record.setdefault("note", _SIMULATOR_NOTE)
+    path = results_path(topic, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=1, allow_nan=False, default=_to_json) + "\n"
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text)
+    os.replace(partial, path)
+    return path
+
+
+def run_topic(topic: str, **kwargs: Any) -> dict:
+    """Run topic ``topic``'s benchmark (``gpudl.bench.<topic>.run(**kwargs)``) and return
+    what it returned, without storing it."""
+    if topic not in TOPICS:
+        raise ValueError(f"topic must be one of {list(TOPICS)}, got {topic!r}")
+    module = importlib.import_module(f"gpudl.bench.{topic}")
+    body = module.run(**kwargs)
+    if not isinstance(body, dict) or not isinstance(body.get("rows"), list):
+        raise TypeError(f"gpudl.bench.{topic}.run must return a dict with a list of rows")
+    return body
+
+
+def _reusable(record: dict) -> bool:
+    from gpudl.hardware import describe
+
+    here = commit()
+    return (record.get("backend") == "cuda" and here is not None
+            and not here.endswith("-dirty") and record.get("commit") == here
+            and record.get("machine", {}).get("gpu") == describe().name)
+
+
+def load_or_run(topic: str, directory: str | Path = RESULTS, fresh: bool = False) -> dict:
+    """Topic ``topic``'s results: read from ``directory`` when the same commit already
+    measured it on this GPU (a clean checkout on a GPU only, and not with ``fresh``), else
+    run, stored with :func:`write_results` and read back.
+
+    A topic that needs more GPUs than the machine has returns ``{"skipped": reason, ...}``,
+    says so, and stores nothing (a result measured elsewhere stays)."""
+    path = results_path(topic, directory)
+    if not fresh and not backend.is_simulator() and path.exists():
+        record = json.loads(path.read_text())
+        if _reusable(record):
+            print(f"[{topic}] reusing {path} (commit {record['commit']}, {record['date']})",
+                  flush=True)
+            return record
+    body = run_topic(topic)
+    if body.get("skipped"):
+        print(f"[{topic}] skipped: {body['skipped']} (nothing stored)", flush=True)
+        return {"topic": topic, "backend": backend.name()} | body
+    return json.loads(write_results(topic, body, directory).read_text())

@@ -1,0 +1,326 @@
+"""Communication, timed: all-reduce and point-to-point bandwidth between ranks, every result
+checked exactly.
+
+Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect), *Chapter 2, "Past
+one GPU"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the ring all-reduce
+cost model against measurement). The model is :func:`gpudl.estimate.allreduce_time`; the
+messages and their checks are :mod:`gpudl.parallel.comms`'s.
+
+Three ways to run the all-reduce benchmark:
+
+* from Python (a notebook): ``allreduce_bandwidth(world_size=2)``;
+* ``torchrun --standalone --nproc_per_node=2 -m gpudl.bench.allreduce``;
+* ``python -m gpudl bench allreduce`` (world sizes 2 and 4; on GPUs only as many as there are).
+
+Bandwidths are in GB/s (1e9 bytes per second), as nccl-tests reports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from gpudl import backend, estimate
+from gpudl.bench import row
+from gpudl.bench.timing import Timing
+from gpudl.parallel.comms import (
+    check_allreduce,
+    check_p2p,
+    device_and_sync,
+    rank_input,
+    ring_all_reduce,
+    ring_all_reduce_worker,
+)
+from gpudl.parallel.launch import default_backend, rank0_print, run_under_torchrun, spawn
+
+__all__ = [
+    "BARS",
+    "allreduce_bandwidth",
+    "allreduce_bandwidth_worker",
+    "default_sizes",
+    "format_table",
+    "gpus_missing",
+    "main",
+    "p2p_bandwidth",
+    "p2p_bandwidth_worker",
+    "ring_timings_worker",
+    "run",
+    "time_ring_all_reduce",
+]
+
+_ITEMSIZE = 4  # the messages are float32
+
+#: No speed goal is set for the links; the rows are what the book's boxes show.
+BARS: tuple[dict, ...] = ()
+
+
+def gpus_missing(ranks: int) -> str | None:
+    """Why ``ranks`` ranks cannot be measured between GPUs here (fewer GPUs than ranks), or
+    ``None``. On the simulator the ranks are CPU processes (gloo) and nothing is missing."""
+    if backend.is_simulator():
+        return None
+    count = torch.cuda.device_count()
+    if count >= ranks:
+        return None
+    return f"needs {ranks} GPUs, this machine has {count}"
+
+
+def default_sizes(world_size: int = 2) -> list[int]:
+    """Message sizes in bytes, powers of 4: 4 KiB to 256 MiB when ``world_size`` ranks get a
+    GPU each (NCCL), to 4 MiB when they share CPU memory over gloo (with fewer GPUs than
+    ranks, or none: 256 MiB messages there would only make the run long)."""
+    largest = 28 if default_backend(world_size) == "nccl" else 22
+    return [1 << k for k in range(12, largest + 1, 2)]
+
+
+def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
+    if not sizes_bytes:
+        raise ValueError("sizes_bytes must list at least one message size")
+    for size in sizes_bytes:
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"message sizes must be ints (bytes), got {size!r}")
+        if size <= 0 or size % _ITEMSIZE:
+            raise ValueError(
+                f"message sizes must be positive multiples of {_ITEMSIZE} bytes (float32), "
+                f"got {size}"
+            )
+    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+
+
+def allreduce_bandwidth_worker(
+    rank: int, world_size: int, sizes_bytes: list[int], repeats: int, warmup: int
+) -> list[dict]:
+    """Time a sum all-reduce of each message size, checking every result.
+
+    Each timing starts after a barrier and ends when this rank holds the result (after a
+    ``cuda.synchronize`` on NCCL). A repeat takes as long as its slowest rank (max-reduced);
+    ``warmup`` untimed runs come first. One dict per size: ``size_bytes``, ``world_size``,
+    ``backend`` and ``timing`` (the ``repeats`` slowest-rank times).
+    """
+    _check_plan(sizes_bytes, repeats, warmup)
+    device, sync = device_and_sync()
+    out = []
+    for size in sizes_bytes:
+        message = rank_input(rank, size // _ITEMSIZE, device)
+        times = []
+        for step in range(warmup + repeats):
+            buffer = message.clone()
+            dist.barrier()
+            sync()
+            start = time.perf_counter()
+            dist.all_reduce(buffer)
+            sync()
+            elapsed = time.perf_counter() - start
+            check_allreduce(buffer, world_size)
+            if step >= warmup:
+                times.append(elapsed)
+        slowest = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        out.append({"size_bytes": size, "world_size": world_size,
+                    "backend": dist.get_backend(),
+                    "timing": Timing(tuple(slowest.tolist()), "wall-clock", True)})
+    return out
+
+
+def _allreduce_rows(measured: list[dict]) -> list[dict]:
+    """Rows of :func:`allreduce_bandwidth` from the worker's timings: ``time_s`` (median),
+    ``algbw_gbs`` (size / time) and ``busbw_gbs``, the per-link bandwidth the ring model
+    implies, ``algbw * 2 (N - 1) / N`` (nccl-tests' convention)."""
+    rows = []
+    for m in measured:
+        size, world_size, t = m["size_bytes"], m["world_size"], m["timing"].median
+        rows.append(row(f"all_reduce {_human(size)} x{world_size}", m["timing"], size,
+                        size_bytes=size, world_size=world_size, backend=m["backend"],
+                        time_s=t, algbw_gbs=size / t / 1e9,
+                        busbw_gbs=estimate.allreduce_bytes_per_rank(size, world_size) / t / 1e9))
+    return rows
+
+
+def allreduce_bandwidth(
+    world_size: int = 2,
+    sizes_bytes: list[int] | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    timeout: float = 120.0,
+) -> list[dict]:
+    """Spawn ``world_size`` processes and measure all-reduce bandwidth (one row per size).
+
+    Rows (:func:`gpudl.bench.row`) add ``size_bytes``, ``world_size``, ``backend``,
+    ``time_s``, ``algbw_gbs`` and ``busbw_gbs``; see :func:`allreduce_bandwidth_worker`.
+    """
+    sizes = default_sizes(world_size) if sizes_bytes is None else list(sizes_bytes)
+    _check_plan(sizes, repeats, warmup)
+    per_rank = spawn(
+        allreduce_bandwidth_worker, world_size, sizes, repeats, warmup, timeout=timeout
+    )
+    return _allreduce_rows(per_rank[0])  # every rank holds the slowest rank's times
+
+
+def p2p_bandwidth_worker(
+    rank: int, world_size: int, sizes_bytes: list[int], repeats: int, warmup: int
+) -> list[dict]:
+    """Time a ping-pong between ranks 0 and 1 for each message size; other ranks only wait.
+
+    Rank 0 sends its message (:func:`gpudl.parallel.comms.rank_input`) with ``dist.send``;
+    rank 1 receives it and sends it back. A repeat starts after a barrier; the one-way time is
+    half the round trip rank 0 sees (after a ``cuda.synchronize`` on NCCL). Both copies are
+    checked after the clock stops. ``warmup`` untimed trips come first. Rank 0 returns one
+    dict per size (``size_bytes``, ``backend``, ``timing``), the others ``[]``.
+    """
+    _check_plan(sizes_bytes, repeats, warmup)
+    if world_size < 2:
+        raise ValueError(f"a point-to-point benchmark needs at least 2 ranks, got {world_size}")
+    device, sync = device_and_sync()
+    out = []
+    for size in sizes_bytes:
+        message = rank_input(0, size // _ITEMSIZE, device)
+        times = []
+        for step in range(warmup + repeats):
+            buffer = torch.full_like(message, float("nan"))  # poisoned: a lost byte shows
+            dist.barrier()
+            sync()
+            start = time.perf_counter()
+            if rank == 0:
+                dist.send(message, dst=1)
+                dist.recv(buffer, src=1)
+            elif rank == 1:
+                dist.recv(buffer, src=0)
+                dist.send(buffer, dst=0)
+            sync()
+            elapsed = time.perf_counter() - start
+            if rank in (0, 1):
+                check_p2p(buffer, sender=0)
+            if step >= warmup:
+                times.append(elapsed / 2)
+        if rank == 0:
+            out.append({"size_bytes": size, "backend": dist.get_backend(),
+                        "timing": Timing(tuple(times), "wall-clock", True)})
+    return out
+
+
+def p2p_bandwidth(
+    sizes_bytes: list[int] | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    timeout: float = 120.0,
+) -> list[dict]:
+    """Spawn 2 processes and measure point-to-point bandwidth (one row per size).
+
+    Rows (:func:`gpudl.bench.row`) add ``size_bytes``, ``backend``, ``time_s`` (one way,
+    median) and ``gbps``; see :func:`p2p_bandwidth_worker`.
+    """
+    sizes = default_sizes() if sizes_bytes is None else list(sizes_bytes)
+    _check_plan(sizes, repeats, warmup)
+    measured = spawn(p2p_bandwidth_worker, 2, sizes, repeats, warmup, timeout=timeout)[0]
+    return [row(f"send/recv {_human(m['size_bytes'])}", m["timing"], m["size_bytes"],
+                size_bytes=m["size_bytes"], backend=m["backend"], time_s=m["timing"].median)
+            for m in measured]
+
+
+def ring_timings_worker(rank: int, world_size: int, numels: list[int],
+                        repeats: int) -> list[dict]:
+    """:func:`gpudl.parallel.comms.ring_all_reduce_worker`'s checked rows, each with
+    ``ring_s`` and ``all_reduce_s``: the median over ``repeats`` of the wall-clock time of
+    :func:`~gpudl.parallel.comms.ring_all_reduce` and of ``dist.all_reduce`` on this rank,
+    each started after a barrier (and a ``cuda.synchronize`` on NCCL)."""
+    rows = ring_all_reduce_worker(rank, world_size, numels)
+    device, sync = device_and_sync()
+    for r in rows:
+        for key, reduce in (("ring_s", ring_all_reduce), ("all_reduce_s", dist.all_reduce)):
+            times = []
+            for _ in range(repeats):
+                buffer = rank_input(rank, r["numel"], device)
+                dist.barrier()
+                sync()
+                start = time.perf_counter()
+                reduce(buffer)
+                sync()
+                times.append(time.perf_counter() - start)
+            r[key] = statistics.median(times)
+    return rows
+
+
+def time_ring_all_reduce(world_size: int, numels: list[int], repeats: int = 3,
+                         timeout: float = 120.0) -> list[list[dict]]:
+    """Spawn ``world_size`` ranks running :func:`ring_timings_worker`: the ring all-reduce
+    checked against ``dist.all_reduce`` and both timed, one list of rows per rank."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    return spawn(ring_timings_worker, world_size, list(numels), repeats, timeout=timeout)
+
+
+def run(world_sizes: tuple[int, ...] = (2, 4), sizes_bytes: list[int] | None = None,
+        repeats: int = 5) -> dict:
+    """All-reduce bandwidth at each of ``world_sizes`` (on GPUs, those with a GPU per rank;
+    the others are skipped, and with none left the topic is)."""
+    rows, skipped = [], []
+    for world_size in world_sizes:
+        missing = gpus_missing(world_size)
+        if missing:
+            print(f"[allreduce] world size {world_size} skipped: {missing}", flush=True)
+            skipped.append(f"world size {world_size}: {missing}")
+            continue
+        print(f"[allreduce] world size {world_size} ...", flush=True)
+        rows += allreduce_bandwidth(world_size, sizes_bytes, repeats=repeats)
+    body = {"rows": rows, "bars": [], "skipped_world_sizes": skipped}
+    if not rows:
+        body["skipped"] = "; ".join(skipped)
+    return body
+
+
+def _human(n_bytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n_bytes < 1024 or unit == "GiB":
+            return f"{n_bytes:g} {unit}"
+        n_bytes /= 1024
+
+
+_COLUMNS = [  # key, header, width, how a value is written
+    ("size_bytes", "size", 9, _human),
+    ("world_size", "ranks", 5, str),
+    ("backend", "backend", 7, str),
+    ("time_s", "time (us)", 10, lambda t: f"{t * 1e6:.1f}"),
+    ("algbw_gbs", "algbw (GB/s)", 12, "{:.3f}".format),
+    ("busbw_gbs", "busbw (GB/s)", 12, "{:.3f}".format),
+]
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows of :func:`allreduce_bandwidth` or :func:`p2p_bandwidth` as a text table.
+
+    One column for each key the rows have, in a fixed order (for send/recv: the bandwidth).
+    """
+    columns = [column for column in _COLUMNS if rows and column[0] in rows[0]]
+    if rows and "algbw_gbs" not in rows[0]:
+        columns.append(("gbps", "bw (GB/s)", 9, "{:.3f}".format))
+    lines = [" ".join(f"{header:>{width}}" for _, header, width, _ in columns)]
+    for r in rows:
+        lines.append(" ".join(f"{fmt(r[key]):>{width}}" for key, _, width, fmt in columns))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark in this process (under ``torchrun``, on every rank); rank 0 prints."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gpudl.bench.allreduce", description="All-reduce bandwidth benchmark."
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per size")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per size")
+    opts = parser.parse_args(argv)
+    measured = run_under_torchrun(
+        allreduce_bandwidth_worker, default_sizes(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
+        opts.repeats, opts.warmup
+    )
+    if int(os.environ.get("RANK", "0")) == 0:  # the group is gone: torchrun's rank
+        rank0_print(format_table(_allreduce_rows(measured)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Chapter 1's measurements: vector add and SAXPY against a copy, CPU against GPU, divergence.
+
+Book section: Chapter 1, the "Measured on a GPU" boxes of "Threads, blocks, grids and warps",
+"Divergence" and "CPU and GPU on the same problem".
+
+``python -m gpudl bench elementwise`` runs :func:`run` and stores
+``results/elementwise-<backend>.json``. Every kernel's output is checked against its reference
+before its time is reported.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+import torch
+from numba import cuda
+
+from gpudl.bench import evaluate_bars, row
+from gpudl.bench.timing import time_cpu, time_cuda
+from gpudl.kernels import elementwise as ew
+
+__all__ = ["BARS", "run"]
+
+#: The speed goals of the issue on GPU speed, a streaming kernel near a device copy's bandwidth,
+#: and parity divergence costing both paths.
+BARS = (
+    {"name": "vector_add_v2_vs_torch_copy",
+     "what": "vector_add v2's bandwidth over a torch device-to-device copy's, same run",
+     "numerator": "vector_add v2", "denominator": "torch copy", "threshold": 0.90},
+    {"name": "parity_divergence_over_warp",
+     "what": "time of the parity-divergent kernel over the warp-uniform one (both paths: ~2)",
+     "numerator": "divergence parity", "denominator": "divergence warp", "threshold": 1.5,
+     "rate": "median_s"},
+)
+
+
+def run(n: int | None = None, repeats: int | None = None) -> dict:
+    """Time vector add (v1, v2), SAXPY and a torch copy of the same bytes (``group``
+    ``"bandwidth"``); SAXPY on the CPU (NumPy, Numba parallel) and on the GPU, kernel alone and
+    with its transfers (``"cpu_vs_gpu"``); the divergence demo in both modes
+    (``"divergence"``)."""
+    n = backend.pick(gpu=1 << 26, sim=4096) if n is None else n
+    repeats = backend.pick(gpu=20, sim=2) if repeats is None else repeats
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    # Ten launches per pair of events on a GPU hide Python's launch overhead (timing.time_cuda).
+    timed = {"warmup": backend.pick(gpu=3, sim=1), "repeats": repeats}
+    batched = timed | {"inner": backend.pick(gpu=10, sim=1)}
+    tpb, alpha = 256, 2.5
+    rng = np.random.default_rng(0)
+    x_host = rng.standard_normal(n, dtype=np.float32)
+    y_host = rng.standard_normal(n, dtype=np.float32)
+    x, y = cuda.to_device(x_host), cuda.to_device(y_host)
+    out = cuda.device_array(n, dtype=np.float32)
+    print(f"[elementwise] n = {n:,} float32, {repeats} repeats, {backend.name()}", flush=True)
+
+    rows = []
+    for variant, launch in ew.VARIANTS.items():
+        timing = time_cuda(launch, x, y, out, tpb, **batched)
+        np.testing.assert_allclose(out.copy_to_host(), ew.reference_vector_add(x_host, y_host))
+        rows.append(row(f"vector_add {variant}", timing, 3 * n * 4, group="bandwidth", n=n))
+    saxpy = time_cuda(ew.launch_saxpy, alpha, x, y, out, tpb, **batched)
+    np.testing.assert_allclose(out.copy_to_host(), ew.reference_saxpy(alpha, x_host, y_host),
+                               rtol=1e-6, atol=1e-5)
+    rows.append(row("saxpy", saxpy, 3 * n * 4, group="bandwidth", n=n))
+    on_gpu = backend.name() == "cuda"
+    src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
+    dst = torch.empty_like(src)
+    # on the simulator this is a real copy in host memory, timed as CPU code
+    timing = time_cuda(dst.copy_, src, **batched) if on_gpu else time_cpu(dst.copy_, src, **timed)
+    rows.append(row("torch copy", timing, 2 * n * 4, group="bandwidth", n=n,
+                    memory="device" if on_gpu else "host"))
+
+    # The CPU rows are real measurements on both backends, so on the simulator they use a size
+    # well past the CPU's caches; the simulated kernel is not timed there at all.
+    n_cpu = backend.pick(gpu=n, sim=1 << 24)
+    x_cpu, y_cpu = (x_host, y_host) if n_cpu == n else (
+        rng.standard_normal(n_cpu, dtype=np.float32) for _ in range(2))
+    print(f"[elementwise] saxpy, CPU vs GPU, n = {n_cpu:,}", flush=True)
+    out_cpu = np.empty_like(x_cpu)  # written in place: page faults are not arithmetic
+    expected = ew.reference_saxpy(alpha, x_cpu, y_cpu)
+    for name, fn in (("numpy", ew.saxpy_numpy), ("numba_cpu_parallel", ew.saxpy_numba_cpu)):
+        np.testing.assert_allclose(fn(alpha, x_cpu, y_cpu, out_cpu), expected, rtol=1e-6,
+                                   atol=1e-5)
+        timing = time_cpu(fn, alpha, x_cpu, y_cpu, out_cpu, warmup=1, repeats=max(repeats, 5))
+        rows.append(row(f"saxpy {name}", timing, 3 * n_cpu * 4, group="cpu_vs_gpu", n=n_cpu))
+    if on_gpu:  # the kernel alone is the "saxpy" row above, timed at the same n
+        rows.append(row("saxpy cuda_kernel", saxpy, 3 * n * 4, group="cpu_vs_gpu", n=n))
+        rows.append(row("saxpy cuda_with_transfers",
+                        time_cuda(ew.saxpy, alpha, x_host, y_host, **timed), 3 * n * 4,
+                        group="cpu_vs_gpu", n=n))
+    else:
+        print("  saxpy cuda_kernel, cuda_with_transfers: not measured (simulator)", flush=True)
+
+    n_div = min(n, backend.pick(gpu=1 << 22, sim=1024))
+    work = ew.DEFAULT_WORK
+    print(f"[elementwise] divergence, {n_div:,} threads x {work} steps", flush=True)
+    codes = cuda.device_array(n_div, dtype=np.int64)
+    n_check = min(n_div, 4096)
+    for mode in ew.MODES:
+        timing = time_cuda(ew.launch_divergence, codes, mode, work, tpb, **timed)
+        got = codes.copy_to_host()[:n_check]
+        np.testing.assert_array_equal(got, ew.reference_divergence(n_check, mode, work, tpb))
+        paths = ew.divergence_paths(mode, min(n_div, 1024), tpb)
+        rows.append(row(f"divergence {mode}", timing, group="divergence", n=n_div, work=work,
+                        max_paths_per_warp=int(paths.max())))
+    return {"n": n, "threads_per_block": tpb, "cpu_threads": os.cpu_count(), "rows": rows,
+            "bars": evaluate_bars(BARS, rows)}

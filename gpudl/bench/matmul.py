@@ -1,0 +1,127 @@
+"""Chapter 3's measurements: every matmul variant against ``torch.matmul`` (cuBLAS, float32 with
+TF32 off), and the kernel MLP's backward pass against its forward pass.
+
+Book section: *Chapter 3*, the "Measured on a GPU" boxes of "Matrix multiply, step by step"
+and "Backward costs twice the forward".
+
+``python -m gpudl bench matmul`` runs :func:`run` and stores ``results/matmul-<backend>.json``.
+Every output is checked against torch's before its time is reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+import torch
+from numba import cuda
+
+from gpudl.bench import evaluate_bars, row
+from gpudl.bench.timing import time_cuda
+from gpudl.checks import check_int
+from gpudl.kernels import matmul as mm
+from gpudl.kernels.arrays import poisoned
+
+__all__ = ["BARS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
+
+#: The speed goal of the issue on GPU speed, half of cuBLAS at the largest size (0.7 the aim).
+BARS = (
+    {"name": "best_matmul_vs_torch",
+     "what": "the fastest variant's TFLOP/s over torch.matmul's (float32, TF32 off) at the "
+             "largest size",
+     "numerator": [f"{v} n={{n}}" for v in mm.VARIANTS], "denominator": "torch n={n}",
+     "threshold": 0.50, "rate": "tflops"},
+)
+
+#: The larger MLP the backward-over-forward measurement uses, and its batch (on a GPU only).
+MLP_SIZES, MLP_BATCH = (1024, 2048, 2048, 10), 8192
+
+
+def bench_matmul(sizes: tuple[int, ...] | None = None) -> list[dict]:
+    """Time every variant and ``torch.matmul`` in float32 (TF32 off) on square matrices.
+
+    ``sizes`` defaults to (1024, 2048, 4096) on a GPU and (48,) on the simulator. One row per
+    size and kernel, named ``"<variant> n=<size>"`` (``"torch n=<size>"`` for torch.matmul),
+    with ``size``, ``variant``, ``tflops``, ``fraction_of_torch`` (of torch's rate) and
+    ``error_over_bound`` (the largest ``|C - C_torch|`` over its bound: at most 1). Every
+    output is checked against torch's before its time is reported.
+    """
+    sizes = backend.pick(gpu=(1024, 2048, 4096), sim=(48,)) if sizes is None else sizes
+    for size in sizes:
+        check_int("size", size, 1)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # TF32 rounds inputs to 10-bit mantissas
+    try:
+        return [r for size in sizes for r in _bench_size(size)]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _bench_size(size: int) -> list[dict]:
+    timed = {"warmup": backend.pick(gpu=2, sim=0), "repeats": backend.pick(gpu=5, sim=1),
+             "inner": backend.pick(gpu=3, sim=1)}
+    rng = np.random.default_rng(size)
+    a_host, b_host = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
+    device = "cpu" if backend.is_simulator() else "cuda"
+    ta, tb = (torch.from_numpy(x).to(device) for x in (a_host, b_host))
+    tc = torch.empty_like(ta)
+    torch_time = time_cuda(lambda: torch.mm(ta, tb, out=tc), **timed)
+    # Both tc and each kernel's output are within error_bound of the exact product: twice it.
+    bound = 2 * size * mm.EPS32 * torch.mm(ta.abs(), tb.abs())
+    a, b = cuda.to_device(a_host), cuda.to_device(b_host)
+    n_flops = mm.flops(size, size, size)
+    rows = [row(f"torch n={size}", torch_time, n_flops=n_flops, size=size, variant="torch",
+                fraction_of_torch=1.0 if torch_time.meaningful else None,
+                error_over_bound=0.0)]
+    for variant, launch in mm.VARIANTS.items():
+        c = poisoned((size, size))
+        timing = time_cuda(launch, a, b, c, **timed)
+        ratio = float(((torch.as_tensor(c, device=device) - tc).abs() / bound).max())
+        if not ratio <= 1:  # also catches NaN
+            raise RuntimeError(f"{variant} at {size}: |C - C_torch| is {ratio:.3g} times its "
+                               "error bound")
+        rows.append(row(f"{variant} n={size}", timing, n_flops=n_flops, size=size,
+                        variant=variant, error_over_bound=ratio,
+                        fraction_of_torch=(torch_time.median / timing.median
+                                           if timing.meaningful else None)))
+    return rows
+
+
+def bench_mlp() -> list[dict]:
+    """The forward pass of the kernel MLP :data:`MLP_SIZES` on a batch of :data:`MLP_BATCH`,
+    and its forward plus backward pass (``loss_and_grads``), the data already on the device.
+    On a GPU only: the simulator would take hours."""
+    from gpudl.models import KernelMLP
+
+    if backend.is_simulator():
+        print("  mlp: not measured (simulator)", flush=True)
+        return []
+    model = KernelMLP(MLP_SIZES, seed=0)
+    rng = np.random.default_rng(0)
+    # device arrays in, outputs poisoned on the device: no host copies of the large tensors
+    xb = cuda.to_device(rng.random((MLP_BATCH, MLP_SIZES[0]), dtype=np.float32))
+    yb = cuda.to_device(rng.integers(0, MLP_SIZES[-1], MLP_BATCH))
+    weights = sum(a * b for a, b in zip(MLP_SIZES[:-1], MLP_SIZES[1:], strict=False))
+    keys: dict[str, Any] = {"sizes": list(MLP_SIZES), "batch": MLP_BATCH}
+    forward = time_cuda(model.forward, xb, warmup=2, repeats=10)
+    step = time_cuda(model.loss_and_grads, xb, yb, warmup=2, repeats=10)
+    return [row("mlp forward", forward, n_flops=2 * weights * MLP_BATCH, **keys),
+            row("mlp forward+backward", step, n_flops=6 * weights * MLP_BATCH, **keys)]
+
+
+def run(sizes: tuple[int, ...] | None = None, mlp: bool = True) -> dict:
+    """:func:`bench_matmul` and (unless switched off) :func:`bench_mlp`, with the speed goal
+    at the largest size and ``backward_over_forward`` (the backward pass's time over the
+    forward's; ``None`` where not measured)."""
+    rows = bench_matmul(sizes)
+    largest = max(r["size"] for r in rows)
+    mlp_rows = bench_mlp() if mlp else []
+    ratio = None
+    if mlp_rows:
+        forward, step = (r["median_s"] for r in mlp_rows)
+        ratio = (step - forward) / forward
+    return {"sizes": sorted({r["size"] for r in rows}), "rows": rows + mlp_rows,
+            "bars": evaluate_bars(BARS, rows, n=largest), "backward_over_forward": ratio}

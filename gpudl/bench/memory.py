@@ -1,0 +1,134 @@
+"""Chapter 2's measurements: copies, transposes and reductions against a torch copy; latency and
+bandwidth per level of the memory hierarchy; point-to-point bandwidth between two GPUs.
+
+Book section: Chapter 2, the "Measured on a GPU" boxes of "Coalescing", "Shared memory and bank
+conflicts", "Reductions", "Latency and bandwidth per level" and "Past one GPU".
+
+``python -m gpudl bench memory`` runs :func:`run` and stores ``results/memory-<backend>.json``.
+Every kernel's output is checked before its time is reported.
+"""
+
+from __future__ import annotations
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+import torch
+from numba import cuda
+
+from gpudl.bench import evaluate_bars, row
+from gpudl.bench import hierarchy as bench_hierarchy
+from gpudl.bench.allreduce import gpus_missing, p2p_bandwidth
+from gpudl.bench.timing import time_cuda
+from gpudl.kernels import memory as mem
+from gpudl.kernels import reduction as red
+
+__all__ = ["BARS", "run"]
+
+_REDUCTIONS = [f"reduce {v}" for v in red.VARIANTS]
+
+#: The speed goals of the issue on GPU speed, each against a torch device-to-device copy of the
+#: same data in the same run.
+BARS = (
+    {"name": "copy_vs_torch_copy",
+     "what": "the coalesced copy kernel's bandwidth over a torch device-to-device copy's",
+     "numerator": "copy", "denominator": "torch copy", "threshold": 0.90},
+    {"name": "padded_transpose_vs_torch_copy",
+     "what": "the padded shared-memory transpose's bandwidth over a torch copy's",
+     "numerator": "transpose padded", "denominator": "torch copy", "threshold": 0.80},
+    {"name": "padded_transpose_vs_naive",
+     "what": "the padded transpose's bandwidth over the naive one's (it must be faster)",
+     "numerator": "transpose padded", "denominator": "transpose naive", "threshold": 1.0},
+    {"name": "best_reduction_vs_torch_copy",
+     "what": "the fastest reduction's bandwidth (bytes read) over a torch copy's",
+     "numerator": _REDUCTIONS, "denominator": "torch copy", "threshold": 0.85},
+    {"name": "best_reduction_vs_torch_sum",
+     "what": "the fastest reduction's bandwidth over torch.sum's on the same data",
+     "numerator": _REDUCTIONS, "denominator": "torch.sum", "threshold": 1.0},
+)
+
+
+def run(n: int | None = None, hierarchy: bool = True, p2p: bool = True) -> dict:
+    """Time the copies (coalesced, strided, misaligned), the three transposes and the six
+    reductions of ``n`` float32 values (2**26 on a GPU, 1024 on the simulator), each with a
+    torch copy (and ``torch.sum``) in the same run; then, unless switched off, the memory
+    hierarchy (:func:`gpudl.bench.hierarchy.measure`, with its ratio table) and the
+    point-to-point bandwidth between two ranks (on GPUs: skipped with fewer than two)."""
+    n = backend.pick(gpu=1 << 26, sim=1024) if n is None else n
+    if isinstance(n, bool) or not isinstance(n, int) or n < 4:
+        raise ValueError(f"n must be an integer >= 4, got {n!r}")
+    rows = _kernels(n)
+    body: dict = {"n": n, "transpose_side": int(np.sqrt(n)), "rows": rows,
+                  "bars": evaluate_bars(BARS, rows)}
+    if hierarchy:
+        print("[memory] latency and bandwidth per level", flush=True)
+        levels = bench_hierarchy.measure()
+        body["hierarchy"] = levels
+        body["hierarchy_table"] = bench_hierarchy.table(levels)
+    if p2p:
+        print("[memory] point-to-point bandwidth, 2 ranks", flush=True)
+        missing = gpus_missing(2)
+        body["p2p"] = None if missing else p2p_bandwidth(repeats=backend.pick(gpu=20, sim=5))
+        body["p2p_skipped"] = missing
+        if missing:
+            print(f"  skipped: {missing}", flush=True)
+    return body
+
+
+def _kernels(n: int) -> list[dict]:
+    """The copies, transposes and reductions of Chapter 2 on ``n`` float32 values."""
+    timed = {"warmup": backend.pick(gpu=3, sim=0), "repeats": backend.pick(gpu=20, sim=1),
+             "inner": backend.pick(gpu=10, sim=1)}
+    on_gpu = backend.name() == "cuda"
+    rng = np.random.default_rng(0)
+    x_host = rng.standard_normal(n, dtype=np.float32)
+    x = cuda.to_device(x_host)
+    print(f"[memory] n = {n:,} float32 ({backend.name()})", flush=True)
+    src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
+    dst = torch.empty_like(src)
+    rows = [row("torch copy", time_cuda(dst.copy_, src, **timed), 8 * n, group="copies")]
+
+    def check(got, expected) -> None:
+        np.testing.assert_array_equal(got.copy_to_host(), expected)
+
+    out = cuda.device_array(n, dtype=np.float32)
+    rows.append(row("copy", time_cuda(mem.launch_copy, x, out, **timed), 8 * n, group="copies"))
+    check(out, x_host)
+    for stride in (2, 4, 8, 32):
+        out = cuda.device_array(-(-n // stride), dtype=np.float32)
+        timing = time_cuda(mem.launch_copy_strided, x, out, stride, **timed)
+        check(out, x_host[::stride])
+        # useful bytes: each output element read once and written once
+        rows.append(row(f"copy stride {stride}", timing, 8 * out.size, group="copies",
+                        stride=stride))
+    out = cuda.device_array(n - 1, dtype=np.float32)
+    timing = time_cuda(mem.launch_copy_offset, x, out, 1, **timed)
+    check(out, x_host[1:])
+    rows.append(row("copy offset 1", timing, 8 * out.size, group="copies", offset=1))
+
+    side = int(np.sqrt(n))
+    m = x_host[: side * side].reshape(side, side)
+    md = cuda.to_device(m)
+    for variant, launch in mem.VARIANTS.items():
+        out = cuda.device_array((side, side), dtype=np.float32)
+        timing = time_cuda(launch, md, out, **timed)
+        check(out, m.T)
+        rows.append(row(f"transpose {variant}", timing, 8 * side * side, group="transposes",
+                        side=side))
+
+    exact = red.reference_sum(x_host)
+    for variant, launch in red.VARIANTS.items():
+        out = cuda.device_array(1, dtype=np.float32)
+        # v1 (one atomic per element) takes about 0.1 s at 2**26 on a GPU: a few runs say it
+        few = {"warmup": 1, "repeats": 3, "inner": 1} if on_gpu and variant == "v1_atomic" else {}
+        timing = time_cuda(launch, x, out, **(timed | few))
+        got = float(out.copy_to_host()[0])
+        bound = red.addition_depth(n, variant) * float(np.finfo(np.float32).eps) * float(
+            np.abs(x_host.astype(np.float64)).sum())
+        if not abs(got - exact) <= bound:
+            raise RuntimeError(f"{variant}: sum {got} is off the exact {exact} by more than "
+                               f"its error bound {bound}")
+        rows.append(row(f"reduce {variant}", timing, 4 * n, group="reductions"))
+    rows.append(row("torch.sum", time_cuda(torch.sum, src, **timed), 4 * n, group="reductions"))
+    return rows

@@ -1,0 +1,179 @@
+"""Chapter 4's measurement: one Adam step of each variant against a device copy of the same
+parameters and against torch's ``foreach`` and ``fused`` Adams.
+
+Book section: *Chapter 4*, the "Measured on a GPU" box of "Is shared memory the answer?".
+
+``python -m gpudl bench optim`` runs :func:`run` and stores ``results/optim-<backend>.json``.
+Every optimizer's first step is checked before it is timed (:func:`check_step`), each against
+the float64 reference computed with the hyperparameters that optimizer actually uses
+(:func:`hyper_used`): torch's fused CUDA Adam rounds ``lr``, the betas and ``eps`` to float32
+first, so that its ``1 - beta2`` is 0.000999987 rather than 0.001, a difference far larger than
+float32 rounding. A gpudl variant that fails its check stops the benchmark; a peer (torch) that
+fails it is timed all the same, and its row says which array was off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+import torch
+
+from gpudl import optim as go
+from gpudl.bench import evaluate_bars, row
+from gpudl.bench.timing import time_cuda
+from gpudl.checks import check_int
+from gpudl.interop import tensor_device
+from gpudl.kernels import optim as ko
+
+__all__ = ["BARS", "HYPER", "METHODS", "PER_TENSOR", "float32_hyper", "hyper_used",
+           "check_step", "run"]
+
+#: The hyperparameters every timed step uses (Adam's defaults).
+HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
+
+#: The optimizers timed, name -> factory ``(params, **hyper) -> optimizer``.
+METHODS: dict[str, Callable] = {
+    **{f"gpudl {v}": (lambda ps, v=v, **h: go.Adam(ps, variant=v, **h)) for v in ko.VARIANTS},
+    "torch foreach": lambda ps, **h: torch.optim.Adam(ps, foreach=True, **h),
+    "torch fused": lambda ps, **h: torch.optim.Adam(ps, fused=True, **h),
+}
+#: The methods that launch once per tensor, timed with fewer repeats over many tensors.
+PER_TENSOR = ("gpudl unfused", "gpudl fused", "gpudl shared")
+
+#: The speed goals of the issue on GPU speed; ``{big}`` is the largest one-tensor layout (100M
+#: parameters on a GPU), ``{many}`` the many small tensors.
+BARS = (
+    {"name": "fused_adam_vs_copy",
+     "what": "gpudl's fused Adam step's effective bandwidth (28 B/param) over a device copy's "
+             "(8 B/param), one large tensor",
+     "numerator": "gpudl fused [{big}]", "denominator": "copy [{big}]", "threshold": 0.80},
+    {"name": "multi_tensor_vs_torch_foreach",
+     "what": "gpudl's multi_tensor Adam step's speed over torch's foreach Adam's, many small "
+             "tensors (it must be faster)",
+     "numerator": "gpudl multi_tensor [{many}]", "denominator": "torch foreach [{many}]",
+     "threshold": 1.0},
+    {"name": "multi_tensor_vs_torch_fused",
+     "what": "time of gpudl's multi_tensor Adam step over torch's fused Adam's, many small "
+             "tensors (within 1.25x)",
+     "numerator": "gpudl multi_tensor [{many}]", "denominator": "torch fused [{many}]",
+     "threshold": 1.25, "compare": "<=", "rate": "median_s"},
+)
+
+
+def float32_hyper(hyper: dict) -> dict:
+    """``lr``, ``betas`` and ``eps`` of ``hyper`` rounded to float32 (as Python floats)."""
+    f32 = lambda x: float(np.float32(x))
+    return {"lr": f32(hyper["lr"]), "betas": tuple(f32(b) for b in hyper["betas"]),
+            "eps": f32(hyper["eps"])}
+
+
+def hyper_used(name: str, device: torch.device, hyper: dict = HYPER) -> dict:
+    """The hyperparameters the optimizer ``name`` of :data:`METHODS` computes a step with on
+    ``device``: torch's fused Adam on a GPU passes ``lr``, the betas and ``eps`` to its kernel
+    as float32; every other (gpudl's, which rounds the per-step scalars itself as its error
+    bound assumes, and torch's on the CPU, which computes them in double) as given."""
+    if name == "torch fused" and device.type == "cuda":
+        return float32_hyper(hyper)
+    return dict(hyper)
+
+
+def check_step(make: Callable, shapes: list[int], hyper: dict = HYPER,
+               used: dict | None = None) -> dict:
+    """One step of the optimizer ``make(params, **hyper)`` from fixed data on
+    :func:`gpudl.interop.tensor_device`, checked on (up to) the first 2**20 elements of the
+    first tensor against :func:`gpudl.kernels.optim.reference_adam` and
+    :func:`~gpudl.kernels.optim.adam_error_bound`, both computed with ``used`` (the
+    hyperparameters the optimizer actually uses; ``hyper`` if not given).
+
+    Returns ``ok``, ``failed`` (the arrays off their bound: ``"p"``, ``"m"``, ``"v"``) and
+    ``worst`` (each array's largest error over its bound, ``None`` if it holds a NaN)."""
+    used = dict(hyper) if used is None else used
+    gen = torch.Generator().manual_seed(1)
+    device = tensor_device()
+    params = [torch.randn(s, generator=gen).to(device).requires_grad_() for s in shapes]
+    grads = [torch.randn(s, generator=gen).to(device) for s in shapes]
+    n = min(shapes[0], 1 << 20)
+    p0, g0 = (np.array(t.detach()[:n].cpu().numpy()) for t in (params[0], grads[0]))  # copies
+    zeros = np.zeros(n, np.float32)
+    opt = make(params, **hyper)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+    opt.step()
+    state = opt.state[params[0]]
+    got = [t.detach()[:n].cpu().numpy() for t in (params[0], state["exp_avg"],
+                                                  state["exp_avg_sq"])]
+    refs = ko.reference_adam(p0, g0, zeros, zeros, step=1, **used)
+    bounds = ko.adam_error_bound(p0, g0, zeros, zeros, step=1, **used)
+    worst, failed = {}, []
+    for name, x, ref, bound in zip("pmv", got, refs, bounds, strict=True):
+        error = np.abs(x.astype(np.float64) - ref)
+        worst[name] = None if np.isnan(error).any() else float((error / bound).max())
+        if not (error <= bound).all():  # also catches NaN
+            failed.append(name)
+    return {"ok": not failed, "failed": failed, "worst": worst}
+
+
+def _layouts(sizes: tuple[int, ...], small: tuple[int, int]) -> list[tuple[str, list[int]]]:
+    layouts = [(f"1 tensor of {n:,}", [n]) for n in sizes]
+    count, each = small
+    return layouts + [(f"{count:,} tensors of {each:,}", [each] * count)]
+
+
+def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = None,
+        repeats: int | None = None) -> dict:
+    """Time one Adam step (``optimizer.step()``, float32, gradients in place) of each of
+    :data:`METHODS` and a device copy (``torch`` ``copy_``) of the same parameters, for one
+    tensor of each of ``sizes`` parameters (1M, 10M, 100M on a GPU) and for a model of
+    ``small = (count, size)`` small tensors (1,000 of 10,000 on a GPU). Rows are named
+    ``"<method> [<layout>]"``; each Adam step is rated at
+    :data:`gpudl.kernels.optim.BYTES_PER_PARAM` = 28 bytes per parameter (``gbps``) and
+    against the copy's bandwidth (``fraction_of_copy``), and carries its ``optimizer`` and ``check``
+    (:func:`check_step`)."""
+    sizes = backend.pick(gpu=(10**6, 10**7, 10**8), sim=(300,)) if sizes is None else sizes
+    small = backend.pick(gpu=(1000, 10**4), sim=(6, 40)) if small is None else small
+    for size in (*sizes, *small):
+        check_int("size", size, 1)
+    repeats = backend.pick(gpu=20, sim=1) if repeats is None else check_int("repeats", repeats, 1)
+    timed = {"warmup": backend.pick(gpu=3, sim=0), "repeats": repeats}
+    # one launch (or seven) per tensor and step: over many tensors a few runs say it
+    few = {"warmup": min(timed["warmup"], 1), "repeats": min(repeats, 5)}
+    device = tensor_device()
+    layouts = _layouts(tuple(sizes), tuple(small))
+    rows = []
+    for layout, shapes in layouts:
+        n = sum(shapes)
+        keys = {"layout": layout, "params": n, "tensors": len(shapes)}
+        print(f"[optim] {layout}: {n:,} parameters ({backend.name()})", flush=True)
+        src = torch.randn(n, device=device)
+        dst = torch.empty_like(src)
+        copy = row(f"copy [{layout}]", time_cuda(dst.copy_, src, **timed), 8 * n,
+                   optimizer="copy", **keys)
+        rows.append(copy | {"fraction_of_copy": 1.0 if copy["gbps"] else None, "check": None})
+        del src, dst
+        for name, make in METHODS.items():
+            check = check_step(make, shapes, HYPER, hyper_used(name, device))
+            if not check["ok"]:
+                message = (f"{name}: array(s) {', '.join(check['failed'])} off the float64 "
+                           f"reference by more than the error bound (worst {check['worst']})")
+                if name.startswith("gpudl"):
+                    raise RuntimeError(message)
+                print(f"  check failed, timed all the same: {message}", flush=True)
+            params = [torch.randn(s, device=device).requires_grad_() for s in shapes]
+            for p in params:
+                p.grad = torch.randn_like(p)
+            opt = make(params, **HYPER)
+            plan = few if len(shapes) > 1 and name in PER_TENSOR else timed
+            r = row(f"{name} [{layout}]", time_cuda(opt.step, **plan), ko.BYTES_PER_PARAM * n,
+                    optimizer=name, **keys)
+            fraction = r["gbps"] / copy["gbps"] if r["gbps"] and copy["gbps"] else None
+            rows.append(r | {"fraction_of_copy": fraction, "check": check})
+            del opt, params
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    big = max((lay for lay in layouts if len(lay[1]) == 1), key=lambda lay: lay[1][0])[0]
+    return {"bytes_per_param": ko.BYTES_PER_PARAM, "hyper": HYPER, "rows": rows,
+            "bars": evaluate_bars(BARS, rows, big=big, many=layouts[-1][0])}

@@ -1,0 +1,86 @@
+"""The book's "Measured on a GPU" boxes (book/_ext): drawn from a stored GPU result with the GPU,
+its software, the date and the commit, or saying "not yet measured" where none is stored; and a
+small Sphinx project using the directive builds without warnings either way."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+
+import gpudl_measured  # noqa: E402
+
+
+def test_a_box_from_a_stored_run_shows_the_gpu_the_commit_and_the_goals(tmp_path,
+                                                                        fake_cuda_record):
+    lines = gpudl_measured.box_markdown("elementwise", "bandwidth", fake_cuda_record(), tmp_path)
+    text = "\n".join(lines)
+    assert "**Fake GPU 9000** (driver 999.1.2, CUDA 13.0, torch 2.11.0, numba 0.68.1" in text
+    assert "on 2026-12-01, code at commit `0123abcd0123`" in text
+    assert "`results/elementwise-cuda.json`" in text
+    assert "v2 over a torch copy: **1.20** (goal >= 0.9), met." in text
+    assert "```{image} _generated/measured-elementwise-bandwidth.png" in text
+    assert (tmp_path / "measured-elementwise-bandwidth.png").stat().st_size > 1000
+    assert "| vector_add v2 | 0.010 | 1,258 | 120% |" in text
+    assert gpudl_measured.NOT_MEASURED not in text
+
+
+def test_a_box_without_a_stored_run_says_not_yet_measured(tmp_path):
+    text = "\n".join(gpudl_measured.box_markdown("memory", "copies", None, tmp_path))
+    assert text.startswith("**Not yet measured**")
+    assert "`python -m gpudl bench memory` writes `results/memory-cuda.json`" in text
+    assert not list(tmp_path.iterdir())
+    assert "Not yet measured" in gpudl_measured.box_markdown(None, None, None, tmp_path)[0]
+    with pytest.raises(ValueError, match="no view 'bars' of topic 'memory'"):
+        gpudl_measured.box_markdown("memory", "bars", None, tmp_path)
+
+
+def test_every_view_is_named_after_a_topic_and_its_bars_exist():
+    import importlib
+
+    from gpudl.bench import TOPICS
+
+    for topic, views in gpudl_measured.VIEWS.items():
+        assert topic in TOPICS
+        declared = [spec["name"] for spec in
+                    importlib.import_module(f"gpudl.bench.{topic}").BARS]
+        for _, bars in views.values():
+            assert all(any(d.startswith(b.split("{")[0]) for d in declared) for b in bars)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stored", [True, False], ids=["with-result", "without"])
+def test_a_page_with_boxes_builds_without_warnings(tmp_path, fake_cuda_record, stored):
+    src, results = tmp_path / "src", tmp_path / "results"
+    src.mkdir()
+    results.mkdir()
+    if stored:
+        (results / "elementwise-cuda.json").write_text(json.dumps(fake_cuda_record()))
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
+        "extensions = ['myst_parser', 'gpudl_sphinx']\n"
+        f"gpudl_results = {str(results)!r}\n"
+        "gpudl_model_figures = False\n")
+    (src / "index.md").write_text(
+        "# Boxes\n\n"
+        "```{gpudl-measured} elementwise bandwidth\nVector add against a copy.\n```\n\n"
+        "```{gpudl-measured} elementwise divergence\n:title: Measured on GPUs\nParity.\n```\n\n"
+        "```{gpudl-measured}\nNothing measures this yet.\n```\n")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [
+        str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-n", "-q", "-b", "html",
+                           str(src), str(tmp_path / "html")], capture_output=True, text=True,
+                          env=env, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    html = (tmp_path / "html" / "index.html").read_text()
+    assert html.count("Measured on a GPU") == 2 and "Measured on GPUs" in html
+    assert ("Fake GPU 9000" in html) == stored and ("0123abcd0123" in html) == stored
+    assert html.count("Not yet measured") == (1 if stored else 3)
+    assert ((tmp_path / "html" / "_images" / "measured-elementwise-bandwidth.png").exists()
+            == stored)
