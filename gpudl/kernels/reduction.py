@@ -225,6 +225,7 @@ def v6_one_pass_atomic(x, out):
 #: Loads in flight per thread in v7's loop, and the accumulators they are added into.
 LOADS = 8
 _ACCUMULATORS = 4
+_NAN = np.float32(np.nan)
 
 
 @cuda.jit(device=True)
@@ -254,10 +255,11 @@ def _thread_sum_in_flight(x):
 # adds them into four accumulators, so that the additions do not wait for each other either.
 # Each block writes its partial sum into a preallocated array, then takes a ticket from a
 # counter; the block that draws the last ticket knows that every other partial is written,
-# sums them, writes out[0] and sets the counter back to 0 for the next launch. No allocation,
-# no memset, one launch. The fences order the memory: a block's partial is visible to every
-# block before its ticket is taken (writer's threadfence), and the last block's reads of the
-# partials come after it saw the count (reader's threadfence): CUDA's threadFenceReduction.
+# sums them (poisoning them again), writes out[0] and sets the counter back to 0 for the next
+# launch. No allocation, no memset, one launch. The fences order the memory: a block's
+# partial is visible to every block before its ticket is taken (writer's threadfence), and
+# the last block reads the partials only after it saw the count (reader's threadfence), as
+# in CUDA's threadFenceReduction sample.
 @cuda.jit
 def v7_last_block(x, out, partials, arrived):
     shared = cuda.shared.array(TPB, float32)
@@ -276,6 +278,7 @@ def v7_last_block(x, out, partials, arrived):
         acc = float32(0)
         for b in range(tid, cuda.gridDim.x, TPB):
             acc += partials[b]
+            partials[b] = _NAN  # poisoned again: a block that never writes shows next time
         shared[tid] = acc
         cuda.syncthreads()
         total = _tree_warp_shuffle(shared, tid)
