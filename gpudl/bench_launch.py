@@ -23,9 +23,10 @@ What is measured depends on the machine, and each row says which (``measured``):
   arguments are still packed as ``cuda.core`` packs them for it). Device arrays and tensors
   are real numba objects over a fake device address; a tensor's ``__cuda_array_interface__``
   is computed as torch computes it for a CUDA tensor. On a GPU the driver calls add to it;
-* on the simulator, ``"simulated launch"``: a launch runs every thread as a Python thread,
-  thousands of times slower; only the optimizer's host time (kernel launches replaced by a
-  no-op, ``"host time, launches not run"``) and the counts mean anything there.
+* on the simulator, ``"simulated launch"`` (the empty kernel only): a launch runs every
+  thread as a Python thread, thousands of times slower, and means nothing for a GPU; the
+  optimizer's host time is measured with its kernel launches replaced by a no-op (``"host
+  time, launches not run"``), and each row counts the launches of one step.
 
 Run ``python -m gpudl.bench_launch`` to print the rows (as JSON with ``--json``).
 """
@@ -118,13 +119,14 @@ def _per_call(call: Callable[[], object], calls: int, repeats: int,
     return samples
 
 
-def _launchers(make_array: Callable[[], object],
+def _launchers(cases: list[str], make_array: Callable[[], object],
                make_tensor: Callable[[], torch.Tensor]) -> Iterator[tuple[str, str, Callable]]:
-    """``(case, kind, launch)`` for every case and kind."""
+    """``(case, kind, launch)`` for every kind of each of ``cases``."""
     arrays = [make_array() for _ in range(4)]
     tensors = [make_tensor() for _ in range(4)]
     kept = interop.KernelArrays()
-    for case, (kernel, n_arrays, n_scalars) in CASES.items():
+    for case in cases:
+        kernel, n_arrays, n_scalars = CASES[case]
         launch = kernel[1, 1]
         scalars = _SCALARS[:n_scalars]
         for kind in KINDS if n_arrays else KINDS[:1]:
@@ -142,12 +144,13 @@ def _launchers(make_array: Callable[[], object],
 
 
 def measure_launches(calls: int | None = None, repeats: int | None = None,
-                     measured: str | None = None) -> list[dict]:
-    """One row per case and kind: host seconds per launch in this process (a GPU's full
-    launch, the simulator's simulated one, or, in the compile-only child, the launch
-    without the driver call)."""
+                     measured: str | None = None, cases: list[str] | None = None) -> list[dict]:
+    """One row per case (all of :data:`CASES` by default) and kind: host seconds per launch
+    in this process (a GPU's full launch, the simulator's simulated one, or, in the
+    compile-only child, the launch without the driver call)."""
     if measured is None:
         measured = "simulated launch" if backend.is_simulator() else "full launch"
+    cases = list(CASES) if cases is None else cases
     calls = backend.pick(gpu=1000, sim=5) if calls is None else calls
     repeats = backend.pick(gpu=20, sim=3) if repeats is None else repeats
     if measured == "launch without the driver call":
@@ -158,7 +161,7 @@ def measure_launches(calls: int | None = None, repeats: int | None = None,
         make_tensor = lambda: torch.zeros(1024, device=device)  # noqa: E731
         sync = cuda.synchronize if measured == "full launch" else (lambda: None)
     rows = []
-    for case, kind, launch in _launchers(make_array, make_tensor):
+    for case, kind, launch in _launchers(cases, make_array, make_tensor):
         n_arrays, n_scalars = CASES[case][1:]
         rows.append(row(f"launch {case} ({kind})", _per_call(launch, calls, repeats, sync),
                         measured, case=case, kind=kind, arguments=n_arrays + n_scalars))
@@ -279,14 +282,15 @@ def _fake_device_objects() -> tuple[Callable, Callable, Callable]:
     return make_array, lambda: torch.zeros(1024), lambda: None
 
 
-def _without_driver(timeout: float = 600) -> list[dict] | str:
-    """The rows of a compile-only child (``"launch without the driver call"``), or why there
-    are none."""
+def _without_driver(calls: int = 2000, repeats: int = 5,
+                    timeout: float = 600) -> list[dict] | str:
+    """The rows of a compile-only child (``"launch without the driver call"``, ``calls``
+    launches per sample), or why there are none."""
     env = {**os.environ, "GPUDL_BACKEND": "compile"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-m", "gpudl.bench_launch", "--json",
-                           "--without-driver"], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                           "--without-driver", f"--calls={calls}", f"--repeats={repeats}"],
+                          capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode:
         return f"not measured: {done.stderr.strip().splitlines()[-1]}"
     return json.loads(done.stdout)
@@ -322,7 +326,8 @@ def run() -> dict:
             note = found
         else:
             rows += found
-    rows += measure_launches()
+    # on the simulator one simulated launch shows what it costs: nothing about a GPU
+    rows += measure_launches(cases=["empty"] if backend.is_simulator() else None)
     rows += measure_optimizer()
     return {"topic": "launch", "backend": "simulator" if backend.is_simulator() else "cuda",
             "machine": machine(), "commit": _commit(),
@@ -337,9 +342,12 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--without-driver", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, default=2000, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=5, help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.without_driver:
-        rows = measure_launches(calls=2000, repeats=5, measured="launch without the driver call")
+        rows = measure_launches(calls=opts.calls, repeats=opts.repeats,
+                                measured="launch without the driver call")
     else:
         rows = run()["rows"]
     if opts.json:

@@ -68,6 +68,7 @@ KERNELS: dict[str, tuple[str, str, str]] = {
                    f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
     "adam_multi_tensor": ("gpudl.kernels.optim", "v4_multi_tensor",
                           f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
+    "timing_hold": ("gpudl.timing", "_hold", "void(int64)"),
 }
 
 _DEFAULT_CC = (9, 0)
