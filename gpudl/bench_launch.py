@@ -92,6 +92,8 @@ CASES: dict[str, tuple[object, int, int]] = {
 #: How the arrays reach the kernel.
 KINDS = ("device arrays", "torch tensors", "torch tensors, kept")
 _SCALARS = (False, *(np.float32(0.5),) * 8)  # Adam's: a flag and 8 float32
+_SUFFIX = {"full launch": "", "launch without the driver call": ", no driver call",
+           "simulated launch": ", simulated"}
 
 
 def row(name: str, samples: list[float], measured: str, **extra: object) -> dict:
@@ -163,19 +165,26 @@ def measure_launches(calls: int | None = None, repeats: int | None = None,
     rows = []
     for case, kind, launch in _launchers(cases, make_array, make_tensor):
         n_arrays, n_scalars = CASES[case][1:]
-        rows.append(row(f"launch {case} ({kind})", _per_call(launch, calls, repeats, sync),
-                        measured, case=case, kind=kind, arguments=n_arrays + n_scalars))
+        name = f"launch {case} ({kind})" + _SUFFIX[measured]
+        rows.append(row(name, _per_call(launch, calls, repeats, sync), measured, case=case,
+                        kind=kind, arguments=n_arrays + n_scalars))
     return rows
 
 
 @contextmanager
-def _launches_not_run() -> Iterator[list]:
-    """Replace gpudl.kernels.optim's launch by a no-op that records the kernels it was given."""
+def _counted_launches(run: bool) -> Iterator[list]:
+    """Record every kernel gpudl.kernels.optim launches; launch it only if ``run``."""
     from gpudl.kernels import optim as ko
 
     launched: list = []
     original = ko._launch
-    ko._launch = lambda kernel, blocks, *args: launched.append(kernel)
+
+    def launch(kernel, blocks, *args):
+        launched.append(kernel)
+        if run:
+            original(kernel, blocks, *args)
+
+    ko._launch = launch
     try:
         yield launched
     finally:
@@ -186,7 +195,8 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
     """Host seconds per ``step()`` of :class:`gpudl.optim.Adam` over ``tensors`` parameters of
     ``size`` elements, gradients in place, for the ``multi_tensor`` and ``fused`` variants;
     with the kernel launches on a GPU, without them on the simulator (where a launch would
-    be simulated). Each row also counts the launches of one step."""
+    be simulated). Each row also counts the launches and the tensor-to-array conversions of
+    one step after the first."""
     from gpudl import optim as go
 
     steps = backend.pick(gpu=50, sim=10) if steps is None else steps
@@ -197,24 +207,20 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
         opt = go.Adam(params, lr=1e-3, variant=variant)
         for p in params:
             p.grad = torch.randn_like(p)
-        with _launches_not_run() if backend.is_simulator() else _nothing() as launched:
+        with _counted_launches(run=not backend.is_simulator()) as launched:
             opt.step()  # the first step flattens (multi_tensor) and converts
             launched.clear()
+            conversions = opt._arrays.conversions
             opt.step()
-            per_step = len(launched)
+            per_step = (len(launched), opt._arrays.conversions - conversions)
             sync = (lambda: None) if backend.is_simulator() else cuda.synchronize
             samples = _per_call(opt.step, 1, steps, sync)
         measured = ("host time, launches not run" if backend.is_simulator()
                     else "host time, full launches")
         rows.append(row(f"Adam step host time ({variant}, {tensors} tensors)", samples,
                         measured, variant=variant, tensors=tensors,
-                        launches_per_step=per_step if backend.is_simulator() else None))
+                        launches_per_step=per_step[0], conversions_per_step=per_step[1]))
     return rows
-
-
-@contextmanager
-def _nothing() -> Iterator[list]:
-    yield []
 
 
 # ------------------------------------------------------------------------------------------
