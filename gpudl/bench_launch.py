@@ -23,8 +23,8 @@ What is measured depends on the machine, and each row says which (``measured``):
   arguments are still packed as ``cuda.core`` packs them for it). Device arrays and tensors
   are real numba objects over a fake device address; a tensor's ``__cuda_array_interface__``
   is computed as torch computes it for a CUDA tensor. On a GPU the driver calls add to it;
-* on the simulator, ``"simulated launch"`` (the empty kernel only): a launch runs every
-  thread as a Python thread, thousands of times slower, and means nothing for a GPU; the
+* on the simulator, ``"simulated launch"`` (the empty kernel only): a launch starts a Python
+  thread for every GPU thread, and its cost means nothing for a GPU; the
   optimizer's host time is measured with its kernel launches replaced by a no-op (``"host
   time, launches not run"``), and each row counts the launches of one step.
 
