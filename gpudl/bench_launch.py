@@ -82,7 +82,7 @@ def _thirteen(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2
     pass
 
 
-#: Case name -> (kernel, arrays, scalars): Adam's launch is the last.
+#: For each case, its kernel and its numbers of arrays and of scalars (Adam's launch last).
 CASES: dict[str, tuple[object, int, int]] = {
     "empty": (_empty, 0, 0),
     "2 arrays": (_two, 2, 0),

@@ -83,7 +83,7 @@ def as_kernel_array(tensor: torch.Tensor, name: str = "tensor", *, owned: bool =
 class KernelArrays:
     """Kernel arrays of tensors, made once per memory and kept: ``get(tensor)`` returns the
     array made for the last tensor with the same data pointer, shape, dtype and device, and
-    makes one (:func:`as_kernel_array`, counted in :attr:`conversions`) only for a memory it
+    makes one (:func:`as_kernel_array`, counted in ``conversions``) only for a memory it
     has not seen. The arrays do not keep the tensors alive (a key names memory a live tensor
     holds whenever it is looked up), and the least recently used are dropped past
     ``capacity``."""

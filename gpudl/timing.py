@@ -122,7 +122,7 @@ def time_cuda(
 
     Each sample is the mean of ``inner`` back-to-back calls between one pair of events,
     recorded once the GPU has been kept busy long enough for the host to queue the first
-    call (:func:`_event_sample`). With ``inner > 1`` the host also prepares each next launch
+    call. With ``inner > 1`` the host also prepares each next launch
     while the GPU runs the current one, so Python's launch overhead no longer adds to short
     kernels. The events are recorded on the default stream, where numba launches kernels and
     torch runs its operations, so both can be timed.

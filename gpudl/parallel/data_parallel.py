@@ -84,8 +84,8 @@ __all__ = [
 
 #: The strategies, the reference first.
 STRATEGIES = ("single", "manual", "bucketed", "ddp")
-#: How the bucketed strategy fills its buckets: gradients as views of them, or packed and
-#: unpacked by a kernel of :mod:`gpudl.kernels.buckets` (the naive version).
+#: The ways the bucketed strategy fills its buckets, gradients as views of them, or packed
+#: and unpacked by a kernel of :mod:`gpudl.kernels.buckets` (the naive version).
 BUCKET_VARIANTS = ("views", *bk.VARIANTS)
 _FIT_BYTES = 4 << 20  # the largest all-reduce step_times_worker fits the ring model to
 
@@ -110,7 +110,7 @@ class Setup:
     ``DistributedSampler``'s. ``accumulation`` micro-batches per step and rank. Buckets of
     ``bucket_cap_mb`` MiB (DDP's argument, and the bucketed strategy's; ``None`` is DDP's
     default), the gradients their views (``variant="views"``) or packed by the kernel
-    ``variant`` (:data:`gpudl.kernels.buckets.VARIANTS`). ``start``: ``"broadcast"`` copies rank 0's
+    ``variant`` (a key of ``gpudl.kernels.buckets.VARIANTS``). ``start``: ``"broadcast"`` copies rank 0's
     initial parameters to every rank, ``"verify"`` only checks that they are equal
     (:func:`check_replicas`). ``rank_seed_step``, when not 0, makes rank ``r`` initialise its
     model from ``seed + r * rank_seed_step``: the bug that :func:`check_replicas` catches.
@@ -307,7 +307,7 @@ class GradientBuckets:
     :mod:`gpudl.kernels.buckets` as ``variant`` (the naive version), the gradients stay
     where backward put them: the last one packs the bucket, scaled by ``1/N``, before its
     all-reduce (a sum), and :meth:`wait` unpacks the averages into ``param.grad``.
-    :attr:`copies` counts the packs and unpacks (of a whole bucket), and the gradients the
+    ``copies`` counts the packs and unpacks (of a whole bucket), and the gradients the
     views version had to copy into a bucket because ``.grad`` had been replaced.
     """
 
@@ -508,7 +508,7 @@ def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
     before the step), ``params`` (all parameters after the step, flattened, float32),
     ``batches`` (the sample indices this rank used), ``allreduces`` (gradient all-reduces
     issued per step; ``None`` under DDP) and ``grad_copies`` (bucket packs and unpacks, and
-    gradients copied into a bucket, per step: :attr:`GradientBuckets.copies`; ``None`` for
+    gradients copied into a bucket, per step: ``GradientBuckets.copies``; ``None`` for
     the strategies without buckets).
     """
     _check_strategy(strategy)
