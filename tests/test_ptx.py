@@ -4,6 +4,7 @@ float64), the chapter's quoted lines are what the command prints now, and ``pyth
 ptx`` works or says why not. Skipped, with the reason, where the CUDA compiler pieces are
 missing."""
 
+import os
 import re
 import subprocess
 import sys
@@ -160,3 +161,24 @@ def test_bad_compute_capabilities_are_refused():
         ptx.ptx_many(["copy_v1"], cc="9.0")
     with pytest.raises(SystemExit):
         ptx.main(["copy_v1", "--cc", "sm90"])
+
+
+def test_the_vector_intrinsics_refuse_what_is_not_a_float32_vector(texts):
+    script = (
+        "import gpudl\n"
+        "from gpudl import ptx\n"
+        "from gpudl.kernels import wide\n"
+        "from numba import cuda\n"
+        "def bad(x):\n"
+        "    wide.load4(x, 0)\n"
+        "try:\n"
+        "    ptx._prepare_compiler()\n"
+        "    from numba.cuda import dispatcher\n"
+        "    dispatcher.get_current_device = lambda: ptx._Device((9, 0))\n"
+        "    cuda.compile_ptx(bad, 'void(float64[::1])', cc=(9, 0))\n"
+        "except Exception as error:\n"
+        "    print(type(error).__name__, error)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env={**os.environ, "GPUDL_BACKEND": "compile"})
+    assert "a 16-byte access needs a 1-D float32 array and an integer index, got " \
+           "array(float64" in done.stdout, done.stdout + done.stderr

@@ -68,15 +68,3 @@ def test_addresses_and_the_alignment_check():
     wide.check_aligned("x", device)
     with pytest.raises(ValueError, match="y must start on a 16-byte boundary.*starts 8 bytes"):
         wide.check_aligned("y", device[2:])
-
-
-@pytest.mark.skipif(backend.is_simulator(), reason="the intrinsics exist on the CUDA target")
-def test_the_intrinsics_refuse_what_is_not_a_float32_vector():
-    from numba.core.errors import TypingError
-
-    @cuda.jit
-    def bad(x):
-        wide.load4(x, 0)
-
-    with pytest.raises(TypingError, match="1-D float32 array"):
-        bad[1, 1](cuda.to_device(np.zeros(8, dtype=np.float64)))
