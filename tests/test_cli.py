@@ -57,8 +57,8 @@ def test_bench_memory_checks_and_records_every_kernel(tmp_path):
     record = json.loads(write_results("memory", payload, directory=tmp_path).read_text())["payload"]
     assert set(record["copies"]) == {"torch_copy", "coalesced", "stride_2", "stride_4",
                                      "stride_8", "stride_32", "offset_1"}
-    assert set(record["transposes"]) == {"naive", "shared", "padded"}
-    assert len(record["reductions"]) == 7  # six variants and torch.sum
+    assert set(record["transposes"]) == {"naive", "shared", "padded", "padded_loads_first"}
+    assert len(record["reductions"]) == 8  # seven variants and torch.sum
     assert record["copies"]["stride_32"]["bytes"] == 8 * 10  # ceil(300 / 32) elements
     assert [r["size_bytes"] for r in record["p2p"]] == default_sizes()
     if backend.is_simulator():

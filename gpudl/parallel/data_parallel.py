@@ -112,8 +112,7 @@ class Setup:
     default), the gradients their views (``variant="views"``) or packed by the kernel
     ``variant`` (a key of ``gpudl.kernels.buckets.VARIANTS``). ``start``: ``"broadcast"``
     copies rank 0's initial parameters to every rank, ``"verify"`` only checks that they are
-    equal
-    (:func:`check_replicas`). ``rank_seed_step``, when not 0, makes rank ``r`` initialise its
+    equal (:func:`check_replicas`). ``rank_seed_step``, when not 0, makes rank ``r`` initialise its
     model from ``seed + r * rank_seed_step``: the bug that :func:`check_replicas` catches.
     """
 
