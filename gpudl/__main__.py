@@ -12,6 +12,8 @@ Book section: *Preface* and README, "Commands".
   backend, printing progress cell by cell.
 * ``python -m gpudl estimate ...`` runs Chapter 7's calculators (training time, MFU, memory
   per GPU, the GPU table).
+* ``python -m gpudl ptx KERNEL`` prints a kernel's PTX for sm_90 (or ``--cc``), compiled
+  without a GPU where the CUDA compiler pieces are installed (:mod:`gpudl.ptx`).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def info() -> None:
     print(describe().summary())
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     from gpudl.bench import TOPICS
 
     parser = argparse.ArgumentParser(prog="python -m gpudl", description=__doc__.split("\n")[0])
@@ -133,9 +135,17 @@ def main(argv: list[str] | None = None) -> None:
     p_results.add_argument("--results", type=Path, default=ROOT / "results")
     p_nb = sub.add_parser("notebooks", help="re-execute notebooks in place")
     p_nb.add_argument("names", nargs="*", help="notebook names or prefixes (default: all)")
+    p_ptx = sub.add_parser("ptx", help="print a kernel's PTX for sm_90 (--list: the kernels)",
+                           add_help=False)
+    p_ptx.add_argument("args", nargs=argparse.REMAINDER)
     from gpudl import estimate_cli  # python -m gpudl estimate ... (Chapter 7's calculators)
 
     estimate_cli.add_parser(sub)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ptx"]:  # its options are its own (gpudl.ptx.main parses them)
+        from gpudl import ptx
+
+        return ptx.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "estimate":
         estimate_cli.run(args)

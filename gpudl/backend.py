@@ -7,6 +7,9 @@ The choice is made when :mod:`gpudl` is first imported, **before numba is import
 because numba reads ``NUMBA_ENABLE_CUDASIM`` only at its own first import:
 
 * ``GPUDL_BACKEND=cuda`` or ``GPUDL_BACKEND=simulator`` forces a backend;
+* ``GPUDL_BACKEND=compile`` selects numba's real CUDA target without asking for a GPU: kernels
+  can be compiled (to PTX, :mod:`gpudl.ptx`) but nothing can be launched or allocated, and
+  :func:`pick` gives the GPU's settings, so that the code compiled is the code a GPU runs;
 * otherwise the CUDA driver is asked (through ``ctypes``, without importing numba) whether it
   sees a GPU; if it does not, the simulator is switched on.
 
@@ -34,7 +37,7 @@ import numpy as np
 __all__ = ["name", "pick", "is_simulator", "WARP_SIZE"]
 
 WARP_SIZE = 32
-_VALID = ("cuda", "simulator")
+_VALID = ("cuda", "simulator", "compile")
 T = TypeVar("T")
 
 
@@ -66,6 +69,8 @@ def _decide() -> str:
 
         loaded_as = "simulator" if numba.config.ENABLE_CUDASIM else "cuda"
         wanted = requested or ("cuda" if _driver_sees_a_gpu() else "simulator")
+        if requested == "compile" and loaded_as == "cuda":
+            return "compile"
         if wanted != loaded_as:
             raise RuntimeError(
                 f"numba was imported before gpudl with the {loaded_as!r} CUDA target, but gpudl "
@@ -92,7 +97,8 @@ _NAME = _decide()
 
 
 def name() -> str:
-    """Return the backend in use: ``"cuda"`` or ``"simulator"``."""
+    """Return the backend in use: ``"cuda"``, ``"simulator"`` or ``"compile"`` (the CUDA target
+    without a GPU: kernels compile, nothing launches)."""
     return _NAME
 
 
@@ -106,9 +112,9 @@ def pick(*, gpu: T, sim: T) -> T:
 
     ``pick(gpu=1 << 26, sim=3000)`` returns the first on a GPU and the second on the
     simulator, which runs each CUDA thread as a Python thread and is about a million times
-    slower.
+    slower. ``"compile"`` (kernels compiled for a GPU, never run) takes the GPU's.
     """
-    return gpu if _NAME == "cuda" else sim
+    return sim if _NAME == "simulator" else gpu
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Run the book's Numba kernels on PyTorch tensors in place, without copies.
 
-Book section: Chapter 4, "Kernels on a framework's tensors" (the optimizers) and Chapter 5
-(the gradient-bucket kernel).
+Book section: Chapter 4, "Kernels on a framework's tensors" (the optimizers) and "What a
+launch costs" (:class:`KernelArrays`), and Chapter 5 (the gradient-bucket kernel).
 
 On a GPU a CUDA tensor exports ``__cuda_array_interface__``, and
 :func:`numba.cuda.as_cuda_array` wraps the same device memory. The simulator has no device
@@ -10,17 +10,26 @@ device array, which a launch passes to the kernel as it is, as a GPU passes a po
 way the kernel updates the tensor itself, as ``torch.optim`` does, and two arrays of one
 memory are one memory on both backends. (A NumPy array given to a kernel would instead be
 copied in and out by the simulator: :mod:`gpudl.aliasing`.)
+
+Making that array costs host time at every call (on a GPU, numba builds a new device array and
+its type from the tensor's ``__cuda_array_interface__``). :class:`KernelArrays` keeps the
+arrays of the tensors a program passes again and again (an optimizer's parameters, gradients
+and moments), keyed by what an array describes: the data pointer, shape and dtype.
 """
 
 from __future__ import annotations
 
+import ctypes
+from collections import OrderedDict
+
 from gpudl import backend
 
 # isort: split
+import numpy as np
 import torch
 from numba import cuda
 
-__all__ = ["KERNEL_DTYPES", "as_kernel_array", "check_device", "tensor_device"]
+__all__ = ["KERNEL_DTYPES", "KernelArrays", "as_kernel_array", "check_device", "tensor_device"]
 
 #: Tensors of these dtypes can be handed to a kernel. bfloat16 has no NumPy dtype, so
 #: kernels see a bfloat16 tensor through ``tensor.view(torch.int16)`` (its bit pattern).
@@ -40,12 +49,14 @@ def check_device(tensor: torch.Tensor, name: str = "tensor") -> None:
                          f"{backend.name()} backend, got a tensor on {tensor.device}")
 
 
-def as_kernel_array(tensor: torch.Tensor, name: str = "tensor") -> object:
+def as_kernel_array(tensor: torch.Tensor, name: str = "tensor", *, owned: bool = True) -> object:
     """``tensor``'s own memory as an array a Numba kernel can write (no copy).
 
     The tensor must be contiguous, of a dtype in :data:`KERNEL_DTYPES`, and on
     :func:`tensor_device`; anything else is a ``TypeError`` or ``ValueError`` naming ``name``
-    (a silent copy would make an in-place update write to the copy)."""
+    (a silent copy would make an in-place update write to the copy). With ``owned=False`` the
+    array does not keep the tensor alive: it describes the memory at the tensor's address, and
+    must only be used while a tensor holds that memory (:class:`KernelArrays` ensures it)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype not in KERNEL_DTYPES:
@@ -57,5 +68,43 @@ def as_kernel_array(tensor: torch.Tensor, name: str = "tensor") -> object:
     if backend.is_simulator():
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-        return FakeCUDAArray(tensor.detach().numpy())
-    return cuda.as_cuda_array(tensor.detach())
+        if owned:
+            return FakeCUDAArray(tensor.detach().numpy())
+        memory = (ctypes.c_byte * (tensor.numel() * tensor.element_size())).from_address(
+            tensor.data_ptr())
+        dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        return FakeCUDAArray(np.frombuffer(memory, dtype=dtype).reshape(tuple(tensor.shape)))
+    if owned:
+        return cuda.as_cuda_array(tensor.detach())
+    return cuda.from_cuda_array_interface(tensor.detach().__cuda_array_interface__, owner=None,
+                                          sync=False)
+
+
+class KernelArrays:
+    """Kernel arrays of tensors, made once per memory and kept: ``get(tensor)`` returns the
+    array made for the last tensor with the same data pointer, shape, dtype and device, and
+    makes one (:func:`as_kernel_array`, counted in ``conversions``) only for a memory it
+    has not seen. The arrays do not keep the tensors alive (a key names memory a live tensor
+    holds whenever it is looked up), and the least recently used are dropped past
+    ``capacity``."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self.conversions = 0
+        self._arrays: OrderedDict[tuple, object] = OrderedDict()
+
+    def get(self, tensor: torch.Tensor, name: str = "tensor") -> object:
+        """The kernel array of ``tensor``'s memory (checked as :func:`as_kernel_array`)."""
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, tensor.device,
+               tensor.is_contiguous())
+        array = self._arrays.get(key)
+        if array is None:
+            array = self._arrays[key] = as_kernel_array(tensor, name, owned=False)
+            self.conversions += 1
+            while len(self._arrays) > self.capacity:
+                self._arrays.popitem(last=False)
+        else:
+            self._arrays.move_to_end(key)
+        return array

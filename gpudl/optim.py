@@ -1,6 +1,7 @@
 """``torch.optim`` optimizers whose ``step()`` runs the book's kernels: SGD, Adam and AdamW.
 
-Book section: Chapter 4, "Kernels on a framework's tensors" and "One launch for the whole model".
+Book section: Chapter 4, "Kernels on a framework's tensors", "One launch for the whole model"
+and "What a launch costs".
 
 :class:`SGD`, :class:`Adam` and :class:`AdamW` are :class:`torch.optim.Optimizer` subclasses with
 torch's constructor signatures and checks, used exactly as torch's are (parameter groups,
@@ -17,6 +18,16 @@ the same); a group of one contiguous parameter keeps it where it is, as its own 
 Backward passes then accumulate gradients straight into the flat gradient buffer, and
 :meth:`Adam.zero_grad` zeroes it in place instead of setting gradients to ``None``.
 
+The host's work per step is kept out of the way of the GPU's. Kernel arrays are made once per
+tensor memory and kept (:class:`gpudl.interop.KernelArrays`), the kernel scalars once per step
+and hyperparameters. A flat group keeps one step counter for its parameters: each parameter's
+``state["step"]`` (torch's layout, in ``state_dict`` too) is a view of one element of it, and
+one tensor operation advances them all. Once every parameter of a group has its state in the
+flat buffers, at one step count, ``step()`` checks in C-level passes over the parameters that
+each gradient and parameter is still its view of the buffers, and launches once: no Python
+runs per parameter. Anything else (a new gradient tensor, a parameter without a gradient, a
+state loaded from a checkpoint) takes the general path, which adopts it into the buffers.
+
 Parameters may be float32, or float16 or bfloat16 with the ``fused`` or ``multi_tensor``
 variant: then the optimizer keeps float32 master weights (state ``"master"``) and moments,
 and writes the parameters rounded to nearest even (mixed precision). The kernels run on the
@@ -25,8 +36,10 @@ default CUDA stream, where PyTorch also runs its work unless it is told to use a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import chain
 from typing import Any
 
@@ -35,7 +48,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 # isort: split
 import torch
 
-from gpudl.interop import as_kernel_array, check_device
+from gpudl.interop import KernelArrays, check_device
 from gpudl.kernels import optim as ko
 
 __all__ = ["SGD", "Adam", "AdamW", "LOW_PRECISION", "traffic_table"]
@@ -99,10 +112,23 @@ def _grad(p: torch.Tensor, name: str) -> torch.Tensor:
     return g
 
 
-def _kernel(t: torch.Tensor, name: str) -> object:
-    """A tensor as a flat kernel array; bfloat16 through its int16 bit pattern."""
+def _kernel(arrays: KernelArrays, t: torch.Tensor, name: str) -> object:
+    """A tensor as a flat kernel array (made once per memory, kept in ``arrays``); bfloat16
+    through its int16 bit pattern."""
     flat = t.reshape(-1) if t.is_contiguous() else t
-    return as_kernel_array(flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat, name)
+    return arrays.get(flat.view(torch.int16) if t.dtype == torch.bfloat16 else flat, name)
+
+
+@lru_cache(maxsize=256)
+def _adam_scalars(step: int, lr: float, betas: tuple, eps: float, weight_decay: float,
+                  decoupled: bool, maximize: bool) -> ko.AdamScalars:
+    """:func:`gpudl.kernels.optim.adam_scalars`, computed once per step and hyperparameters."""
+    return ko.adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
+
+
+def _array_cache(params: Iterable[torch.Tensor]) -> KernelArrays:
+    """Room for the arrays of every parameter, gradient and state tensor, twice over."""
+    return KernelArrays(capacity=16 * sum(1 for _ in params) + 64)
 
 
 class SGD(torch.optim.Optimizer):
@@ -122,12 +148,17 @@ class SGD(torch.optim.Optimizer):
                            _number("weight_decay", weight_decay), nesterov)
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize}
+        self._arrays = KernelArrays()
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group``, refusing parameters the kernel cannot update."""
         super().add_param_group(param_group)
         _check_params("SGD", self.param_groups[-1], (torch.float32,))
+        self._arrays.capacity = _array_cache(self._all_params()).capacity
+
+    def _all_params(self) -> Iterable[torch.Tensor]:
+        return chain.from_iterable(g["params"] for g in self.param_groups)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -147,24 +178,40 @@ class SGD(torch.optim.Optimizer):
                                    group["nesterov"], group["maximize"])
                 if k.has_momentum and first:  # poisoned: the kernel must write every element
                     buf = state["momentum_buffer"] = torch.full_like(p, float("nan"))
-                ko.launch_sgd(_kernel(p, "param"), _kernel(g, "grad"),
-                              _kernel(buf, "momentum_buffer") if k.has_momentum else None, k)
+                arrays = self._arrays
+                ko.launch_sgd(_kernel(arrays, p, "param"), _kernel(arrays, g, "grad"),
+                              _kernel(arrays, buf, "momentum_buffer") if k.has_momentum
+                              else None, k)
         return loss
 
 
 _KINDS = ("param", "grad", "exp_avg", "exp_avg_sq", "master")
+_GRAD = operator.attrgetter("grad")
+_DATA_PTR = operator.methodcaller("data_ptr")
 
 
 @dataclass
 class _Flat:
     """One parameter group's tensors of one dtype, back to back in one flat buffer per kind
-    (``_KINDS``; ``master`` only for low-precision parameters)."""
+    (``_KINDS``; ``master`` only for low-precision parameters), and their step counts."""
 
     params: list[torch.Tensor]
     offsets: list[int]
     buffers: dict[str, torch.Tensor]
     slots: dict[str, list[torch.Tensor]]  # per kind, one view of the buffer per parameter
     arrays: dict[str, object]  # per kind, the whole buffer as a kernel array
+    steps: torch.Tensor  # each parameter's step count; state["step"] is a view of one element
+    step_views: list[torch.Tensor]
+    ids: frozenset[int] = field(default_factory=frozenset)
+    param_ptrs: list[int] = field(default_factory=list)
+    #: every parameter has its state in the buffers, at one step count: the fast path
+    ready: bool = False
+
+    def in_place(self) -> bool:
+        """Is every gradient still its slot, and every parameter's data its slot? (C-level
+        passes over the parameters: no Python runs per parameter.)"""
+        return (all(map(operator.is_, map(_GRAD, self.params), self.slots["grad"]))
+                and list(map(_DATA_PTR, self.params)) == self.param_ptrs)
 
 
 def _adopt(tensor: torch.Tensor, slot: torch.Tensor) -> bool:
@@ -204,13 +251,17 @@ class Adam(torch.optim.Optimizer):
         # ids of flat-buffer parameters whose gradient slot holds a gradient to apply: set by
         # a post-accumulate hook when backward writes into the slot, cleared by zero_grad()
         self._has_grad: set[int] = set()
+        self._arrays = KernelArrays()
+        self._dtypes: dict[int, tuple[int, int, tuple[torch.dtype, ...]]] = {}
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group``, refusing parameters the kernels cannot update."""
         super().add_param_group(param_group)
         _check_params(type(self).__name__, self.param_groups[-1], (torch.float32, *LOW_PRECISION))
-        self._check_group(self.param_groups[-1])
+        self._check_group(self.param_groups[-1], self._group_dtypes(len(self.param_groups) - 1))
+        self._arrays.capacity = _array_cache(
+            chain.from_iterable(g["params"] for g in self.param_groups)).capacity
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -218,21 +269,37 @@ class Adam(torch.optim.Optimizer):
             group.setdefault("maximize", False)
             group.setdefault("decoupled_weight_decay", self.defaults["decoupled_weight_decay"])
             group.setdefault("variant", self.defaults["variant"])
+        for name, empty in (("_flats", dict), ("_has_grad", set), ("_dtypes", dict),
+                            ("_arrays", KernelArrays)):  # (absent when unpickled)
+            self.__dict__.setdefault(name, empty())
+        for flat in self._flats.values():  # a new state: adopt it at the next step
+            flat.ready = False
 
-    def _check_group(self, group: dict) -> None:
+    def _group_dtypes(self, index: int) -> tuple[torch.dtype, ...]:
+        """The dtypes of a group's parameters, in order of appearance (recomputed only when
+        the group's list of parameters changes)."""
+        params = self.param_groups[index]["params"]
+        cached = self._dtypes.get(index)
+        if cached is None or cached[:2] != (id(params), len(params)):
+            cached = (id(params), len(params), tuple(dict.fromkeys(p.dtype for p in params)))
+            self._dtypes[index] = cached
+        return cached[2]
+
+    def _check_group(self, group: dict, dtypes: tuple[torch.dtype, ...]) -> None:
         if group["variant"] not in ko.VARIANTS:
             raise ValueError(f"variant must be one of {list(ko.VARIANTS)}, got "
                              f"{group['variant']!r}")
-        low = {p.dtype for p in group["params"] if p.dtype in LOW_PRECISION}
+        low = [d for d in dtypes if d in LOW_PRECISION]
         if low and group["variant"] not in ("fused", "multi_tensor"):
             raise ValueError(f"{sorted(map(str, low))} parameters need variant 'fused' or "
                              f"'multi_tensor' (float32 master weights), got "
                              f"{group['variant']!r}")
 
     def _scalars(self, group: dict, step: int) -> ko.AdamScalars:
-        return ko.adam_scalars(step, _number("lr", group["lr"]), _betas(group["betas"]),
-                               group["eps"], group["weight_decay"],
-                               group["decoupled_weight_decay"], group["maximize"])
+        betas = _betas(group["betas"])
+        return _adam_scalars(step, _number("lr", group["lr"]), tuple(betas), group["eps"],
+                             group["weight_decay"], group["decoupled_weight_decay"],
+                             group["maximize"])
 
     def _init_state(self, p: torch.Tensor) -> dict:
         state = self.state[p]
@@ -250,16 +317,17 @@ class Adam(torch.optim.Optimizer):
         loss."""
         loss = _run_closure(closure)
         for index, group in enumerate(self.param_groups):
-            self._check_group(group)
+            dtypes = self._group_dtypes(index)
+            self._check_group(group, dtypes)
             if group["variant"] == "multi_tensor":
-                for dtype in dict.fromkeys(p.dtype for p in group["params"]):
+                for dtype in dtypes:
                     self._step_flat(index, group, dtype)
             else:
                 self._step_per_tensor(group)
         return loss
 
     def _step_per_tensor(self, group: dict) -> None:
-        launch = ko.VARIANTS[group["variant"]]
+        launch, arrays = ko.VARIANTS[group["variant"]], self._arrays
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -267,15 +335,17 @@ class Adam(torch.optim.Optimizer):
             state = self._init_state(p)
             state["step"] += 1
             k = self._scalars(group, int(state["step"].item()))
-            m, v = _kernel(state["exp_avg"], "exp_avg"), _kernel(state["exp_avg_sq"], "exp_avg_sq")
+            m = _kernel(arrays, state["exp_avg"], "exp_avg")
+            v = _kernel(arrays, state["exp_avg_sq"], "exp_avg_sq")
             if p.dtype in LOW_PRECISION:
-                ko.launch_mixed(_kernel(p, "param"), _kernel(g, "grad"),
-                                _kernel(state["master"], "master"), m, v, k)
+                ko.launch_mixed(_kernel(arrays, p, "param"), _kernel(arrays, g, "grad"),
+                                _kernel(arrays, state["master"], "master"), m, v, k)
             else:
-                launch(_kernel(p, "param"), _kernel(g, "grad"), m, v, k)
+                launch(_kernel(arrays, p, "param"), _kernel(arrays, g, "grad"), m, v, k)
 
     def _flatten(self, index: int, group: dict, dtype: torch.dtype) -> _Flat:
-        """Move the group's ``dtype`` parameters and their state into flat buffers."""
+        """Move the group's ``dtype`` parameters into flat buffers, with room for their
+        gradients and state (adopted at their first step)."""
         params = [p for p in group["params"] if p.dtype == dtype]
         offsets = [0]
         for p in params:
@@ -298,14 +368,34 @@ class Adam(torch.optim.Optimizer):
             p.register_post_accumulate_grad_hook(lambda q: self._has_grad.add(id(q)))
             if "master" in slots:
                 slots["master"][i].copy_(p.detach())
-        arrays = {kind: _kernel(buffers[kind], kind) for kind in kinds}
-        flat = self._flats[(index, dtype)] = _Flat(params, offsets, buffers, slots, arrays)
+        arrays = {kind: _kernel(self._arrays, buffers[kind], kind) for kind in kinds}
+        steps = torch.zeros(len(params))  # on the CPU, as torch keeps "step"
+        flat = self._flats[(index, dtype)] = _Flat(
+            params, offsets, buffers, slots, arrays, steps, list(steps.unbind()),
+            frozenset(map(id, params)), [slot.data_ptr() for slot in slots["param"]])
         return flat
+
+    def _launch_flat(self, flat: _Flat, a: dict[str, object], k: ko.AdamScalars) -> None:
+        if "master" in a:
+            ko.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"], a["exp_avg_sq"],
+                            k)
+        else:
+            ko.launch_multi_tensor(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
 
     def _step_flat(self, index: int, group: dict, dtype: torch.dtype) -> None:
         flat = self._flats.get((index, dtype)) or self._flatten(index, group, dtype)
-        slots = flat.slots
-        runs: list[list[int]] = []  # [start, end, step] of parameters updated together
+        if flat.ready and flat.ids <= self._has_grad and flat.in_place():
+            flat.steps += 1  # every parameter's state["step"], in one operation
+            k = self._scalars(group, int(flat.step_views[0].item()))
+            self._launch_flat(flat, flat.arrays, k)
+        else:
+            self._step_flat_general(group, flat)
+
+    def _step_flat_general(self, group: dict, flat: _Flat) -> None:
+        """Adopt what is not in the flat buffers yet (new gradient tensors, replaced data,
+        state from a checkpoint or created now), then launch once per run of consecutive
+        parameters with a gradient and the same step count."""
+        slots, updated = flat.slots, []
         for i, p in enumerate(flat.params):
             if p.grad is None:
                 continue
@@ -320,22 +410,28 @@ class Adam(torch.optim.Optimizer):
             for kind in _FP32_STATE:
                 if kind in slots and _adopt(state[kind], slots[kind][i]):
                     state[kind] = slots[kind][i]
-            state["step"] += 1
-            step, start = int(state["step"].item()), flat.offsets[i]
-            if runs and runs[-1][1] == start and runs[-1][2] == step:
-                runs[-1][1] = start + p.numel()
+            if state["step"] is not flat.step_views[i]:  # new, or loaded: one counter now
+                flat.step_views[i].copy_(state["step"])
+                state["step"] = flat.step_views[i]
+            updated.append(i)
+        if not updated:
+            return
+        flat.steps[updated] += 1
+        steps = flat.steps.tolist()
+        runs: list[list[int]] = []  # [first, last + 1, step] of parameters updated together
+        for i in updated:
+            if runs and runs[-1][1] == i and runs[-1][2] == steps[i]:
+                runs[-1][1] = i + 1
             else:
-                runs.append([start, start + p.numel(), step])
+                runs.append([i, i + 1, int(steps[i])])
         total = flat.buffers["param"].numel()
-        for start, end, step in runs:
-            k = self._scalars(group, step)
-            a = flat.arrays if end - start == total else {
-                kind: array[start:end] for kind, array in flat.arrays.items()}
-            if "master" in a:
-                ko.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
-                                a["exp_avg_sq"], k)
-            else:
-                ko.launch_multi_tensor(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
+        for first, end, step in runs:
+            start, stop = flat.offsets[first], flat.offsets[end - 1] + flat.params[
+                end - 1].numel()
+            a = flat.arrays if stop - start == total else {
+                kind: array[start:stop] for kind, array in flat.arrays.items()}
+            self._launch_flat(flat, a, self._scalars(group, step))
+        flat.ready = len(updated) == len(flat.params) and len(set(steps)) == 1
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """torch's ``zero_grad``, except for gradients held in a flat buffer (variant
@@ -343,22 +439,28 @@ class Adam(torch.optim.Optimizer):
         pass accumulates into the buffer again. With ``set_to_none=True`` they count as
         absent until backward writes into them, so a parameter that then receives no
         gradient is skipped by :meth:`step`, as torch skips a ``None`` gradient."""
-        kept = set()
+        flat_ids: set[int] = set()
         for flat in self._flats.values():
             flat.buffers["grad"].zero_()
-            kept.update(id(p) for p, slot in zip(flat.params, flat.slots["grad"], strict=True)
-                        if p.grad is not None and p.grad.data_ptr() == slot.data_ptr())
+            flat_ids |= flat.ids
+            if not all(map(operator.is_, map(_GRAD, flat.params), flat.slots["grad"])):
+                for p, slot in zip(flat.params, flat.slots["grad"], strict=True):
+                    if p.grad is not None and p.grad.data_ptr() != slot.data_ptr():
+                        self._zero_one(p, set_to_none)  # a gradient outside the buffer
         if set_to_none:
             self._has_grad.clear()
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is None or id(p) in kept:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.detach_()
-                    p.grad.zero_()
+                if p.grad is not None and id(p) not in flat_ids:
+                    self._zero_one(p, set_to_none)
+
+    @staticmethod
+    def _zero_one(p: torch.Tensor, set_to_none: bool) -> None:
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad.detach_()
+            p.grad.zero_()
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's ``load_state_dict``, keeping the moments and master weights float32 (torch

@@ -1,23 +1,38 @@
-"""A kernel's PTX for a chosen compute capability, with or without a GPU.
+"""The PTX of the book's kernels for a GPU (sm_90 by default), compiled without one.
 
-Book section: Chapter 8, "A warp-level mma from Numba" (the PTX shows the ``mma.sync``
-instruction; the fused attention kernel's shows no float64 arithmetic).
+Book section: Chapter 2, "Bytes in flight" (reading a kernel's loads and stores in its PTX),
+and Chapter 8, "A warp-level mma from Numba" (the ``mma.sync`` instruction in a kernel's PTX).
 
-PTX is the virtual instruction set that numba-cuda compiles a kernel to (through NVIDIA's
-NVVM) before the driver or ``ptxas`` turns it into machine code. Compiling to PTX needs the
-CUDA compiler pieces, libNVVM and libdevice, but no GPU. :func:`compile_ptx` compiles in a
-child process, where numba loads its real CUDA target (this process may be running the
-simulator). Without a GPU, numba-cuda 0.30 asks NVRTC which architectures it supports and
-looks for libdevice next to NVRTC; where only a CUDA toolkit directory is installed
-(:func:`toolkit`, such as ``/usr/local/cuda-13.0``), the child answers those two lookups from
-it. :func:`ptxas` assembles PTX with the toolkit's ``ptxas`` to check it and to count
-registers and shared memory.
+``python -m gpudl ptx KERNEL`` prints the PTX that numba-cuda generates for one of the kernels
+in :data:`KERNELS` (``--list`` names them), for compute capability 9.0 (an H100 or H200) or the
+one given with ``--cc``. PTX is the GPU's virtual instruction set: the loads (``ld.global``),
+stores (``st.global``), their width (``.f32``, ``.v4.f32``) and the index arithmetic can be
+read there before any GPU runs the kernel. ``--memory`` keeps only the loads, stores and
+atomics, ``--body`` only the instructions. PTX is not what the GPU runs: the assembler
+``ptxas`` turns it into the machine code (SASS) and schedules it anew; ``--sass`` prints that
+too, where ``ptxas`` and ``nvdisasm`` are installed.
+
+Compiling needs numba's real CUDA target and the CUDA compiler pieces (NVVM and libdevice, from
+a CUDA toolkit or the ``nvidia-*`` wheels that ``pip install -e '.[gpu]'`` brings), but no GPU
+and no driver: :mod:`gpudl.backend`'s ``compile`` backend. On the simulator the command runs
+itself in a child process with ``GPUDL_BACKEND=compile``. Two lookups that numba-cuda makes
+through libraries a compile does not need (the architectures NVRTC supports, and libdevice
+found through the NVRTC search) fall back to the toolkit's own files when those libraries are
+missing. Without NVVM or libdevice the command says so and exits with status 2.
+
+From Python, :func:`ptx` and :func:`ptx_many` compile kernels of :data:`KERNELS` by name;
+:func:`compile_ptx` and :func:`compile_many` any kernel, given its module, name and signature
+(and, for a kernel built by a factory, the factory's arguments); :func:`ptxas` assembles PTX to
+report registers, shared memory and spills.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,96 +41,303 @@ from pathlib import Path
 
 from gpudl import backend
 
-__all__ = ["toolkit", "available", "compile_ptx", "compile_many", "ptxas"]
+__all__ = ["KERNELS", "ToolkitMissing", "find_libdevice", "find_tool", "available",
+           "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas", "sass", "body",
+           "memory_instructions", "main"]
 
-_LIBDEVICE = Path("nvvm/libdevice/libdevice.10.bc")
+#: A compile job: the kernel's module, its name, its signature, and the arguments of the
+#: factory that builds it (None for a kernel defined at module level).
+Job = tuple[str, str, str, "tuple | None"]
 
-_CHILD = r"""
-import json, os, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-os.environ["GPUDL_BACKEND"] = "cuda"
-import numba.cuda  # the real CUDA target, before gpudl decides the backend
-request = json.loads(sys.argv[1])
-if request["toolkit"]:
-    from numba.cuda.cudadrv import nvrtc, nvvm
-    libdevice = os.path.join(request["toolkit"], "nvvm", "libdevice", "libdevice.10.bc")
-    nvrtc.find_closest_arch = lambda cc: tuple(cc)
-    nvvm.get_libdevice = lambda: libdevice
-    nvvm.open_libdevice = lambda: open(libdevice, "rb").read()
-import importlib
-codes = []
-for module, name, signature, args in request["jobs"]:
-    kernel = getattr(importlib.import_module(module), name)
-    if args is not None:
-        kernel = kernel(*args)
-    ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=tuple(request["cc"]))
-    codes.append(ptx)
-sys.stdout.write(json.dumps(codes))
-"""
+_F1 = "float32[::1]"
+_F2 = "float32[:, ::1]"
+_ADAM_SCALARS = "boolean, " + ", ".join(["float32"] * 8)
+
+#: Kernel name -> (module, function, signature) of every kernel ``python -m gpudl ptx`` knows.
+KERNELS: dict[str, tuple[str, str, str]] = {
+    "copy_v1": ("gpudl.kernels.memory", "copy_kernel", f"void({_F1}, {_F1})"),
+    "copy_v2_k_loads": ("gpudl.kernels.memory", "copy_k_loads", f"void({_F1}, {_F1})"),
+    "copy_v3_vector4": ("gpudl.kernels.memory", "copy_vector4", f"void({_F1}, {_F1})"),
+    "vector_add_v1": ("gpudl.kernels.elementwise", "v1_naive", f"void({_F1}, {_F1}, {_F1})"),
+    "vector_add_v2": ("gpudl.kernels.elementwise", "v2_grid_stride",
+                      f"void({_F1}, {_F1}, {_F1})"),
+    "vector_add_v3_k_loads": ("gpudl.kernels.elementwise", "v3_k_loads",
+                              f"void({_F1}, {_F1}, {_F1})"),
+    "vector_add_v4_vector4": ("gpudl.kernels.elementwise", "v4_vector4",
+                              f"void({_F1}, {_F1}, {_F1})"),
+    "saxpy_v1": ("gpudl.kernels.elementwise", "saxpy_kernel",
+                 f"void(float32, {_F1}, {_F1}, {_F1})"),
+    "saxpy_v2_k_loads": ("gpudl.kernels.elementwise", "saxpy_k_loads",
+                         f"void(float32, {_F1}, {_F1}, {_F1})"),
+    "transpose_padded": ("gpudl.kernels.memory", "v3_padded", f"void({_F2}, {_F2})"),
+    "transpose_padded_loads_first": ("gpudl.kernels.memory", "v4_padded_loads_first",
+                                     f"void({_F2}, {_F2})"),
+    "reduce_v6": ("gpudl.kernels.reduction", "v6_one_pass_atomic", f"void({_F1}, {_F1})"),
+    "reduce_v7_last_block": ("gpudl.kernels.reduction", "v7_last_block",
+                             f"void({_F1}, {_F1}, {_F1}, int32[::1])"),
+    "adam_fused": ("gpudl.kernels.optim", "v2_fused",
+                   f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
+    "adam_multi_tensor": ("gpudl.kernels.optim", "v4_multi_tensor",
+                          f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
+    "timing_hold": ("gpudl.bench.timing", "_hold", "void(int64)"),
+    "warp_mma": ("gpudl.kernels.mma", "warp_mma",
+                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1])"),
+}
+
+_DEFAULT_CC = (9, 0)
+# The targets CUDA 13's NVVM compiles for, used when NVRTC (which numba-cuda asks) is absent.
+_CUDA13_CCS = [(7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0),
+               (12, 0), (12, 1)]
 
 
-def toolkit() -> Path | None:
-    """A CUDA toolkit directory with libNVVM and libdevice: ``$CUDA_HOME``, ``$CUDA_PATH``,
-    ``/usr/local/cuda`` or the newest ``/usr/local/cuda-*``; None if there is none."""
-    candidates = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
-    candidates += ["/usr/local/cuda", *sorted(map(str, Path("/usr/local").glob("cuda-*")),
-                                               reverse=True)]
-    for path in filter(None, candidates):
-        root = Path(path)
-        has_nvvm = any(root.glob("lib*/libnvvm.so*")) or any(root.glob("nvvm/lib*/libnvvm*"))
-        if (root / _LIBDEVICE).is_file() and has_nvvm:
-            return root
-    return None
+class ToolkitMissing(RuntimeError):
+    """NVVM or libdevice, which compiling to PTX needs, cannot be found."""
+
+
+def find_libdevice() -> Path | None:
+    """``libdevice.10.bc`` from ``CUDA_HOME``, ``CUDA_PATH``, ``/usr/local/cuda`` or the
+    ``nvidia-nvvm`` wheel (numba-cuda's own lookup), or None."""
+    candidates = [Path(os.environ[v]) / "nvvm" / "libdevice" / "libdevice.10.bc"
+                  for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates.append(Path("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"))
+    try:
+        from numba.cuda.cuda_paths import get_libdevice_wheel_path
+
+        wheel = get_libdevice_wheel_path()
+        if wheel:
+            candidates.append(Path(wheel))
+    except Exception:  # noqa: BLE001  (any failure of the lookup means: not found there)
+        pass
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def find_tool(name: str) -> Path | None:
+    """A CUDA command-line tool (``ptxas``, ``nvdisasm``) on ``PATH`` or in the ``bin`` of
+    ``CUDA_HOME``, ``CUDA_PATH`` or ``/usr/local/cuda``, or None."""
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    homes = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    return next((Path(h) / "bin" / name for h in homes
+                 if h and (Path(h) / "bin" / name).is_file()), None)
+
+
+def sass(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
+    """The machine code (SASS) that ``ptxas`` makes of the PTX ``text`` for ``cc``, as
+    ``nvdisasm`` prints it. ``ToolkitMissing`` if either tool is not installed."""
+    major, minor = _check_cc(cc)
+    tools = {name: find_tool(name) for name in ("ptxas", "nvdisasm")}
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        raise ToolkitMissing(f"{' and '.join(missing)} not found (the nvidia-cuda-nvcc and "
+                             "nvidia-cuda-nvdisasm wheels, or a CUDA toolkit, have them)")
+    with tempfile.TemporaryDirectory() as tmp:
+        source, binary = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        source.write_text(text)
+        subprocess.run([str(tools["ptxas"]), f"-arch=sm_{major}{minor}", str(source), "-o",
+                        str(binary)], check=True, capture_output=True, text=True)
+        return subprocess.run([str(tools["nvdisasm"]), "-c", str(binary)], check=True,
+                              capture_output=True, text=True).stdout
+
+
+def _prepare_compiler() -> None:
+    """Point numba-cuda's driver- and NVRTC-dependent lookups at the toolkit's files."""
+    from numba.cuda.cudadrv import libs, nvrtc, nvvm
+
+    try:
+        nvvm.NVVM()
+    except Exception as error:
+        raise ToolkitMissing(f"NVVM (libnvvm) was not found: {error}") from None
+    try:
+        nvrtc.get_supported_ccs()
+    except Exception:  # noqa: BLE001  (no NVRTC: CUDA 13's list of targets)
+        nvrtc.get_supported_ccs = lambda: list(_CUDA13_CCS)
+    try:
+        libs.get_libdevice()
+    except Exception:  # noqa: BLE001  (numba's lookup needs NVRTC: search the toolkit)
+        path = find_libdevice()
+        if path is None:
+            raise ToolkitMissing("libdevice.10.bc was not found (set CUDA_HOME to a CUDA "
+                                 "toolkit)") from None
+        libs.get_libdevice = nvvm.get_libdevice = lambda: str(path)
+        libs.open_libdevice = nvvm.open_libdevice = path.read_bytes
+
+
+class _Device:
+    """What numba-cuda asks of the current device when it compiles a device function."""
+
+    def __init__(self, cc: tuple[int, int]) -> None:
+        self.compute_capability = cc
 
 
 def available() -> bool:
-    """Whether :func:`compile_ptx` can work here: a GPU (numba-cuda finds its own compiler
-    pieces), or a CUDA toolkit directory (:func:`toolkit`)."""
-    return not backend.is_simulator() or toolkit() is not None
+    """Whether kernels can be compiled to PTX here: on a GPU (numba-cuda finds its own
+    compiler pieces), or where libdevice (and with it NVVM) is installed."""
+    return not backend.is_simulator() or find_libdevice() is not None
 
 
-def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = (8, 0),
-                args: tuple | None = None, timeout: float = 300) -> str:
-    """The PTX of kernel ``module.name`` (or, with ``args``, of the kernel that the factory
-    ``module.name(*args)`` returns) for ``signature`` and compute capability ``cc``."""
-    return compile_many([(module, name, signature, args)], cc, timeout)[0]
+def _compile(job: Job, cc: tuple[int, int]) -> str:
+    from numba import cuda
+    from numba.cuda import dispatcher
+
+    if backend.name() == "compile":  # no driver to ask which device device functions target
+        dispatcher.get_current_device = lambda: _Device(cc)
+    module, function, signature, args = job
+    kernel = getattr(importlib.import_module(module), function)
+    if args is not None:
+        kernel = kernel(*args)
+    text, _ = cuda.compile_ptx(kernel.py_func, signature, cc=cc)
+    return text
 
 
-def compile_many(jobs: list[tuple[str, str, str, tuple | None]], cc: tuple[int, int] = (8, 0),
-                 timeout: float = 300) -> list[str]:
-    """:func:`compile_ptx` for several ``(module, name, signature, args)`` at once, in one
-    child process."""
-    if not (isinstance(cc, tuple) and len(cc) == 2 and all(isinstance(x, int) for x in cc)):
-        raise TypeError(f"cc must be a (major, minor) tuple of ints, got {cc!r}")
-    root = toolkit() if backend.is_simulator() else None
-    if root is None and backend.is_simulator():
-        raise RuntimeError("no CUDA toolkit with libNVVM and libdevice found (set CUDA_HOME): "
-                           "PTX cannot be compiled without a GPU")
-    request = {"jobs": [[m, n, s, None if a is None else list(a)] for m, n, s, a in jobs],
-               "cc": list(cc), "toolkit": None if root is None else str(root)}
-    repo = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(request)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": path})
-    if done.returncode != 0:
-        names = ", ".join(f"{m}.{n}" for m, n, *_ in jobs)
-        raise RuntimeError(f"compiling {names} to PTX failed:\n{done.stderr[-3000:]}")
+def _check_cc(cc: tuple[int, int]) -> tuple[int, int]:
+    if (not isinstance(cc, tuple) or len(cc) != 2
+            or not all(isinstance(c, int) and c >= 0 for c in cc)):
+        raise ValueError(f"cc must be a (major, minor) pair of ints, got {cc!r}")
+    return cc
+
+
+def compile_many(jobs: list[Job], cc: tuple[int, int] = _DEFAULT_CC,
+                 timeout: float = 600) -> list[str]:
+    """The PTX of each ``(module, name, signature, factory arguments)`` job for compute
+    capability ``cc``. On the simulator one child process compiles them all, on numba's
+    real CUDA target. ``ToolkitMissing`` without NVVM or libdevice."""
+    cc = _check_cc(cc)
+    jobs = [(m, n, s, None if a is None else tuple(a)) for m, n, s, a in jobs]
+    if not backend.is_simulator():
+        _prepare_compiler()
+        return [_compile(job, cc) for job in jobs]
+    env = {**os.environ, "GPUDL_BACKEND": "compile"}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "gpudl.ptx", "--jobs", json.dumps(jobs),
+                           "--cc", f"{cc[0]}.{cc[1]}"], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+    if done.returncode == 2:
+        raise ToolkitMissing(done.stderr.strip().splitlines()[-1])
+    if done.returncode:
+        raise RuntimeError(f"compiling to PTX failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout)
 
 
-def ptxas(ptx: str, cc: tuple[int, int] = (8, 0)) -> str:
-    """Assemble ``ptx`` for ``sm_<cc>`` with ``ptxas -v`` and return its report (registers,
-    shared memory, spills); ``RuntimeError`` if there is no ``ptxas`` or it refuses."""
-    root = toolkit()
-    exe = shutil.which("ptxas") or (str(root / "bin" / "ptxas") if root else None)
-    if exe is None or not Path(exe).exists():
-        raise RuntimeError("no ptxas found (on PATH or in the CUDA toolkit)")
+def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = _DEFAULT_CC,
+                args: tuple | None = None) -> str:
+    """The PTX of kernel ``module.name`` (or, with ``args``, of the kernel that the factory
+    ``module.name(*args)`` builds) for ``signature`` and compute capability ``cc``."""
+    return compile_many([(module, name, signature, args)], cc)[0]
+
+
+def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
+             timeout: float = 600) -> dict[str, str]:
+    """The PTX of each kernel in ``names`` (keys of :data:`KERNELS`) for ``cc``."""
+    for name in names:
+        if name not in KERNELS:
+            raise ValueError(f"unknown kernel {name!r}; choose from {sorted(KERNELS)}")
+    texts = compile_many([(*KERNELS[name], None) for name in names], cc, timeout)
+    return dict(zip(names, texts, strict=True))
+
+
+def ptx(name: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
+    """The PTX of the kernel ``name`` (a key of :data:`KERNELS`) for ``cc``."""
+    return ptx_many([name], cc)[name]
+
+
+def ptxas(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
+    """Assemble the PTX ``text`` for ``sm_<cc>`` with ``ptxas -v`` and return its report
+    (registers, shared memory, spills). ``ToolkitMissing`` without ``ptxas``;
+    ``RuntimeError`` if it refuses the PTX."""
+    major, minor = _check_cc(cc)
+    exe = find_tool("ptxas")
+    if exe is None:
+        raise ToolkitMissing("ptxas not found (the nvidia-cuda-nvcc wheel, or a CUDA toolkit, "
+                             "has it)")
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "kernel.ptx"
-        source.write_text(ptx)
-        done = subprocess.run([exe, f"-arch=sm_{cc[0]}{cc[1]}", "-v", str(source), "-o",
+        source.write_text(text)
+        done = subprocess.run([str(exe), f"-arch=sm_{major}{minor}", "-v", str(source), "-o",
                                str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"ptxas refused the PTX:\n{done.stderr[-3000:]}")
     return done.stderr + done.stdout
+
+
+def body(text: str) -> list[str]:
+    """The instructions of a PTX kernel: the lines of its body, without the parameter loads,
+    declarations and blank lines."""
+    start = text.index("{", text.index(".entry"))
+    lines = [line.strip() for line in text[start + 1:text.rindex("}")].splitlines()]
+    return [line for line in lines if line and not line.startswith((".reg", "ld.param", "//"))]
+
+
+_MEMORY = re.compile(r"^(@%p\d+ )?(ld|st|atom|red)\.(global|shared)")
+
+
+def memory_instructions(text: str) -> list[str]:
+    """The global and shared-memory loads, stores and atomics of a PTX kernel, in order,
+    with operands (``ld.global.f32 %f1, [%rd14];``)."""
+    return [line for line in body(text) if _MEMORY.match(line)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpudl ptx``: print a kernel's PTX (or, with ``--json``, several as JSON)."""
+    parser = argparse.ArgumentParser(prog="python -m gpudl ptx",
+                                     description="Print a kernel's PTX, compiled without a GPU.")
+    parser.add_argument("kernels", nargs="*", help=f"one of: {', '.join(KERNELS)}")
+    parser.add_argument("--cc", default="9.0", help="compute capability (default 9.0)")
+    parser.add_argument("--list", action="store_true", help="list the kernels and exit")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--memory", action="store_true",
+                       help="print only the loads, stores and atomics")
+    shown.add_argument("--body", action="store_true", help="print only the instructions")
+    shown.add_argument("--sass", action="store_true",
+                       help="print the machine code ptxas makes of it (needs nvdisasm)")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", help=argparse.SUPPRESS)  # compile_many's child: JSON out
+    opts = parser.parse_args(argv)
+    if opts.list:
+        for name, (module, function, signature) in KERNELS.items():
+            print(f"{name:32} {module}.{function}  {signature}")
+        return 0
+    if not opts.kernels and not opts.jobs:
+        parser.error("name a kernel (--list lists them)")
+    try:
+        major, minor = (int(part) for part in opts.cc.split("."))
+    except ValueError:
+        parser.error(f"--cc must be MAJOR.MINOR, such as 9.0, got {opts.cc!r}")
+    if opts.jobs:
+        try:
+            print(json.dumps(compile_many(json.loads(opts.jobs), (major, minor))))
+        except ToolkitMissing as error:
+            print(f"cannot compile to PTX: {error}", file=sys.stderr)
+            return 2
+        return 0
+    try:
+        texts = ptx_many(opts.kernels, (major, minor))
+    except ToolkitMissing as error:
+        print(f"cannot compile to PTX: {error}. Install the CUDA compiler pieces "
+              "(pip install -e '.[gpu]' or '.[gpu-cu13]') or a CUDA toolkit, and set "
+              "CUDA_HOME to it.", file=sys.stderr)
+        return 2
+    except ValueError as error:
+        parser.error(str(error))
+    if opts.json:
+        print(json.dumps(texts))
+        return 0
+    for name, text in texts.items():
+        if len(texts) > 1 or opts.memory or opts.body:
+            print(f"// {name} (sm_{major}{minor})")
+        if opts.sass:
+            try:
+                print(sass(text, (major, minor)))
+            except ToolkitMissing as error:
+                print(f"cannot show the SASS: {error}", file=sys.stderr)
+                return 2
+        elif opts.memory or opts.body:
+            print("\n".join(memory_instructions(text) if opts.memory else body(text)))
+        else:
+            print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -155,8 +155,8 @@ def results_both_ways(run, monkeypatch):
     if backend.is_simulator():
         original = interop.as_kernel_array
         with monkeypatch.context() as patch:
-            def as_numpy(tensor, name="tensor"):
-                return np.asarray(original(tensor, name))
+            def as_numpy(tensor, name="tensor", **kwargs):
+                return np.asarray(original(tensor, name, **kwargs))
 
             for module in list(sys.modules.values()):
                 if getattr(module, "as_kernel_array", None) is original:

@@ -61,6 +61,21 @@ def test_numba_imported_first_with_the_same_target_is_fine():
     assert out.stdout.strip() == "simulator"
 
 
+def test_the_compile_backend_is_the_cuda_target_with_the_gpu_settings():
+    out = run_python(
+        "import gpudl, numba; from gpudl import backend; "
+        "print(backend.name(), numba.config.ENABLE_CUDASIM, backend.is_simulator(), "
+        "backend.pick(gpu='big', sim='small'))",
+        GPUDL_BACKEND="compile",
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["compile", "0", "False", "big"]
+    # numba imported first with the simulator cannot compile for a GPU
+    out = run_python("import numba; import gpudl", GPUDL_BACKEND="compile",
+                     NUMBA_ENABLE_CUDASIM="1")
+    assert out.returncode != 0 and "needs the 'compile' backend" in out.stderr
+
+
 @simulator_only
 def test_forcing_cuda_without_a_gpu_is_an_error():
     out = run_python("import gpudl", GPUDL_BACKEND="cuda")

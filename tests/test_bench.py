@@ -133,6 +133,7 @@ SMALL = {  # each topic at a size the simulator runs in seconds
     "dataparallel": dict(world_sizes=[1]),
     "pipeline": dict(world_size=2, microbatches=(2,)),
     "precision": dict(n=32),
+    "launch": dict(calls=20, repeats=2, tensors=20),
     "attention": dict(s_values=(17,), heads=1, d=8),
     "tensorcores": dict(sizes=(16,), kernel_sizes=(16,)),
 }

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from gpudl import backend
+from gpudl.bench import timing
 from gpudl.bench.timing import Timing, gbps, gflops, time_cpu, time_cuda
 
 
@@ -83,3 +84,101 @@ def test_timers_reject_bad_counts(timer, warmup, repeats, match):
 def test_inner_must_be_positive():
     with pytest.raises(ValueError, match="inner must be an integer >= 1, got 0"):
         time_cuda(print, inner=0)
+
+
+# ------------------------------------------------------------------------------------------
+# Fair timing: the policy, interleaved samples, latency rows
+# ------------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """A clock that each call of a timed function advances by that function's duration."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def call(self, seconds: float, log: list, name: str):
+        def run():
+            self.now += seconds
+            log.append(name)
+
+        return run
+
+
+def test_choose_inner_fills_a_millisecond_with_at_least_three_calls():
+    assert timing.choose_inner(2e-3) == 3  # a long step: still three per sample
+    assert timing.choose_inner(1e-3) == 3
+    assert timing.choose_inner(1e-4) == 10
+    assert timing.choose_inner(3e-4) == 4
+    assert timing.choose_inner(1e-9) == 1000  # capped
+    for bad in (0, -1.0, float("nan"), "1", True):
+        with pytest.raises(ValueError, match="call_s must be"):
+            timing.choose_inner(bad)
+
+
+@pytest.mark.skipif(not backend.is_simulator(), reason="the wall-clock path, with a fake clock")
+def test_time_interleaved_takes_turns_and_times_each_call_alone():
+    clock, log = FakeClock(), []
+    fns = {"a": clock.call(1e-4, log, "a"), "b": clock.call(5e-4, log, "b"),
+           "c": clock.call(2e-3, log, "c")}
+    result = timing.time_interleaved(fns, clock=clock)
+    assert log[:9] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3  # warm-up, one after another
+    timed = log[9:]
+    inners = {"a": 10, "b": 3, "c": 3}  # choose_inner of each warm-up time
+    assert len(timed) == 20 * sum(inners.values())
+    # round r starts with the r-th name (rotated), and each sample is `inner` calls in a row
+    rounds, i = [], 0
+    for _ in range(20):
+        order = []
+        for _ in fns:
+            name = timed[i]
+            assert timed[i:i + inners[name]] == [name] * inners[name]
+            order.append(name)
+            i += inners[name]
+        rounds.append(order)
+    assert rounds[0] == ["a", "b", "c"] and rounds[1] == ["b", "c", "a"]
+    assert rounds[2] == ["c", "a", "b"] and rounds[3] == rounds[0]
+    for name, seconds in (("a", 1e-4), ("b", 5e-4), ("c", 2e-3)):
+        assert len(result[name].samples) == 20
+        assert result[name].median == pytest.approx(seconds)
+        assert (result[name].method, result[name].meaningful) == ("wall-clock", False)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"warmup": 2}, "warmup must be >= 3"), ({"repeats": 19}, "repeats must be >= 20"),
+    ({"inner": 2}, "inner must be >= 3"), ({"repeats": 0}, "repeats must be an integer"),
+])
+def test_time_interleaved_refuses_less_than_the_policy(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        timing.time_interleaved({"a": lambda: None}, **kwargs)
+    with pytest.raises(ValueError, match="at least one"):
+        timing.time_interleaved({})
+
+
+def test_rows_that_fit_in_the_l2_are_latency_rows():
+    l2 = 60 * 2**20  # an H200's
+    assert timing.row_kind(8 * 2**20, l2) == "latency"  # a copy of 1M float32
+    assert timing.row_kind(28 * 10**6, l2) == "latency"  # an Adam step of 1M parameters
+    assert timing.row_kind(l2, l2) == "latency"
+    assert timing.row_kind(l2 + 1, l2) == "bandwidth"
+    assert timing.row_kind(512 * 2**20, l2) == "bandwidth"  # a copy of 64M float32
+    expected = None if backend.is_simulator() else "latency"  # the device's own L2
+    assert timing.row_kind(1024) == expected
+    with pytest.raises(ValueError, match="n_bytes must be an int >= 0"):
+        timing.row_kind(-1, l2)
+
+
+@pytest.mark.gpu
+def test_the_first_launch_s_host_delay_is_outside_the_window():
+    import numpy as np
+    from numba import cuda
+
+    from gpudl.kernels import memory
+
+    x = cuda.to_device(np.ones(32, np.float32))
+    out = cuda.device_array_like(x)
+    one = timing.time_cuda(memory.launch_copy, x, out, inner=1)
+    assert one.median < 10e-6  # an empty-sized kernel, not a numba launch (tens of us)

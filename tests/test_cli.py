@@ -43,7 +43,7 @@ def test_bench_elementwise_writes_json_with_the_machine(tmp_path):
 
 def test_every_benchmark_topic_is_a_cli_choice_and_a_module():
     assert set(TOPICS) == {"elementwise", "memory", "matmul", "allreduce", "optim",
-                           "dataparallel", "pipeline", "precision", "attention",
+                           "dataparallel", "pipeline", "precision", "attention", "launch",
                            "tensorcores"}
     for topic in TOPICS:
         module = importlib.import_module(f"gpudl.bench.{topic}")
@@ -83,10 +83,12 @@ def test_bench_memory_checks_and_records_every_kernel(tmp_path):
     groups = {}
     for r in record["rows"]:
         groups.setdefault(r["group"], []).append(r["name"])
-    assert groups["copies"] == ["torch copy", "copy", "copy stride 2", "copy stride 4",
-                                "copy stride 8", "copy stride 32", "copy offset 1"]
-    assert groups["transposes"] == ["transpose naive", "transpose shared", "transpose padded"]
-    assert len(groups["reductions"]) == 7  # six variants and torch.sum
+    assert groups["copies"] == ["torch copy", "copy v1", "copy v2", "copy v3", "copy stride 2",
+                                "copy stride 4", "copy stride 8", "copy stride 32",
+                                "copy offset 1"]
+    assert groups["transposes"] == ["transpose naive", "transpose shared", "transpose padded",
+                                    "transpose padded_loads_first"]
+    assert len(groups["reductions"]) == 8  # seven variants and torch.sum
     stride_32 = next(r for r in record["rows"] if r["name"] == "copy stride 32")
     assert stride_32["bytes"] == 8 * 10  # ceil(300 / 32) elements
     assert [r["size_bytes"] for r in record["p2p"]] == default_sizes()

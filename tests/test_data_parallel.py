@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = dp.Setup(epochs=2)  # 12 steps
 JOBS = {  # name: (strategy, setup); all run in one group of processes per world size
     "manual": ("manual", BASE),
-    "bucketed": ("bucketed", BASE),
+    "bucketed": ("bucketed", BASE),  # gradients as views of the buckets
+    # the naive version: packed into the buckets by a kernel, and unpacked
+    "bucketed_pack": ("bucketed", replace(BASE, variant="v2_multi_tensor")),
+    "bucketed_pack_accumulate": ("bucketed", replace(BASE, variant="v1_per_tensor",
+                                                     accumulation=2)),
     "ddp": ("ddp", BASE),
     "ddp_accumulate_verified": ("ddp", replace(BASE, accumulation=2, start="verify")),
     "bucketed_accumulate": ("bucketed", replace(BASE, accumulation=2)),
@@ -105,7 +110,8 @@ def test_plans_the_ranks_cannot_share_evenly_are_refused(setup, world_size, matc
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [(dict(dims=(8,)), ValueError, "dims"), (dict(global_batch=0), ValueError, "global_batch"),
-     (dict(epochs=1.5), TypeError, "epochs"), (dict(variant="v7"), ValueError, "variant"),
+     (dict(epochs=1.5), TypeError, "epochs"),
+     (dict(variant="v7"), ValueError, r"variant must be one of \['views', 'v1_per_tensor'"),
      (dict(start="hope"), ValueError, "start"), (dict(bucket_cap_mb=0), ValueError,
                                                  "bucket_cap_mb"),
      (dict(lr=float("nan")), ValueError, "lr"), (dict(shuffle=1), TypeError, "shuffle")],
@@ -213,6 +219,22 @@ def test_one_allreduce_per_parameter_or_per_bucket(runs):
     assert set(records["manual"][0]["allreduces"]) == {n_params}
     assert set(records["bucketed"][0]["allreduces"]) == {n_buckets}
     assert set(records["bucketed_accumulate"][0]["allreduces"]) == {n_buckets}
+    assert set(records["bucketed_pack"][0]["allreduces"]) == {n_buckets}
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_gradient_views_copy_nothing_where_packing_copies_every_bucket_twice(runs):
+    _, records = runs
+    sizes = [p.numel() * 4 for p in make_mlp(BASE.dims).parameters()][::-1]
+    n_buckets = len(expected_buckets(sizes, BASE.bucket_cap_mb))
+    for name in ("bucketed", "bucketed_accumulate", "bucketed_dropped", "bucketed_apart"):
+        for record in records[name]:
+            assert set(record["grad_copies"]) == {0}, name
+    for name in ("bucketed_pack", "bucketed_pack_accumulate"):
+        for record in records[name]:
+            assert set(record["grad_copies"]) == {2 * n_buckets}, name  # a pack, an unpack
+    assert set(records["manual"][0]["grad_copies"]) == {None}
 
 
 @pytest.mark.distributed
@@ -227,10 +249,48 @@ def test_world_size_one_equals_one_process(monkeypatch, singles):
     """A group of one (how run_under_torchrun runs without torchrun): the all-reduces are
     trivial, the packing and the hooks are not."""
     monkeypatch.delenv("RANK", raising=False)
-    names = ["manual", "bucketed", "ddp", "bucketed_accumulate"]
+    names = ["manual", "bucketed", "ddp", "bucketed_accumulate", "bucketed_pack"]
     records = run_under_torchrun(dp.run_worker, [JOBS[n] for n in names])
     for name, record in zip(names, records, strict=True):
         assert dp.compare([record], singles[name, 1])["equal"], name
+
+
+def test_gradient_views_never_call_the_pack_kernels(monkeypatch, singles):
+    monkeypatch.delenv("RANK", raising=False)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the views version packed or unpacked a bucket")
+
+    monkeypatch.setattr(dp.bk, "pack", forbidden)
+    monkeypatch.setattr(dp.bk, "unpack", forbidden)
+    [record] = run_under_torchrun(dp.run_worker, [JOBS["bucketed_accumulate"]])
+    assert dp.compare([record], singles["bucketed_accumulate", 1])["equal"]
+    assert set(record["grad_copies"]) == {0}
+
+
+def _replaced_gradient_worker(rank: int, world_size: int) -> dict:
+    """One step of the views version after a gradient was replaced by a new tensor."""
+    device, _ = dp.rank_device()
+    model = make_mlp(BASE.dims).to(device)
+    buckets = dp.GradientBuckets(model.parameters(), BASE.bucket_cap_mb, world_size)
+    params = list(model.parameters())
+    params[0].grad = torch.zeros_like(params[0])  # not its view: backward accumulates there
+    x, y = (t.to(device) for t in dp.make_dataset(BASE))
+    buckets.arm()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    buckets.wait()
+    expected = make_mlp(BASE.dims).to(device)
+    torch.nn.functional.mse_loss(expected(x), y).backward()
+    return {"copies": buckets.copies,
+            "views": [p.grad is buckets.slot_of[id(p)] for p in params],
+            "equal": all(torch.allclose(p.grad, q.grad, rtol=1e-6, atol=0)
+                         for p, q in zip(params, expected.parameters(), strict=True))}
+
+
+def test_a_replaced_gradient_is_copied_into_its_bucket_once(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    out = run_under_torchrun(_replaced_gradient_worker)
+    assert out == {"copies": 1, "views": [True] * 6, "equal": True}
 
 
 def test_main_prints_the_comparison(monkeypatch, capsys):

@@ -68,13 +68,15 @@ def test_vector_add_edge_sizes(variant):
         )
 
 
+@pytest.mark.parametrize("variant", sorted(ew.SAXPY_VARIANTS))
 @few
 @given(n=sizes, seed=seeds, alpha=st.floats(-100, 100, allow_nan=False))
 @example(n=255, seed=3, alpha=-2.0)
-def test_saxpy_matches_reference_and_leaves_y_alone(n, seed, alpha):
+@example(n=8 * 64 + 1, seed=4, alpha=0.5)  # v2: one full block of K x 64, then one element
+def test_saxpy_matches_reference_and_leaves_y_alone(variant, n, seed, alpha):
     x, y = random_vectors(n, seed)
     y_before = y.copy()
-    out = ew.saxpy(alpha, x, y, threads_per_block=64)
+    out = ew.saxpy(alpha, x, y, threads_per_block=64, variant=variant)
     np.testing.assert_array_equal(y, y_before)
     assert out.dtype == np.float32 and out is not y
     assert_saxpy_close(out, np.float32(alpha), x, y)
@@ -99,6 +101,46 @@ def test_nan_in_the_input_propagates_to_the_same_places():
         np.testing.assert_array_equal(np.isnan(out), np.isnan(a))
         np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24)
     np.testing.assert_array_equal(np.isnan(ew.saxpy(2.0, a, b)), np.isnan(a))
+
+
+# Around the edges of the new variants' layouts with 32-thread blocks: a block of v3 covers
+# K x 32 = 256 elements, one of v4 VECTORS x 4 x 32 = 256, and v4 has a scalar tail of n % 4.
+BLOCK_EDGES = [1, 2, 3, 4, 5, 7, 8, 255, 256, 257, 259, 512, 515, 3 * 256 + 127]
+
+
+@pytest.mark.parametrize("variant", ["v3", "v4"])
+def test_k_loads_and_vector_variants_at_the_edges_of_their_blocks(variant):
+    for n in BLOCK_EDGES:
+        a, b = random_vectors(n, seed=n)
+        out = ew.vector_add(a, b, variant=variant, threads_per_block=32)
+        np.testing.assert_array_equal(out, (a + b).astype(np.float32), err_msg=f"n={n}")
+    for n in (255, 257):
+        x, y = random_vectors(n, seed=n + 1)
+        assert_saxpy_close(ew.saxpy(1.5, x, y, threads_per_block=32, variant="v2"),
+                           np.float32(1.5), x, y)
+
+
+def test_a_k_loads_launch_one_block_short_leaves_its_elements_poisoned(monkeypatch):
+    def one_block_short(a, b, out, threads_per_block):
+        blocks = math.ceil(out.size / (ew.K * threads_per_block)) - 1
+        ew.v3_k_loads[blocks, threads_per_block](a, b, out)
+
+    monkeypatch.setitem(ew.VARIANTS, "short", one_block_short)
+    a, b = random_vectors(600, seed=13)  # 3 blocks of 256
+    out = ew.vector_add(a, b, variant="short", threads_per_block=32)
+    assert not np.isnan(out[:512]).any() and np.isnan(out[512:]).all()
+
+
+def test_the_vector_variant_refuses_arrays_off_a_16_byte_boundary():
+    a, b = random_vectors(41, seed=14)
+    on_device = [cuda.to_device(x) for x in (a, b)]
+    shifted = [x[1:] for x in on_device]  # views that start 4 bytes in
+    with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
+        ew.vector_add(*shifted, variant="v4")
+    # host arrays are copied to new (aligned) device arrays, views or not
+    np.testing.assert_array_equal(ew.vector_add(a[1:], b[1:], variant="v4"), a[1:] + b[1:])
+    out = ew.vector_add(*shifted, variant="v3")  # scalar loads do not care
+    np.testing.assert_array_equal(out.copy_to_host(), a[1:] + b[1:])
 
 
 def test_a_nan_where_the_reference_has_none_fails_the_comparison():
@@ -208,8 +250,10 @@ def test_saxpy_accepts_numpy_and_integer_alphas():
 
 
 def test_unknown_variant_lists_the_variants():
+    with pytest.raises(ValueError, match=r"must be one of \['v1', 'v2', 'v3', 'v4'\], got 'v9'"):
+        ew.vector_add(GOOD, GOOD, variant="v9")
     with pytest.raises(ValueError, match=r"variant must be one of \['v1', 'v2'\], got 'v3'"):
-        ew.vector_add(GOOD, GOOD, variant="v3")
+        ew.saxpy(1.0, GOOD, GOOD, variant="v3")
 
 
 @pytest.mark.parametrize("threads_per_block", [0, -32, 48, 2048, 256.0, True, "256"])
@@ -279,7 +323,7 @@ def test_bench_elementwise_checks_and_records_every_kernel(tmp_path, capsys):
     assert path == tmp_path / f"elementwise-{backend.name()}.json"
     record = json.loads(path.read_text())
     rows = {r["name"]: r for r in record["rows"]}
-    bandwidth = {"vector_add v1", "vector_add v2", "saxpy", "torch copy"}
+    bandwidth = {f"vector_add {v}" for v in ew.VARIANTS} | {"saxpy", "saxpy v2", "torch copy"}
     assert {n for n, r in rows.items() if r["group"] == "bandwidth"} == bandwidth
     for r in rows.values():  # a rate exactly where the timing means something
         assert (r["gbps"] is not None) == (r["meaningful"] and r["bytes"] is not None)

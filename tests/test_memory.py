@@ -66,7 +66,7 @@ def test_copies_match_references(n, stride, offset, seed):
     x = random_array(n, seed)
     offset = min(offset, n - 1)
     for got, expected in [
-        (memory.copy(x), memory.reference_copy(x)),
+        *((memory.copy(x, variant=v), memory.reference_copy(x)) for v in memory.COPY_VARIANTS),
         (memory.copy_strided(x, stride), memory.reference_copy_strided(x, stride)),
         (memory.copy_offset(x, offset), memory.reference_copy_offset(x, offset)),
     ]:
@@ -125,10 +125,33 @@ def test_poisoned_output_catches_a_copy_that_stops_short(monkeypatch):
     def first_block_only(x, out):
         memory.copy_kernel[1, memory.THREADS_PER_BLOCK](x, out)
 
-    monkeypatch.setattr(memory, "launch_copy", first_block_only)
+    def k_loads_first_block_only(x, out):
+        memory.copy_k_loads[1, memory.THREADS_PER_BLOCK](x, out)
+
+    monkeypatch.setitem(memory.COPY_VARIANTS, "v1", first_block_only)
+    monkeypatch.setitem(memory.COPY_VARIANTS, "v2", k_loads_first_block_only)
     x = random_array(300, seed=8)
     out = memory.copy(x)
     assert np.isnan(out[256:]).all() and not np.isnan(out[:256]).any()
+    x = random_array(2100, seed=8)  # a block of copy v2 covers K x 256 = 2048 elements
+    out = memory.copy(x, variant="v2")
+    assert np.isnan(out[2048:]).all() and not np.isnan(out[:2048]).any()
+
+
+@pytest.mark.parametrize("variant", ["v2", "v3"])
+def test_new_copies_at_the_edges_of_their_blocks(variant):
+    per_block = 8 * memory.THREADS_PER_BLOCK  # K loads, or VECTORS x 4 floats, per thread
+    for n in (1, 2, 3, 4, 5, per_block - 1, per_block, per_block + 1, per_block + 6):
+        x = random_array(n, seed=n)
+        np.testing.assert_array_equal(memory.copy(x, variant=variant), x, err_msg=f"n={n}")
+
+
+def test_the_vector_copy_refuses_a_view_off_a_16_byte_boundary():
+    x = cuda.to_device(random_array(21, seed=12))
+    with pytest.raises(ValueError, match="x must start on a 16-byte boundary"):
+        memory.copy(x[3:], variant="v3")
+    got = memory.copy(x[4:], variant="v3")  # 16 bytes in: aligned
+    np.testing.assert_array_equal(got.copy_to_host(), x.copy_to_host()[4:])
 
 
 # ------------------------------------------------------------------------------------------
@@ -160,10 +183,11 @@ def test_empty_inputs_give_empty_outputs_without_a_launch(monkeypatch, on_device
     def boom(*args):
         raise AssertionError("launched a kernel for an empty output")
 
-    for name in ("launch_copy", "launch_copy_strided", "launch_copy_offset"):
+    for name in ("launch_copy_strided", "launch_copy_offset"):
         monkeypatch.setattr(memory, name, boom)
-    for variant in memory.VARIANTS:
-        monkeypatch.setitem(memory.VARIANTS, variant, boom)
+    for table in (memory.VARIANTS, memory.COPY_VARIANTS):
+        for variant in table:
+            monkeypatch.setitem(table, variant, boom)
 
     def put(x):
         return cuda.to_device(x) if on_device else x
@@ -171,7 +195,8 @@ def test_empty_inputs_give_empty_outputs_without_a_launch(monkeypatch, on_device
     results = [
         (memory.transpose(put(np.empty((0, 5), np.float32))), (5, 0)),
         (memory.transpose(put(np.empty((3, 0), np.float32)), variant="naive"), (0, 3)),
-        (memory.copy(put(np.empty(0, np.float32))), (0,)),
+        *((memory.copy(put(np.empty(0, np.float32)), variant=v), (0,))
+          for v in memory.COPY_VARIANTS),
         (memory.copy_strided(put(np.empty(0, np.float32)), 3), (0,)),
     ]
     for out, shape in results:
@@ -256,8 +281,11 @@ def test_numpy_integers_are_accepted_as_stride_and_offset():
 
 
 def test_unknown_variant_lists_the_variants():
-    with pytest.raises(ValueError, match=r"one of \['naive', 'padded', 'shared'\], got 'v9'"):
+    with pytest.raises(ValueError, match=r"one of \['naive', 'padded', 'padded_loads_first', "
+                                         r"'shared'\], got 'v9'"):
         memory.transpose(MATRIX, variant="v9")
+    with pytest.raises(ValueError, match=r"one of \['v1', 'v2', 'v3'\], got 'v9'"):
+        memory.copy(VECTOR, variant="v9")
 
 
 def test_transpose_grid_covers_every_tile():

@@ -234,6 +234,18 @@ def atomic_without_zeroing(x, out):
     red.v1_atomic[math.ceil(x.size / TPB), TPB](x, out)
 
 
+def last_block_with_a_stale_counter(x, out):
+    """v7 with its counter left at 1 by a launch that never finished: block 0 draws the
+    ticket the last block should draw and sums before block 1 has written its partial."""
+    partials, arrived = red.workspace()
+    arrived.copy_to_device(np.ones(1, dtype=np.int32))
+    try:
+        red.v7_last_block[red.grid_stride_blocks(x.size), TPB](x, out, partials, arrived)
+    finally:
+        arrived.copy_to_device(np.zeros(1, dtype=np.int32))
+        partials.copy_to_device(np.full(partials.size, np.nan, dtype=np.float32))
+
+
 @pytest.mark.parametrize(
     ("broken", "like", "nan"),
     [
@@ -241,6 +253,7 @@ def atomic_without_zeroing(x, out):
         (one_partial_too_many, "v5_warp_shuffle", True),
         (atomic_one_block_short, "v1_atomic", False),
         (atomic_without_zeroing, "v1_atomic", True),
+        (last_block_with_a_stale_counter, "v7_last_block", True),
     ],
 )
 def test_a_launcher_that_skips_work_fails_the_check(monkeypatch, broken, like, nan):
@@ -250,6 +263,50 @@ def test_a_launcher_that_skips_work_fails_the_check(monkeypatch, broken, like, n
     assert math.isnan(got) == nan
     with pytest.raises(AssertionError):
         assert_within_bound(got, x, like)
+
+
+# ------------------------------------------------------------------------------------------
+# v7: one launch, no allocation or memset per call, a workspace left ready for the next
+# ------------------------------------------------------------------------------------------
+
+
+class Counting:
+    """Wraps a kernel; counts launches and their grids."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, config):
+        self.grids.append(config[0])
+        return self.kernel[config]
+
+
+def test_v7_is_one_launch_without_allocation_or_memset(monkeypatch):
+    x = cuda.to_device(make_data(3 * TPB + 5, seed=18, kind="positive"))
+    out = red.poisoned(1)
+    red.VARIANTS["v7_last_block"](x, out)  # the first call allocates the workspace
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("v7 allocated or set memory in a call after the first")
+
+    for module, name in ((red.cuda, "device_array"), (red.cuda, "to_device"),
+                         (red.driver, "device_memset"), (red, "poisoned")):
+        monkeypatch.setattr(module, name, forbidden)
+    spy = Counting(red.v7_last_block)
+    monkeypatch.setattr(red, "v7_last_block", spy)
+    for _ in range(3):  # the same answer each time, from the workspace the last block reset
+        red.VARIANTS["v7_last_block"](x, out)
+        assert_within_bound(float(out.copy_to_host()[0]), x.copy_to_host(), "v7_last_block")
+    assert spy.grids == [red.grid_stride_blocks(x.size)] * 3
+
+
+def test_v7_leaves_its_counter_at_zero_and_its_partials_poisoned():
+    for n in (1, 300, 4 * TPB + 1):
+        x = make_data(n, seed=n, kind="wide")
+        assert_within_bound(red.reduce_sum(x, "v7_last_block"), x, "v7_last_block")
+        partials, arrived = red.workspace()
+        assert arrived.copy_to_host()[0] == 0
+        assert np.isnan(partials.copy_to_host()).all()
 
 
 # ------------------------------------------------------------------------------------------

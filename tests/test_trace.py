@@ -179,6 +179,10 @@ def transposes() -> dict[str, tuple[tr.Trace, np.ndarray]]:
                          ("padded", memory.v3_padded)]:
         out = poisoned((64, 64))
         traced[name] = (tr.trace(kernel, *memory.transpose_grid(x.shape), x, out), out)
+    out = poisoned((64, 64))  # blocks of 32 x 4 threads, 8 rows of the tile each
+    grid, _ = memory.transpose_grid(x.shape)
+    traced["padded_loads_first"] = (tr.trace(memory.v4_padded_loads_first, grid,
+                                             (memory.TILE, memory.LOADS_ROWS), x, out), out)
     return traced
 
 
@@ -202,6 +206,16 @@ def test_tiled_transposes_coalesce_both_sides_and_pad_away_the_conflicts(
     column = t.bank_conflict_degree("tile", op="load")
     assert (row_write.requests, row_write.max) == (128, 1)
     assert column == tr.RequestStats(128, float(column_read), column_read, 1.0)
+
+
+def test_the_transpose_that_loads_first_stays_coalesced_and_conflict_free(transposes):
+    # Loading all eight rows first changes the order of the accesses, not their pattern.
+    t, _ = transposes["padded_loads_first"]
+    assert t.sectors_per_request("x") == tr.RequestStats(128, 4.0, 4, 4.0)
+    assert t.sectors_per_request("out", op="store") == tr.RequestStats(128, 4.0, 4, 4.0)
+    for op in ("store", "load"):
+        degree = t.bank_conflict_degree("tile", op=op)
+        assert (degree.requests, degree.max) == (128, 1)
 
 
 @pytest.mark.parametrize("variant", sorted(memory.VARIANTS))

@@ -55,6 +55,7 @@ TOPICS: dict[str, str] = {
     "memory": "Chapter 2: copies, transposes and reductions; the memory hierarchy; send/recv",
     "matmul": "Chapter 3: the matmul variants against cuBLAS; an MLP's backward over forward",
     "optim": "Chapter 4: one Adam step of each variant against a copy and torch's Adams",
+    "launch": "Chapter 4: what a kernel launch costs the host, by number and kind of argument",
     "allreduce": "Chapters 1 and 5: all-reduce bandwidth between GPUs",
     "dataparallel": "Chapter 5: step times of manual, bucketed and DDP data parallelism",
     "pipeline": "Chapter 6: the pipeline bubble, measured against the formula",

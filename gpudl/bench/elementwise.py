@@ -31,6 +31,11 @@ BARS = (
     {"name": "vector_add_v2_vs_torch_copy",
      "what": "vector_add v2's bandwidth over a torch device-to-device copy's, same run",
      "numerator": "vector_add v2", "denominator": "torch copy", "threshold": 0.90},
+    {"name": "vector_add_in_flight_vs_torch_copy",
+     "what": "the faster vector_add with bytes in flight (v3: K loads per thread, v4: 16-byte "
+             "loads) over a torch device-to-device copy's bandwidth, same run",
+     "numerator": ["vector_add v3", "vector_add v4"], "denominator": "torch copy",
+     "threshold": 0.90},
     {"name": "parity_divergence_over_warp",
      "what": "time of the parity-divergent kernel over the warp-uniform one (both paths: ~2)",
      "numerator": "divergence parity", "denominator": "divergence warp", "threshold": 1.5,
@@ -39,7 +44,7 @@ BARS = (
 
 
 def run(n: int | None = None, repeats: int | None = None) -> dict:
-    """Time vector add (v1, v2), SAXPY and a torch copy of the same bytes (``group``
+    """Time vector add (every variant), SAXPY (v1, v2) and a torch copy of the same bytes (``group``
     ``"bandwidth"``); SAXPY on the CPU (NumPy, Numba parallel) and on the GPU, kernel alone and
     with its transfers (``"cpu_vs_gpu"``); the divergence demo in both modes
     (``"divergence"``)."""
@@ -67,6 +72,10 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     np.testing.assert_allclose(out.copy_to_host(), ew.reference_saxpy(alpha, x_host, y_host),
                                rtol=1e-6, atol=1e-5)
     rows.append(row("saxpy", saxpy, 3 * n * 4, group="bandwidth", n=n))
+    timing = time_cuda(ew.SAXPY_VARIANTS["v2"], alpha, x, y, out, tpb, **batched)
+    np.testing.assert_allclose(out.copy_to_host(), ew.reference_saxpy(alpha, x_host, y_host),
+                               rtol=1e-6, atol=1e-5)
+    rows.append(row("saxpy v2", timing, 3 * n * 4, group="bandwidth", n=n))
     on_gpu = backend.name() == "cuda"
     src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
     dst = torch.empty_like(src)

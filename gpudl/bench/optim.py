@@ -24,7 +24,7 @@ import torch
 
 from gpudl import optim as go
 from gpudl.bench import evaluate_bars, row
-from gpudl.bench.timing import time_cuda
+from gpudl.bench.timing import row_kind, time_cuda, time_interleaved
 from gpudl.checks import check_int
 from gpudl.interop import tensor_device
 from gpudl.kernels import optim as ko
@@ -117,6 +117,38 @@ def check_step(make: Callable, shapes: list[int], hyper: dict = HYPER,
     return {"ok": not failed, "failed": failed, "worst": worst}
 
 
+def _timings(shapes: list[int], timed: dict, few: dict) -> dict:
+    """Timings of a device copy of the parameters and of one step of each of :data:`METHODS`,
+    on ``shapes``. On a GPU the copy, the fused and multi-tensor steps of gpudl and torch's two
+    are timed interleaved (:func:`gpudl.bench.timing.time_interleaved`: each comparison under
+    the same conditions); the other two variants, and every method on the simulator, one
+    after the other with ``timed`` (``few`` for a per-tensor method over many tensors)."""
+    device = tensor_device()
+    n = sum(shapes)
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    steps: dict[str, Callable] = {"copy": lambda: dst.copy_(src)}
+    for name, make in METHODS.items():
+        params = [torch.randn(s, device=device).requires_grad_() for s in shapes]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        steps[name] = make(params, **HYPER).step
+    compared = ["copy", "gpudl fused", "gpudl multi_tensor", "torch foreach", "torch fused"]
+    timings = {}
+    if not backend.is_simulator():
+        timings = time_interleaved({name: steps[name] for name in compared},
+                                   warmup=max(3, timed["warmup"]),
+                                   repeats=max(20, timed["repeats"]))
+    for name, step in steps.items():
+        if name not in timings:
+            plan = few if len(shapes) > 1 and name in PER_TENSOR else timed
+            timings[name] = time_cuda(step, **plan)
+    if device.type == "cuda":
+        del steps, src, dst
+        torch.cuda.empty_cache()
+    return {name: timings[name] for name in ["copy", *METHODS]}
+
+
 def _layouts(sizes: tuple[int, ...], small: tuple[int, int]) -> list[tuple[str, list[int]]]:
     layouts = [(f"1 tensor of {n:,}", [n]) for n in sizes]
     count, each = small
@@ -148,32 +180,23 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
         n = sum(shapes)
         keys = {"layout": layout, "params": n, "tensors": len(shapes)}
         print(f"[optim] {layout}: {n:,} parameters ({backend.name()})", flush=True)
-        src = torch.randn(n, device=device)
-        dst = torch.empty_like(src)
-        copy = row(f"copy [{layout}]", time_cuda(dst.copy_, src, **timed), 8 * n,
-                   optimizer="copy", **keys)
-        rows.append(copy | {"fraction_of_copy": 1.0 if copy["gbps"] else None, "check": None})
-        del src, dst
+        checks = {}
         for name, make in METHODS.items():
-            check = check_step(make, shapes, HYPER, hyper_used(name, device))
+            checks[name] = check = check_step(make, shapes, HYPER, hyper_used(name, device))
             if not check["ok"]:
                 message = (f"{name}: array(s) {', '.join(check['failed'])} off the float64 "
                            f"reference by more than the error bound (worst {check['worst']})")
                 if name.startswith("gpudl"):
                     raise RuntimeError(message)
                 print(f"  check failed, timed all the same: {message}", flush=True)
-            params = [torch.randn(s, device=device).requires_grad_() for s in shapes]
-            for p in params:
-                p.grad = torch.randn_like(p)
-            opt = make(params, **HYPER)
-            plan = few if len(shapes) > 1 and name in PER_TENSOR else timed
-            r = row(f"{name} [{layout}]", time_cuda(opt.step, **plan), ko.BYTES_PER_PARAM * n,
-                    optimizer=name, **keys)
-            fraction = r["gbps"] / copy["gbps"] if r["gbps"] and copy["gbps"] else None
-            rows.append(r | {"fraction_of_copy": fraction, "check": check})
-            del opt, params
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        for name, timing in _timings(shapes, timed, few).items():
+            n_bytes = 8 * n if name == "copy" else ko.BYTES_PER_PARAM * n
+            rows.append(row(f"{name} [{layout}]", timing, n_bytes, optimizer=name,
+                            kind=row_kind(n_bytes), **keys) | {"check": checks.get(name)})
+        copy = rows[-len(METHODS) - 1]
+        for r in rows[-len(METHODS) - 1:]:
+            r["fraction_of_copy"] = (r["gbps"] / copy["gbps"] if r["gbps"] and copy["gbps"]
+                                     else None)
     big = max((lay for lay in layouts if len(lay[1]) == 1), key=lambda lay: lay[1][0])[0]
     return {"bytes_per_param": ko.BYTES_PER_PARAM, "hyper": HYPER, "rows": rows,
             "bars": evaluate_bars(BARS, rows, big=big, many=layouts[-1][0])}

@@ -1,7 +1,7 @@
 """Timing GPU and CPU code, and turning times into bandwidth and flop rates.
 
-Book section: Chapter 1, "Threads, blocks, grids and warps" and "CPU and GPU on the same
-problem" (and every later chapter that times a kernel).
+Book section: Chapter 1, "Threads, blocks, grids and warps", "CPU and GPU on the same
+problem" and "Timing a kernel fairly" (and every later chapter that times a kernel).
 
 A GPU launch returns before the kernel has finished, so a host clock around it measures the
 launch, not the work. :func:`time_cuda` records a CUDA event before and after each call and
@@ -9,6 +9,15 @@ reads the time between them once the second has completed. On Numba's CUDA simul
 record nothing (``elapsed_time`` is -1), and every thread runs as a Python thread, so it falls
 back to the wall clock and marks the result as meaningless for GPU speed. :func:`time_cpu`
 times CPU code (NumPy, Numba on the CPU) with the wall clock, where that is the right tool.
+
+Fair comparisons (:func:`time_interleaved`) follow one policy, :data:`POLICY`: at least 3
+warm-up calls; at least 20 samples, of which the median is reported; at least 3 calls per
+sample and enough of them to fill about a millisecond (:func:`choose_inner`); the GPU kept busy
+before each start event, so that the host's delay in issuing the first call is not timed; and
+the contenders (gpudl's kernel and torch's, say) timed in turns, sample by sample, so that a
+change of clock speed or temperature during the run affects them alike. A result whose bytes
+fit in the L2 cache measures latency and the cache, not device memory: :func:`row_kind` says
+which a row is.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from numbers import Real
 
@@ -25,7 +34,13 @@ from gpudl import backend
 # isort: split
 from numba import cuda
 
-__all__ = ["Timing", "time_cuda", "time_cpu", "gbps", "gflops"]
+__all__ = ["Timing", "POLICY", "time_cuda", "time_cpu", "time_interleaved", "choose_inner",
+           "row_kind", "gbps", "gflops"]
+
+#: The fair-timing policy of :func:`time_interleaved` (the least of each).
+POLICY = {"warmup": 3, "repeats": 20, "inner": 3, "sample_s": 1e-3}
+_MAX_INNER = 1000
+_HOLD_NS = 200_000  # how long the GPU is kept busy before a start event
 
 _SIMULATOR_NOTE = "(simulator: wall clock, meaningless for GPU speed)"
 
@@ -65,16 +80,39 @@ def _check_counts(**counts: int) -> None:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def _wall_clock(fn: Callable, args: tuple, warmup: int, repeats: int, inner: int) -> list[float]:
+def _wall_clock(fn: Callable, args: tuple, warmup: int, repeats: int, inner: int,
+                clock: Callable[[], float] = time.perf_counter) -> list[float]:
     for _ in range(warmup):
         fn(*args)
     samples = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(inner):
             fn(*args)
-        samples.append((time.perf_counter() - start) / inner)
+        samples.append((clock() - start) / inner)
     return samples
+
+
+@cuda.jit
+def _hold(rounds):
+    """Keep the GPU busy for about ``rounds`` microseconds (one thread sleeping)."""
+    for _ in range(rounds):
+        cuda.nanosleep(1000)
+
+
+def _event_sample(fn: Callable, args: tuple, inner: int) -> float:
+    """Seconds per call of ``inner`` calls between two CUDA events. The GPU is first given
+    :data:`_HOLD_NS` of sleep, queued before the start event: the start is recorded when the
+    sleep ends, by which time the host has queued the first call, so the host's delay in
+    issuing it (tens of microseconds for a numba launch) is not inside the window."""
+    start, end = cuda.event(timing=True), cuda.event(timing=True)
+    _hold[1, 1](_HOLD_NS // 1000)
+    start.record()
+    for _ in range(inner):
+        fn(*args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / inner
 
 
 def time_cuda(
@@ -82,11 +120,12 @@ def time_cuda(
 ) -> Timing:
     """Time ``fn(*args)`` on the GPU with CUDA events (wall clock on the simulator).
 
-    Each sample is the mean of ``inner`` back-to-back calls between one pair of events:
-    with ``inner > 1`` the host prepares the next launch while the GPU runs the current
-    one, so Python's launch overhead (tens of microseconds for a numba kernel) no longer
-    adds to short kernels. The events are recorded on the default stream, where numba
-    launches kernels and torch runs its operations, so both can be timed.
+    Each sample is the mean of ``inner`` back-to-back calls between one pair of events,
+    recorded once the GPU has been kept busy long enough for the host to queue the first
+    call. With ``inner > 1`` the host also prepares each next launch
+    while the GPU runs the current one, so Python's launch overhead no longer adds to short
+    kernels. The events are recorded on the default stream, where numba launches kernels and
+    torch runs its operations, so both can be timed.
     """
     _check_counts(warmup=warmup, repeats=repeats, inner=inner)
     if backend.is_simulator():
@@ -95,16 +134,70 @@ def time_cuda(
     for _ in range(warmup):
         fn(*args)
     cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = cuda.event(timing=True), cuda.event(timing=True)
-        start.record()
-        for _ in range(inner):
-            fn(*args)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / inner)
+    samples = [_event_sample(fn, args, inner) for _ in range(repeats)]
     return Timing(tuple(samples), "cuda-events", True)
+
+
+def choose_inner(call_s: float) -> int:
+    """Calls per sample for a call that takes ``call_s`` seconds: enough to fill
+    ``POLICY["sample_s"]`` (a millisecond), at least ``POLICY["inner"]`` (3), at most 1000."""
+    if isinstance(call_s, bool) or not isinstance(call_s, Real) or not call_s > 0:
+        raise ValueError(f"call_s must be a number of seconds > 0, got {call_s!r}")
+    return int(min(_MAX_INNER, max(POLICY["inner"], math.ceil(POLICY["sample_s"] / call_s))))
+
+
+def time_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 3,
+                     repeats: int = 20, inner: int | None = None,
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, Timing]:
+    """Time several calls against each other, fairly (:data:`POLICY`): each warmed up
+    ``warmup`` times; ``inner`` calls per sample (by default :func:`choose_inner` of each
+    one's warm-up time); then ``repeats`` rounds of one sample of each, the order rotated
+    from round to round. CUDA events on a GPU, the wall clock ``clock`` on the simulator.
+    ``ValueError`` below the policy's least warm-up, samples or inner calls."""
+    if not fns:
+        raise ValueError("fns must name at least one call")
+    _check_counts(warmup=warmup, repeats=repeats)
+    for name, least, value in (("warmup", POLICY["warmup"], warmup),
+                               ("repeats", POLICY["repeats"], repeats),
+                               ("inner", POLICY["inner"], POLICY["inner"] if inner is None
+                                else inner)):
+        if value < least:
+            raise ValueError(f"{name} must be >= {least} for a fair comparison, got {value}")
+    on_gpu = not backend.is_simulator()
+    sync = cuda.synchronize if on_gpu else (lambda: None)
+    inners = {}
+    for name, fn in fns.items():
+        sync()
+        start = clock()
+        for _ in range(warmup):
+            fn()
+        sync()
+        inners[name] = inner or choose_inner(max((clock() - start) / warmup, 1e-9))
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            if on_gpu:
+                samples[name].append(_event_sample(fns[name], (), inners[name]))
+            else:
+                samples[name].append(_wall_clock(fns[name], (), 0, 1, inners[name], clock)[0])
+    method = "cuda-events" if on_gpu else "wall-clock"
+    return {name: Timing(tuple(samples[name]), method, on_gpu) for name in names}
+
+
+def row_kind(n_bytes: int, l2_bytes: int | None = None) -> str | None:
+    """``"latency"`` if ``n_bytes`` (what one call reads and writes) fits in an L2 cache of
+    ``l2_bytes`` (by default the device's), ``"bandwidth"`` if not: only a working set larger
+    than the L2 measures device memory. None when the L2's size is unknown (the simulator)."""
+    if isinstance(n_bytes, bool) or not isinstance(n_bytes, int) or n_bytes < 0:
+        raise ValueError(f"n_bytes must be an int >= 0, got {n_bytes!r}")
+    if l2_bytes is None:
+        from gpudl.hardware import describe
+
+        l2_bytes = describe().l2_cache_bytes
+    if l2_bytes is None:
+        return None
+    return "latency" if n_bytes <= l2_bytes else "bandwidth"
 
 
 def time_cpu(fn: Callable, *args: object, warmup: int = 1, repeats: int = 5) -> Timing:

@@ -1,7 +1,8 @@
 """Elementwise kernels: vector add, SAXPY, and a warp-divergence demo.
 
 Book section: Chapter 1, "Threads, blocks, grids and warps" (vector add), "Divergence" (the
-divergence demo) and "CPU and GPU on the same problem" (SAXPY on the CPU and the GPU).
+divergence demo) and "CPU and GPU on the same problem" (SAXPY on the CPU and the GPU);
+Chapter 2, "Bytes in flight" (vector add v3 and v4, SAXPY v2).
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return device arrays). Outputs are allocated poisoned (NaN) before a launch, so an element
@@ -21,10 +22,11 @@ from typing import Any
 from gpudl import backend
 from gpudl.checks import check_float32_array
 from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
 # isort: split
 import numpy as np
-from numba import cuda, njit, prange
+from numba import cuda, float32, njit, prange, uint64
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -36,14 +38,23 @@ __all__ = [
     "MODES",
     "DEFAULT_WORK",
     "reference_vector_add",
+    "K",
+    "VECTORS",
     "v1_naive",
     "v2_grid_stride",
+    "v3_k_loads",
+    "v4_vector4",
     "launch_v1",
     "launch_v2",
+    "launch_v3",
+    "launch_v4",
     "vector_add",
+    "SAXPY_VARIANTS",
     "reference_saxpy",
     "saxpy_kernel",
+    "saxpy_k_loads",
     "launch_saxpy",
+    "launch_saxpy_k",
     "saxpy",
     "saxpy_numpy",
     "saxpy_numba_cpu",
@@ -121,6 +132,67 @@ def v2_grid_stride(a, b, out):
         out[i] = a[i] + b[i]
 
 
+#: Loads each thread of the K-loads variants issues before its first store.
+K = 8
+#: 16-byte vectors each thread of ``v4_vector4`` loads from each input.
+VECTORS = 2
+
+
+# v3_k_loads: bytes in flight. A load takes hundreds of cycles to return, and by Little's law
+# the bandwidth a GPU reaches is the bytes in flight divided by that latency. v1 and v2 have
+# one 4-byte load per input in flight per thread: a thread cannot issue its next load before
+# it has stored the sum, and the compiler cannot move the next loads above the store (out
+# might alias a or b). Here each thread of a block owns K elements, one block-width apart (so
+# every warp's loads stay coalesced), issues all 2K loads, then all K stores: K times the
+# bytes in flight. Unsigned indices, compared with an unsigned size, drop the instructions
+# that handle Python's negative indices. Only the last block needs the per-element test.
+@cuda.jit
+def v3_k_loads(a, b, out):
+    n = uint64(out.size)
+    step = uint64(cuda.blockDim.x)
+    first = uint64(cuda.blockIdx.x) * step * uint64(K) + uint64(cuda.threadIdx.x)
+    if first + uint64(K - 1) * step < n:
+        x = cuda.local.array(K, float32)
+        y = cuda.local.array(K, float32)
+        for k in range(K):  # unrolled: 2K loads in flight
+            x[k] = a[first + uint64(k) * step]
+            y[k] = b[first + uint64(k) * step]
+        for k in range(K):
+            out[first + uint64(k) * step] = x[k] + y[k]
+    else:  # the guarded tail, in the last block only
+        for k in range(K):
+            i = first + uint64(k) * step
+            if i < n:
+                out[i] = a[i] + b[i]
+
+
+# v4_vector4: the same bytes in flight in fewer instructions. Each load4 moves 16 bytes
+# (ld.global.v4.f32), so a thread issues 2 * VECTORS loads where v3 issues 2K; a warp's 32
+# vector loads cover 512 consecutive bytes, still coalesced. The arrays must start on a
+# 16-byte boundary (checked by the launcher); the last n % 4 elements, which do not fill a
+# vector, are added one per thread by the first threads of the grid.
+@cuda.jit
+def v4_vector4(a, b, out):
+    n = uint64(out.size)
+    vectors = n // uint64(WIDTH)
+    step = uint64(cuda.blockDim.x)
+    first = uint64(cuda.blockIdx.x) * step * uint64(VECTORS) + uint64(cuda.threadIdx.x)
+    if first + uint64(VECTORS - 1) * step < vectors:
+        j0, j1 = first * uint64(WIDTH), (first + step) * uint64(WIDTH)
+        a0, b0, a1, b1 = load4(a, j0), load4(b, j0), load4(a, j1), load4(b, j1)
+        store4(out, j0, (a0[0] + b0[0], a0[1] + b0[1], a0[2] + b0[2], a0[3] + b0[3]))
+        store4(out, j1, (a1[0] + b1[0], a1[1] + b1[1], a1[2] + b1[2], a1[3] + b1[3]))
+    else:
+        for k in range(VECTORS):
+            j = (first + uint64(k) * step) * uint64(WIDTH)
+            if j < vectors * uint64(WIDTH):
+                x, y = load4(a, j), load4(b, j)
+                store4(out, j, (x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]))
+    i = vectors * uint64(WIDTH) + uint64(cuda.grid(1))  # the scalar tail
+    if i < n:
+        out[i] = a[i] + b[i]
+
+
 def _blocks_to_cover(n: int, threads_per_block: int) -> int:
     return math.ceil(n / threads_per_block)
 
@@ -151,7 +223,21 @@ def launch_v2(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     v2_grid_stride[blocks, threads_per_block](a, b, out)
 
 
-VARIANTS: dict[str, Callable] = {"v1": launch_v1, "v2": launch_v2}
+def launch_v3(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+    """Launch ``v3_k_loads`` on device arrays: one block per ``K * threads_per_block``."""
+    v3_k_loads[_blocks_to_cover(out.size, K * threads_per_block), threads_per_block](a, b, out)
+
+
+def launch_v4(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+    """Launch ``v4_vector4`` on device arrays that start on 16-byte boundaries."""
+    for name, x in (("a", a), ("b", b), ("out", out)):
+        check_aligned(name, x)
+    blocks = max(1, _blocks_to_cover(out.size // WIDTH, VECTORS * threads_per_block))
+    v4_vector4[blocks, threads_per_block](a, b, out)
+
+
+VARIANTS: dict[str, Callable] = {"v1": launch_v1, "v2": launch_v2, "v3": launch_v3,
+                                 "v4": launch_v4}
 
 
 def vector_add(a: Array, b: Array, variant: str = "v2", threads_per_block: int = 256) -> Array:
@@ -188,11 +274,48 @@ def launch_saxpy(alpha: float, x: Array, y: Array, out: Array, threads_per_block
     saxpy_kernel[blocks, threads_per_block](np.float32(alpha), x, y, out)
 
 
-def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256) -> Array:
-    """``alpha * x + y`` for float32 vectors on the GPU, in a new array (``y`` is unchanged)."""
+# saxpy_k_loads: SAXPY with vector add v3's K loads per input in flight per thread.
+@cuda.jit
+def saxpy_k_loads(alpha, x, y, out):
+    n = uint64(out.size)
+    step = uint64(cuda.blockDim.x)
+    first = uint64(cuda.blockIdx.x) * step * uint64(K) + uint64(cuda.threadIdx.x)
+    if first + uint64(K - 1) * step < n:
+        u = cuda.local.array(K, float32)
+        v = cuda.local.array(K, float32)
+        for k in range(K):
+            u[k] = x[first + uint64(k) * step]
+            v[k] = y[first + uint64(k) * step]
+        for k in range(K):
+            out[first + uint64(k) * step] = alpha * u[k] + v[k]
+    else:
+        for k in range(K):
+            i = first + uint64(k) * step
+            if i < n:
+                out[i] = alpha * x[i] + y[i]
+
+
+def launch_saxpy_k(alpha: float, x: Array, y: Array, out: Array,
+                   threads_per_block: int) -> None:
+    """Launch ``saxpy_k_loads`` on device arrays: one block per ``K * threads_per_block``."""
+    blocks = _blocks_to_cover(out.size, K * threads_per_block)
+    saxpy_k_loads[blocks, threads_per_block](np.float32(alpha), x, y, out)
+
+
+#: SAXPY variant name -> launcher(alpha, x, y, out, threads_per_block) on device arrays.
+SAXPY_VARIANTS: dict[str, Callable] = {"v1": launch_saxpy, "v2": launch_saxpy_k}
+
+
+def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256,
+          variant: str = "v1") -> Array:
+    """``alpha * x + y`` for float32 vectors on the GPU, in a new array (``y`` is unchanged),
+    with the kernel ``SAXPY_VARIANTS[variant]``."""
     _check_alpha(alpha)
     _check_threads_per_block(threads_per_block)
-    return _run(lambda x_, y_, out: launch_saxpy(alpha, x_, y_, out, threads_per_block), x=x, y=y)
+    if variant not in SAXPY_VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(SAXPY_VARIANTS)}, got {variant!r}")
+    launch = SAXPY_VARIANTS[variant]
+    return _run(lambda x_, y_, out: launch(alpha, x_, y_, out, threads_per_block), x=x, y=y)
 
 
 def _cpu_out(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:

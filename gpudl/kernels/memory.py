@@ -1,7 +1,8 @@
 """Memory-access patterns: coalesced, strided and misaligned copies, and matrix transpose.
 
-Book section: Chapter 2, "Coalescing" (the three copies and the naive transpose) and "Shared
-memory and bank conflicts" (the tiled transposes).
+Book section: Chapter 2, "Coalescing" (the three copies and the naive transpose), "Shared
+memory and bank conflicts" (the tiled transposes) and "Bytes in flight" (copy v2 and v3, the
+transpose that loads first).
 
 Global memory is read in 32-byte sectors. When the 32 lanes of a warp load 32 consecutive
 float32 words starting on a 128-byte boundary, the warp's request touches 4 sectors and uses
@@ -24,10 +25,12 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 
 # isort: split
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint64
 
 from gpudl.checks import check_float32_array
 from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.elementwise import VECTORS, K
+from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -39,15 +42,21 @@ __all__ = [
     "TILE",
     "BLOCK_ROWS",
     "PADDED",
+    "LOADS_ROWS",
     "VARIANTS",
+    "COPY_VARIANTS",
     "reference_copy",
     "reference_copy_strided",
     "reference_copy_offset",
     "reference_transpose",
     "copy_kernel",
+    "copy_k_loads",
+    "copy_vector4",
     "copy_strided_kernel",
     "copy_offset_kernel",
     "launch_copy",
+    "launch_copy_k",
+    "launch_copy_vector4",
     "launch_copy_strided",
     "launch_copy_offset",
     "copy",
@@ -56,10 +65,12 @@ __all__ = [
     "v1_naive",
     "v2_shared",
     "v3_padded",
+    "v4_padded_loads_first",
     "transpose_grid",
     "launch_naive",
     "launch_shared",
     "launch_padded",
+    "launch_padded_loads_first",
     "transpose",
 ]
 
@@ -96,6 +107,53 @@ def copy_kernel(x, out):
         out[i] = x[i]
 
 
+# copy_k_loads (copy v2): each thread copies K elements a block-width apart, all K loads
+# issued before the first store: K times the bytes in flight of copy_kernel, whose thread
+# has one 4-byte load outstanding (Little's law: bandwidth = bytes in flight / latency).
+# Unsigned indices against an unsigned size (as in elementwise.v3_k_loads); only the last
+# block tests each element.
+@cuda.jit
+def copy_k_loads(x, out):
+    n = uint64(out.size)
+    step = uint64(cuda.blockDim.x)
+    first = uint64(cuda.blockIdx.x) * step * uint64(K) + uint64(cuda.threadIdx.x)
+    if first + uint64(K - 1) * step < n:
+        v = cuda.local.array(K, float32)
+        for k in range(K):  # unrolled: K loads in flight
+            v[k] = x[first + uint64(k) * step]
+        for k in range(K):
+            out[first + uint64(k) * step] = v[k]
+    else:
+        for k in range(K):
+            i = first + uint64(k) * step
+            if i < n:
+                out[i] = x[i]
+
+
+# copy_vector4 (copy v3): the same bytes in flight with 16-byte loads and stores
+# (gpudl.kernels.wide): VECTORS vectors of 4 floats per thread, then a scalar tail of the
+# last n % 4 elements. Both arrays must start on a 16-byte boundary.
+@cuda.jit
+def copy_vector4(x, out):
+    n = uint64(out.size)
+    vectors = n // uint64(WIDTH)
+    step = uint64(cuda.blockDim.x)
+    first = uint64(cuda.blockIdx.x) * step * uint64(VECTORS) + uint64(cuda.threadIdx.x)
+    if first + uint64(VECTORS - 1) * step < vectors:
+        j0, j1 = first * uint64(WIDTH), (first + step) * uint64(WIDTH)
+        v0, v1 = load4(x, j0), load4(x, j1)
+        store4(out, j0, v0)
+        store4(out, j1, v1)
+    else:
+        for k in range(VECTORS):
+            j = (first + uint64(k) * step) * uint64(WIDTH)
+            if j < vectors * uint64(WIDTH):
+                store4(out, j, load4(x, j))
+    i = vectors * uint64(WIDTH) + uint64(cuda.grid(1))
+    if i < n:
+        out[i] = x[i]
+
+
 # copy_strided_kernel: lane k reads x[k * stride]. The warp's 32 words are stride words
 # apart: stride 2 spreads them over 8 sectors (half of each sector wasted), stride 8 or more
 # puts every lane in a sector of its own (32 sectors, 28 of every 32 bytes fetched for
@@ -127,6 +185,24 @@ def launch_copy(x: Array, out: Array) -> None:
     copy_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out)
 
 
+def launch_copy_k(x: Array, out: Array) -> None:
+    """Launch ``copy_k_loads``: one block per ``K * THREADS_PER_BLOCK`` elements."""
+    copy_k_loads[math.ceil(out.size / (K * THREADS_PER_BLOCK)), THREADS_PER_BLOCK](x, out)
+
+
+def launch_copy_vector4(x: Array, out: Array) -> None:
+    """Launch ``copy_vector4`` on arrays that start on 16-byte boundaries."""
+    check_aligned("x", x)
+    check_aligned("out", out)
+    blocks = max(1, math.ceil(out.size // WIDTH / (VECTORS * THREADS_PER_BLOCK)))
+    copy_vector4[blocks, THREADS_PER_BLOCK](x, out)
+
+
+#: Copy variant name -> launcher(x, out) on device arrays (``out.size >= 1``).
+COPY_VARIANTS: dict[str, Callable] = {"v1": launch_copy, "v2": launch_copy_k,
+                                      "v3": launch_copy_vector4}
+
+
 def launch_copy_strided(x: Array, out: Array, stride: int) -> None:
     """Launch ``copy_strided_kernel``: ``out[i] = x[i * stride]``."""
     copy_strided_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, stride)
@@ -137,10 +213,13 @@ def launch_copy_offset(x: Array, out: Array, offset: int) -> None:
     copy_offset_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, offset)
 
 
-def copy(x: Array) -> Array:
-    """A copy of the float32 vector ``x`` made by the coalesced ``copy_kernel``."""
+def copy(x: Array, variant: str = "v1") -> Array:
+    """A copy of the float32 vector ``x`` made by the coalesced kernel
+    ``COPY_VARIANTS[variant]`` (v1: ``copy_kernel``)."""
+    if variant not in COPY_VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(COPY_VARIANTS)}, got {variant!r}")
     on_device = check_float32_array("x", x, 1)
-    return _run(x, on_device, x.shape, launch_copy)
+    return _run(x, on_device, x.shape, COPY_VARIANTS[variant])
 
 
 def copy_strided(x: Array, stride: int) -> Array:
@@ -230,6 +309,32 @@ def v3_padded(x, out):
             out[col0 + ty + k, row0 + tx] = tile[tx, ty + k]
 
 
+# v4_padded_loads_first: v3 with more bytes in flight. In v3 each thread stores every value
+# it loads into the tile before its next load, so it waits for each load in turn: one 4-byte
+# load in flight. Here a block of TILE x LOADS_ROWS = 32 x 4 threads gives each thread
+# TILE / LOADS_ROWS = 8 rows of the tile; it issues all 8 loads into registers first, then
+# the 8 shared-memory stores. The padded tile keeps the column reads conflict-free.
+LOADS_ROWS = 4
+_ROWS_PER_THREAD = TILE // LOADS_ROWS  # a named constant: a local array's shape is literal
+
+
+@cuda.jit
+def v4_padded_loads_first(x, out):
+    tile = cuda.shared.array((TILE, PADDED), float32)
+    v = cuda.local.array(_ROWS_PER_THREAD, float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    for k in range(_ROWS_PER_THREAD):  # unrolled: 8 loads in flight
+        if row0 + ty + k * LOADS_ROWS < x.shape[0] and col0 + tx < x.shape[1]:
+            v[k] = x[row0 + ty + k * LOADS_ROWS, col0 + tx]
+    for k in range(_ROWS_PER_THREAD):  # (values past the edge are never read back)
+        tile[ty + k * LOADS_ROWS, tx] = v[k]
+    cuda.syncthreads()
+    for k in range(_ROWS_PER_THREAD):
+        if col0 + ty + k * LOADS_ROWS < out.shape[0] and row0 + tx < out.shape[1]:
+            out[col0 + ty + k * LOADS_ROWS, row0 + tx] = tile[tx, ty + k * LOADS_ROWS]
+
+
 def transpose_grid(shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
     """``(griddim, blockdim)`` of a transpose of an array of ``shape``: one block per tile."""
     rows, cols = shape
@@ -251,10 +356,17 @@ def launch_padded(x: Array, out: Array) -> None:
     v3_padded[transpose_grid(x.shape)](x, out)
 
 
+def launch_padded_loads_first(x: Array, out: Array) -> None:
+    """Launch ``v4_padded_loads_first``: one block of 32 x 4 threads per tile."""
+    grid, _ = transpose_grid(x.shape)
+    v4_padded_loads_first[grid, (TILE, LOADS_ROWS)](x, out)
+
+
 VARIANTS: dict[str, Callable] = {
     "naive": launch_naive,
     "shared": launch_shared,
     "padded": launch_padded,
+    "padded_loads_first": launch_padded_loads_first,
 }
 
 

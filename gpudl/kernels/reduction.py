@@ -32,7 +32,7 @@ from gpudl import backend
 
 # isort: split
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32, uint64
 from numba.cuda.cudadrv import driver
 
 from gpudl.checks import check_float32_array
@@ -52,6 +52,8 @@ __all__ = [
     "v4_first_add_grid_stride",
     "v5_warp_shuffle",
     "v6_one_pass_atomic",
+    "v7_last_block",
+    "LOADS",
     "addition_depth",
     "reduce_sum",
 ]
@@ -220,6 +222,71 @@ def v6_one_pass_atomic(x, out):
         cuda.atomic.add(out, 0, total)
 
 
+#: Loads in flight per thread in v7's loop, and the accumulators they are added into.
+LOADS = 8
+_ACCUMULATORS = 4
+_NAN = np.float32(np.nan)
+
+
+@cuda.jit(device=True)
+def _thread_sum_in_flight(x):
+    """``_thread_sum`` with LOADS loads issued before any addition, into 4 accumulators."""
+    n = uint64(x.size)
+    stride = uint64(cuda.gridsize(1))
+    i = uint64(cuda.grid(1))
+    acc = cuda.local.array(_ACCUMULATORS, float32)
+    v = cuda.local.array(LOADS, float32)
+    for k in range(_ACCUMULATORS):
+        acc[k] = float32(0)
+    while i + uint64(LOADS - 1) * stride < n:
+        for k in range(LOADS):  # unrolled: LOADS loads in flight
+            v[k] = x[i + uint64(k) * stride]
+        for k in range(LOADS):  # four independent chains of additions, not one
+            acc[k % _ACCUMULATORS] += v[k]
+        i += uint64(LOADS) * stride
+    while i < n:  # fewer than LOADS elements left for this thread
+        acc[0] += x[i]
+        i += stride
+    return (acc[0] + acc[1]) + (acc[2] + acc[3])
+
+
+# v7_last_block: v6's one launch without its memset, and with more bytes in flight. Each
+# thread keeps LOADS loads in flight (v6's loop waits for each addition's input in turn) and
+# adds them into four accumulators, so that the additions do not wait for each other either.
+# Each block writes its partial sum into a preallocated array, then takes a ticket from a
+# counter; the block that draws the last ticket knows that every other partial is written,
+# sums them (poisoning them again), writes out[0] and sets the counter back to 0 for the next
+# launch. No allocation, no memset, one launch. The fences order the memory: a block's
+# partial is visible to every block before its ticket is taken (writer's threadfence), and
+# the last block reads the partials only after it saw the count (reader's threadfence), as
+# in CUDA's threadFenceReduction sample.
+@cuda.jit
+def v7_last_block(x, out, partials, arrived):
+    shared = cuda.shared.array(TPB, float32)
+    last = cuda.shared.array(1, int32)
+    tid = cuda.threadIdx.x
+    shared[tid] = _thread_sum_in_flight(x)
+    cuda.syncthreads()
+    total = _tree_warp_shuffle(shared, tid)
+    if tid == 0:
+        partials[cuda.blockIdx.x] = total
+        cuda.threadfence()
+        last[0] = cuda.atomic.add(arrived, 0, 1) == cuda.gridDim.x - 1
+    cuda.syncthreads()
+    if last[0]:  # the same for every thread of the block
+        cuda.threadfence()
+        acc = float32(0)
+        for b in range(tid, cuda.gridDim.x, TPB):
+            acc += partials[b]
+            partials[b] = _NAN  # poisoned again: a block that never writes shows next time
+        shared[tid] = acc
+        cuda.syncthreads()
+        total = _tree_warp_shuffle(shared, tid)
+        if tid == 0:
+            out[0] = total
+            arrived[0] = 0
+
+
 # ------------------------------------------------------------------------------------------
 # Launchers: device input (size >= 1) in, the sum left in out[0] (a device array)
 # ------------------------------------------------------------------------------------------
@@ -264,6 +331,26 @@ def _atomic_pass(kernel: Callable, blocks_for: Callable[[int], int], x: Array, o
     kernel[blocks_for(x.size), TPB](x, out)
 
 
+_WORKSPACES: dict[object, tuple[Array, Array]] = {}
+
+
+def workspace() -> tuple[Array, Array]:
+    """v7's partial sums (one per block of a full wave, poisoned) and its arrival counter
+    (int32, 0 between launches), allocated once per device. Launches that share them must
+    run one after another (on one stream), as the book's do."""
+    key = "simulator" if backend.is_simulator() else cuda.get_current_device().id
+    if key not in _WORKSPACES:
+        counter = cuda.to_device(np.zeros(1, dtype=np.int32))
+        _WORKSPACES[key] = (poisoned(elementwise.grid_stride_blocks(1 << 62, TPB)), counter)
+    return _WORKSPACES[key]
+
+
+def _last_block_pass(x: Array, out: Array) -> None:
+    """One launch of v7 over a wave of blocks, with the preallocated workspace."""
+    partials, arrived = workspace()
+    v7_last_block[grid_stride_blocks(x.size), TPB](x, out, partials, arrived)
+
+
 #: Variant name -> launcher(x, out) on device arrays (x.size >= 1); the sum ends in out[0].
 VARIANTS: dict[str, Callable[[Array, Array], None]] = {
     "v1_atomic": functools.partial(_atomic_pass, v1_atomic, _blocks_to_cover),
@@ -272,6 +359,7 @@ VARIANTS: dict[str, Callable[[Array, Array], None]] = {
     "v4_first_add_grid_stride": functools.partial(_grid_stride_passes, v4_first_add_grid_stride),
     "v5_warp_shuffle": functools.partial(_grid_stride_passes, v5_warp_shuffle),
     "v6_one_pass_atomic": functools.partial(_atomic_pass, v6_one_pass_atomic, grid_stride_blocks),
+    "v7_last_block": _last_block_pass,
 }
 
 
@@ -280,8 +368,11 @@ def addition_depth(n: int, variant: str) -> int:
 
     v1: a chain of n atomics. v2, v3: 8 tree levels per launch. v4, v5: each thread's
     grid-stride chain, 8 levels, then one block's chain over the partials and 8 levels. v6:
-    the chain, 8 levels, then one atomic per block. Never more than n: an addition with
-    only one element below it (the rest are padding zeros) is exact.
+    the chain, 8 levels, then one atomic per block. v7: each of a thread's 4 accumulators
+    takes at most a quarter of its c elements plus the LOADS - 1 of its tail, 2 levels join
+    them, 8 levels in the block, then the last block's chain over the partials and 8 levels.
+    Never more than n: an addition with only one element below it (the rest are padding
+    zeros) is exact.
     """
     _check_variant(variant)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -294,7 +385,11 @@ def addition_depth(n: int, variant: str) -> int:
             launches, size = launches + 1, _blocks_to_cover(size)
         return min(n, launches * LOG2_TPB)
     blocks = grid_stride_blocks(n)
-    depth = math.ceil(n / (blocks * TPB)) + LOG2_TPB
+    per_thread = math.ceil(n / (blocks * TPB))
+    if variant == "v7_last_block":
+        chain = math.ceil(per_thread / _ACCUMULATORS) + LOADS - 1 + 2
+        return min(n, chain + LOG2_TPB + _blocks_to_cover(blocks) + LOG2_TPB)
+    depth = per_thread + LOG2_TPB
     if variant == "v6_one_pass_atomic":
         depth += blocks
     elif blocks > 1:

@@ -10,10 +10,12 @@ gradients are averaged:
 * ``"single"``: one process and the global batch, no communication: the reference;
 * ``"manual"``: one ``all_reduce`` per parameter after the backward pass, then a division by
   the world size;
-* ``"bucketed"``: :class:`GradientBuckets` packs the gradients into a few flat buckets with a
-  Numba kernel that also scales by ``1/N`` (:mod:`gpudl.kernels.buckets`), all-reduces each
-  bucket as soon as its gradients are ready (overlapping the rest of the backward pass), and
-  unpacks them;
+* ``"bucketed"``: :class:`GradientBuckets` keeps the gradients in a few flat buckets (each
+  ``.grad`` a view of its bucket, as DDP's ``gradient_as_bucket_view``), all-reduces each
+  bucket as soon as its gradients are ready (overlapping the rest of the backward pass) and
+  averages it; or, the naive version kept to teach it, packs the gradients into the buckets
+  with a Numba kernel that also scales by ``1/N`` (:mod:`gpudl.kernels.buckets`) and unpacks
+  them after the all-reduce;
 * ``"ddp"``: ``DistributedDataParallel``, which does the same in C++.
 
 The data follows ``DistributedSampler``: each epoch's (shuffled) index list is padded by
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -55,6 +58,7 @@ from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
 from gpudl.parallel.sharding import average_gradients, make_mlp
 
 __all__ = [
+    "BUCKET_VARIANTS",
     "STRATEGIES",
     "TOLERANCE",
     "GradientBuckets",
@@ -78,6 +82,10 @@ __all__ = [
 #: The strategies, the reference first.
 STRATEGIES = ("single", "manual", "bucketed", "ddp")
 
+#: The ways the bucketed strategy fills its buckets, gradients as views of them, or packed
+#: and unpacked by a kernel of :mod:`gpudl.kernels.buckets` (the naive version).
+BUCKET_VARIANTS = ("views", *bk.VARIANTS)
+
 #: Largest difference allowed between a strategy and ``"single"``, at every step: losses
 #: (absolute) and parameters (relative to the largest parameter). The ranks add the same
 #: float32 numbers in another order than one process does, so each gradient element differs
@@ -98,9 +106,10 @@ class Setup:
     error) and SGD with ``lr`` and ``momentum``. ``shuffle``, ``seed`` and ``drop_last`` are
     ``DistributedSampler``'s. ``accumulation`` micro-batches per step and rank. Buckets of
     ``bucket_cap_mb`` MiB (DDP's argument, and the bucketed strategy's; ``None`` is DDP's
-    default) packed by the kernel ``variant``. ``start``: ``"broadcast"`` copies rank 0's
-    initial parameters to every rank, ``"verify"`` only checks that they are equal
-    (:func:`check_replicas`). ``rank_seed_step``, when not 0, makes rank ``r`` initialise its
+    default), the gradients their views (``variant="views"``) or packed by the kernel
+    ``variant`` (a key of ``gpudl.kernels.buckets.VARIANTS``). ``start``: ``"broadcast"``
+    copies rank 0's initial parameters to every rank, ``"verify"`` only checks that they are
+    equal (:func:`check_replicas`). ``rank_seed_step``, when not 0, makes rank ``r`` initialise its
     model from ``seed + r * rank_seed_step``: the bug that :func:`check_replicas` catches.
     """
 
@@ -115,7 +124,7 @@ class Setup:
     drop_last: bool = False
     accumulation: int = 1
     bucket_cap_mb: float | None = 2 / 1024
-    variant: str = "v2_multi_tensor"
+    variant: str = "views"
     start: str = "broadcast"
     rank_seed_step: int = 0
 
@@ -142,8 +151,8 @@ class Setup:
                 or not 0 < self.bucket_cap_mb < math.inf):
             raise ValueError(f"bucket_cap_mb must be a positive number of MiB or None, "
                              f"got {self.bucket_cap_mb!r}")
-        if self.variant not in bk.VARIANTS:
-            raise ValueError(f"variant must be one of {sorted(bk.VARIANTS)}, "
+        if self.variant not in BUCKET_VARIANTS:
+            raise ValueError(f"variant must be one of {list(BUCKET_VARIANTS)}, "
                              f"got {self.variant!r}")
         if self.start not in ("broadcast", "verify"):
             raise ValueError(f"start must be 'broadcast' or 'verify', got {self.start!r}")
@@ -283,15 +292,24 @@ class GradientBuckets:
     gradients become ready, the reverse of ``params`` (as DDP groups them:
     :func:`gpudl.parallel.grad_timeline.expected_buckets`). After :meth:`arm`, a hook on every
     parameter counts the gradients of its bucket as they are accumulated; when the last one
-    arrives it packs the bucket with :func:`gpudl.kernels.buckets.pack`, scaled by ``1/N``,
-    and starts its all-reduce asynchronously, while the backward pass goes on with earlier
-    layers. :meth:`wait` waits for the all-reduces and unpacks the averaged gradients into
-    ``param.grad``. Unarmed (the micro-batches before the last, under gradient accumulation),
-    the hooks do nothing and the gradients only accumulate.
+    arrives the bucket's all-reduce starts asynchronously, while the backward pass goes on
+    with earlier layers, and :meth:`wait` waits for them. Unarmed (the micro-batches before
+    the last, under gradient accumulation), the hooks do nothing and the gradients only
+    accumulate.
+
+    With ``variant="views"`` every ``param.grad`` is a view of its place in its bucket
+    (:meth:`zero_grad` keeps it so), so backward writes the gradients straight into the
+    buckets: nothing is copied. NCCL all-reduces with ``ReduceOp.AVG``; gloo has no average,
+    so the bucket is summed, then scaled by ``1/N``. With a kernel of
+    :mod:`gpudl.kernels.buckets` as ``variant`` (the naive version), the gradients stay
+    where backward put them: the last one packs the bucket, scaled by ``1/N``, before its
+    all-reduce (a sum), and :meth:`wait` unpacks the averages into ``param.grad``.
+    ``copies`` counts the packs and unpacks (of a whole bucket), and the gradients the
+    views version had to copy into a bucket because ``.grad`` had been replaced.
     """
 
     def __init__(self, params: Sequence[torch.nn.Parameter], bucket_cap_mb: float | None,
-                 world_size: int, variant: str = "v2_multi_tensor") -> None:
+                 world_size: int, variant: str = "views") -> None:
         self.params = list(params)
         if not self.params:
             raise ValueError("params must list at least one parameter")
@@ -299,19 +317,41 @@ class GradientBuckets:
             if param.dtype != torch.float32 or not param.requires_grad:
                 raise TypeError(f"every parameter must be float32 and require a gradient, got "
                                 f"{param.dtype} (requires_grad={param.requires_grad})")
+        if variant not in BUCKET_VARIANTS:
+            raise ValueError(f"variant must be one of {list(BUCKET_VARIANTS)}, got {variant!r}")
         ready = self.params[::-1]  # the backward pass produces the last layer's first
         groups = expected_buckets([p.numel() * p.element_size() for p in ready], bucket_cap_mb)
         self.buckets = [[ready[i] for i in group] for group in groups]
-        self.flat = [torch.empty(sum(p.numel() for p in bucket), device=bucket[0].device)
+        self.flat = [torch.zeros(sum(p.numel() for p in bucket), device=bucket[0].device)
                      for bucket in self.buckets]
         self.bucket_of = {id(p): i for i, bucket in enumerate(self.buckets) for p in bucket}
+        self.slot_of = {}  # each parameter's place in its bucket
+        for flat, bucket in zip(self.flat, self.buckets, strict=True):
+            starts = bk.offsets([p.numel() for p in bucket])
+            for p, start in zip(bucket, starts, strict=False):
+                self.slot_of[id(p)] = flat[start:start + p.numel()].view_as(p)
+        self.slots = [self.slot_of[id(p)] for p in self.params]
         self.scale = 1.0 / check_int("world_size", world_size, 1)
         self.variant = variant
+        self.views = variant == "views"
+        self.copies = 0
         self.armed = False
         self._left: list[int] = []
-        self._works: dict[int, dist.Work] = {}
+        self._works: dict[int, tuple[dist.Work, bool]] = {}  # bucket -> (work, summed?)
         for param in self.params:
             param.register_post_accumulate_grad_hook(self._ready)
+        if self.views:
+            self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """Zero the buckets and, for the views version, make every ``.grad`` its view again
+        (an optimizer's ``zero_grad(set_to_none=True)`` would unlink them)."""
+        for flat in self.flat:
+            flat.zero_()
+        grads = map(operator.attrgetter("grad"), self.params)
+        if self.views and not all(map(operator.is_, grads, self.slots)):
+            for param, slot in zip(self.params, self.slots, strict=True):
+                param.grad = slot
 
     def arm(self) -> None:
         """Make the next backward pass start the all-reduces."""
@@ -325,27 +365,58 @@ class GradientBuckets:
         i = self.bucket_of[id(param)]
         self._left[i] -= 1
         if self._left[i] == 0:
-            with _kernel_stream(self.flat[i].device) as stream:
-                grads = [as_kernel_array(p.grad.view(-1), "grad") for p in self.buckets[i]]
-                bk.pack(grads, as_kernel_array(self.flat[i], "bucket"), self.scale,
-                        self.variant, stream)
-            self._works[i] = dist.all_reduce(self.flat[i], async_op=True)
+            if self.views:
+                self._gather(i)
+            else:
+                self._pack(i)
+            self._works[i] = self._all_reduce(self.flat[i])
+
+    def _gather(self, i: int) -> None:
+        """Copy into bucket ``i`` the gradients that are not views of it (``.grad`` replaced
+        since :meth:`zero_grad`); normally there are none."""
+        for param in self.buckets[i]:
+            slot = self.slot_of[id(param)]
+            if param.grad is not slot:
+                slot.copy_(param.grad)
+                param.grad = slot
+                self.copies += 1
+
+    def _pack(self, i: int) -> None:
+        """The naive version: bucket ``i`` packed from the gradients, scaled by ``1/N``."""
+        with _kernel_stream(self.flat[i].device) as stream:
+            grads = [as_kernel_array(p.grad.view(-1), "grad") for p in self.buckets[i]]
+            bk.pack(grads, as_kernel_array(self.flat[i], "bucket"), self.scale, self.variant,
+                    stream)
+        self.copies += 1
+
+    def _all_reduce(self, flat: torch.Tensor) -> tuple[dist.Work, bool]:
+        """Start the bucket's all-reduce: NCCL averages (``ReduceOp.AVG``), gloo only sums
+        (then :meth:`wait` scales), and a packed bucket, already scaled, is summed."""
+        if self.views and dist.get_backend() == "nccl":
+            return dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True), False
+        return dist.all_reduce(flat, async_op=True), self.views
 
     def wait(self) -> int:
-        """Wait for every bucket's all-reduce, unpack the averages into ``param.grad`` and
-        disarm; return the number of all-reduces. ``RuntimeError`` if a bucket never
-        completed (a parameter that received no gradient)."""
+        """Wait for every bucket's all-reduce, leave the averages in ``param.grad`` (scaled,
+        or unpacked from a packed bucket) and disarm; return the number of all-reduces.
+        ``RuntimeError`` if a bucket never completed (a parameter that received no
+        gradient)."""
         self.armed = False
         missing = [i for i in range(len(self.buckets)) if i not in self._works]
         if missing:
             raise RuntimeError(
                 f"buckets {missing} never received all their gradients in the backward "
                 "pass: some parameters did not take part in the loss")
-        for i, work in self._works.items():
+        for i, (work, summed) in self._works.items():
             work.wait()
-            with _kernel_stream(self.flat[i].device) as stream:
-                grads = [as_kernel_array(p.grad.view(-1), "grad") for p in self.buckets[i]]
-                bk.unpack(as_kernel_array(self.flat[i], "bucket"), grads, self.variant, stream)
+            if summed:
+                self.flat[i].mul_(self.scale)
+            elif not self.views:
+                with _kernel_stream(self.flat[i].device) as stream:
+                    grads = [as_kernel_array(p.grad.view(-1), "grad") for p in self.buckets[i]]
+                    bk.unpack(as_kernel_array(self.flat[i], "bucket"), grads, self.variant,
+                              stream)
+                self.copies += 1
         return len(self._works)
 
 
@@ -387,7 +458,10 @@ class Replica:
         """One optimizer step on this rank's share ``x, y`` of a global batch; returns the
         mean loss over the share (before the step) and the number of gradient all-reduces
         this code issued (``None`` for DDP, which issues its own)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.buckets is not None and self.buckets.views:
+            self.buckets.zero_grad()  # the gradients stay views of the buckets
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
         micro = self._micro_batches(len(x))
         total = torch.zeros((), device=x.device)
         for j, (a, b) in enumerate(micro):
@@ -430,8 +504,10 @@ def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
     process group, on this rank's share. Returns ``strategy``, ``rank``, ``world_size``,
     ``backend``, and one entry per step in ``losses`` (the mean loss over the global batch,
     before the step), ``params`` (all parameters after the step, flattened, float32),
-    ``batches`` (the sample indices this rank used) and ``allreduces`` (gradient all-reduces
-    issued per step; ``None`` under DDP).
+    ``batches`` (the sample indices this rank used), ``allreduces`` (gradient all-reduces
+    issued per step; ``None`` under DDP) and ``grad_copies`` (bucket packs and unpacks, and
+    gradients copied into a bucket, per step: ``GradientBuckets.copies``; ``None`` for
+    the strategies without buckets).
     """
     check_strategy(strategy)
     single = strategy == "single"
@@ -448,12 +524,13 @@ def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
     share = setup.global_batch if single else setup.global_batch // n
     record: dict = {"strategy": strategy, "rank": rank, "world_size": world_size,
                     "backend": None if single else dist.get_backend(), "losses": [],
-                    "params": [], "batches": [], "allreduces": []}
+                    "params": [], "batches": [], "allreduces": [], "grad_copies": []}
     for epoch in range(setup.epochs):
         mine = global_order(setup, n, epoch) if single else rank_indices(setup, n, rank, epoch)
         for start in range(0, len(mine), share):
             batch = mine[start:start + share]
             index = torch.tensor(batch, device=device)
+            copies = replica.buckets.copies if replica.buckets else None
             loss, calls = replica.step(x_all[index], y_all[index])
             if not single:  # the ranks' shares are equal: the mean of their means
                 dist.all_reduce(loss)
@@ -462,6 +539,8 @@ def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
             record["params"].append(replica.flat_parameters())
             record["batches"].append(batch)
             record["allreduces"].append(calls)
+            record["grad_copies"].append(replica.buckets.copies - copies if replica.buckets
+                                         else None)
     return record
 
 
