@@ -95,7 +95,7 @@ _SUFFIX = {"full launch": "", "launch without the driver call": ", no driver cal
            "simulated launch": ", simulated"}
 
 
-#: No speed goal: the launch costs are taught, not held to a threshold.
+#: The topic has no speed goal; the launch costs are taught, not held to a threshold.
 BARS: tuple[dict, ...] = ()
 
 
