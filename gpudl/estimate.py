@@ -10,12 +10,9 @@ Units throughout: bytes, seconds, and bytes per second (not bits, not GB/s).
 
 from __future__ import annotations
 
-import math
-from numbers import Real
-
 import numpy as np
 
-from gpudl.checks import check_int
+from gpudl.checks import check_bool, check_choice, check_int, check_positive, check_real
 
 __all__ = [
     "bubble_fraction",
@@ -37,24 +34,6 @@ __all__ = [
 ]
 
 
-def _check_world_size(world_size: object) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(
-            f"world_size must be an int, got {type(world_size).__name__} {world_size!r}"
-        )
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
-
-
-def _check_number(name: str, value: object, *, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    if positive and not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    if not positive and not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-
-
 def allreduce_bytes_per_rank(n_bytes: float, world_size: int) -> float:
     """Bytes each rank sends (and receives) in a ring all-reduce of ``n_bytes``.
 
@@ -62,8 +41,8 @@ def allreduce_bytes_per_rank(n_bytes: float, world_size: int) -> float:
     sending one chunk of ``n_bytes / N``; all-gather takes as many again. In all
     ``2 (N - 1) / N * n_bytes``: almost twice the buffer, whatever ``N`` is.
     """
-    _check_number("n_bytes", n_bytes, positive=False)
-    _check_world_size(world_size)
+    check_real("n_bytes", n_bytes, 0)
+    check_int("world_size", world_size, 1)
     return 2 * (world_size - 1) / world_size * n_bytes
 
 
@@ -80,9 +59,9 @@ def allreduce_time(
     Measured all-reduces report the bandwidth this model implies as *bus bandwidth*
     (``busbw``, the nccl-tests convention), so the two can be compared directly.
     """
-    _check_world_size(world_size)
-    _check_number("bandwidth", bandwidth, positive=True)
-    _check_number("latency", latency, positive=False)
+    check_int("world_size", world_size, 1)
+    check_real("bandwidth", bandwidth, 0, strict=True)
+    check_real("latency", latency, 0)
     steps = 2 * (world_size - 1)
     return allreduce_bytes_per_rank(n_bytes, world_size) / bandwidth + steps * latency
 
@@ -97,7 +76,7 @@ def fit_allreduce(
     best latency negative, latency is fixed at 0 and the bandwidth refitted. Needs at least
     two distinct sizes; returns seconds and bytes/s.
     """
-    _check_world_size(world_size)
+    check_int("world_size", world_size, 1)
     if world_size < 2:
         raise ValueError("an all-reduce over one rank moves nothing: fit with world_size >= 2")
     sizes = np.asarray(sizes_bytes, dtype=np.float64)
@@ -145,20 +124,12 @@ def model_state_memory(
     as well, stage 3 the parameters as well. Not counted: Adam's step counter, activations,
     temporary buffers and fragmentation.
     """
-    _check_peak("n_params", n_params)
-    for name, value, least, most in (("n_gpus", n_gpus, 1, None),
-                                     ("zero_stage", zero_stage, 0, 3)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        if value < least or (most is not None and value > most):
-            expected = f"from {least} to {most}" if most is not None else f"at least {least}"
-            raise ValueError(f"{name} must be {expected}, got {value}")
-    for name, value, choices in (("optimizer", optimizer, ("adam", "sgd")),
-                                 ("precision", precision, ("mixed", "fp32"))):
-        if not isinstance(value, str):
-            raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
-        if value not in choices:
-            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    check_positive("n_params", n_params)
+    check_int("n_gpus", n_gpus, 1)
+    if check_int("zero_stage", zero_stage, 0) > 3:
+        raise ValueError(f"zero_stage must be from 0 to 3, got {zero_stage}")
+    check_choice("optimizer", optimizer, ("adam", "sgd"))
+    check_choice("precision", precision, ("mixed", "fp32"))
     params, grads, state = {
         ("adam", "mixed"): (2, 2, 12), ("adam", "fp32"): (4, 4, 8),
         ("sgd", "mixed"): (2, 2, 8), ("sgd", "fp32"): (4, 4, 4),
@@ -196,8 +167,8 @@ def training_flops(
     (per layer and token, ``Q K^T`` and the product with ``V`` take ``2 H Q T`` flops each
     forward, ``4 H Q T``, and the backward pass twice that).
     """
-    _check_peak("n_params", n_params)
-    _check_peak("n_tokens", n_tokens)
+    check_positive("n_params", n_params)
+    check_positive("n_tokens", n_tokens)
     sizes = {"n_layers": n_layers, "n_heads": n_heads, "head_dim": head_dim,
              "seq_len": seq_len}
     given = [name for name, value in sizes.items() if value is not None]
@@ -226,17 +197,15 @@ def mfu(
     result above 1 is returned, not refused: it means the throughput given is more than the
     GPUs can compute at their peak, so that the inputs cannot all be true.
     """
-    _check_peak("tokens_per_second", tokens_per_second)
-    _check_peak("flops_per_token", flops_per_token)
+    check_positive("tokens_per_second", tokens_per_second)
+    check_positive("flops_per_token", flops_per_token)
     gpus = check_int("n_gpus", n_gpus, 1)
-    _check_peak("peak_flops_per_gpu", peak_flops_per_gpu)
+    check_positive("peak_flops_per_gpu", peak_flops_per_gpu)
     return tokens_per_second * flops_per_token / (gpus * peak_flops_per_gpu)
 
 
 def _check_fraction(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    if not 0 < value <= 1:
+    if not 0 < check_real(name, value) <= 1:
         raise ValueError(f"{name} must be in (0, 1], a fraction of the peak, got {value!r}")
 
 
@@ -249,9 +218,9 @@ def training_time(flops: float, n_gpus: int, peak_flops_per_gpu: float, mfu: flo
 
     ``mfu`` must be in (0, 1]: no run computes faster than its GPUs' peak.
     """
-    _check_peak("flops", flops)
+    check_positive("flops", flops)
     gpus = check_int("n_gpus", n_gpus, 1)
-    _check_peak("peak_flops_per_gpu", peak_flops_per_gpu)
+    check_positive("peak_flops_per_gpu", peak_flops_per_gpu)
     _check_fraction("mfu", mfu)
     return flops / (gpus * peak_flops_per_gpu * mfu)
 
@@ -262,9 +231,9 @@ def training_cost(seconds: float, n_gpus: int, price_per_gpu_hour: float) -> flo
     Book section: *Chapter 7, "Time, cost and energy"*. The result is in the currency of the
     price, which the reader supplies: ``seconds / 3600 * n_gpus * price_per_gpu_hour``.
     """
-    _check_peak("seconds", seconds)
+    check_positive("seconds", seconds)
     gpus = check_int("n_gpus", n_gpus, 1)
-    _check_peak("price_per_gpu_hour", price_per_gpu_hour)
+    check_positive("price_per_gpu_hour", price_per_gpu_hour)
     return seconds / 3600 * gpus * price_per_gpu_hour
 
 
@@ -275,9 +244,9 @@ def training_energy(seconds: float, n_gpus: int, watts_per_gpu: float) -> float:
     (TDP) it is an upper bound for the GPUs alone: it leaves out the CPUs, memory, network,
     cooling and power conversion of the machines around them. 3.6e6 J is one kWh.
     """
-    _check_peak("seconds", seconds)
+    check_positive("seconds", seconds)
     gpus = check_int("n_gpus", n_gpus, 1)
-    _check_peak("watts_per_gpu", watts_per_gpu)
+    check_positive("watts_per_gpu", watts_per_gpu)
     return seconds * gpus * watts_per_gpu
 
 
@@ -318,14 +287,8 @@ def activation_memory(
     b = check_int("batch_size", batch_size, 1)
     h = check_int("hidden", hidden, 1)
     a = check_int("n_heads", n_heads, 1)
-    if not isinstance(recompute, str):
-        raise TypeError(f"recompute must be a str, got {type(recompute).__name__} "
-                        f"{recompute!r}")
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    if not isinstance(fused_attention, bool):
-        raise TypeError(f"fused_attention must be a bool, got "
-                        f"{type(fused_attention).__name__} {fused_attention!r}")
+    check_choice("recompute", recompute, RECOMPUTE)
+    check_bool("fused_attention", fused_attention)
     if recompute == "full":
         return float(2 * s * b * h)
     if recompute == "selective":
@@ -333,12 +296,6 @@ def activation_memory(
     if fused_attention:
         return float(s * b * h * 34 + 4 * a * s * b)
     return float(s * b * h * 34 + 5 * a * s * s * b)
-
-
-def _check_peak(name: str, value: object) -> None:
-    _check_number(name, value, positive=True)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
 
 
 def roofline(
@@ -355,15 +312,15 @@ def roofline(
     Below the ridge point (:func:`ridge_point`) a kernel cannot be fed fast enough and is
     memory-bound; above it, compute-bound. A float for a number, an array for an array.
     """
-    _check_peak("peak_flops", peak_flops)
-    _check_peak("peak_bandwidth", peak_bandwidth)
+    check_positive("peak_flops", peak_flops)
+    check_positive("peak_bandwidth", peak_bandwidth)
     if isinstance(intensity, np.ndarray):
         if intensity.dtype.kind not in "iuf":
             raise TypeError(f"intensity must have a real dtype, got {intensity.dtype}")
         if np.isnan(intensity).any() or (intensity < 0).any():
             raise ValueError("intensity must be >= 0 everywhere, got a negative or NaN value")
         return np.minimum(float(peak_flops), intensity * float(peak_bandwidth))
-    _check_number("intensity", intensity, positive=False)
+    check_real("intensity", intensity, 0)
     return float(min(peak_flops, intensity * peak_bandwidth))
 
 
@@ -373,8 +330,8 @@ def ridge_point(peak_flops: float, peak_bandwidth: float) -> float:
     Book section: *Chapter 2, "The roofline"*. H100 SXM: 67e12 flop/s FP32 over 3.35e12
     bytes/s is 20 flop/byte; a kernel doing fewer flops per byte is memory-bound.
     """
-    _check_peak("peak_flops", peak_flops)
-    _check_peak("peak_bandwidth", peak_bandwidth)
+    check_positive("peak_flops", peak_flops)
+    check_positive("peak_bandwidth", peak_bandwidth)
     return float(peak_flops / peak_bandwidth)
 
 
@@ -434,9 +391,9 @@ def data_parallel_step_time(
     hide all but the last bucket's all-reduce when the communication is shorter than the
     backward pass, but each pays the latency.
     """
-    _check_number("compute_s", compute_s, positive=False)
-    _check_number("grad_bytes", grad_bytes, positive=False)
-    _check_number("backward_fraction", backward_fraction, positive=False)
+    check_real("compute_s", compute_s, 0)
+    check_real("grad_bytes", grad_bytes, 0)
+    check_real("backward_fraction", backward_fraction, 0)
     if backward_fraction > 1:
         raise ValueError(f"backward_fraction must be from 0 to 1, got {backward_fraction!r}")
     n = check_int("n_buckets", n_buckets, 1)

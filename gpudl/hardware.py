@@ -21,13 +21,11 @@ Arithmetic Instructions"); the allocation rules from ``cuda_occupancy.h`` in the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from numbers import Integral, Real
 
 from gpudl import backend
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_compute_capability, check_int, check_positive
 
 # isort: split
 from numba import cuda
@@ -322,10 +320,7 @@ def peak_flops(name: str, precision: str = "bf16") -> float:
     unknown name raises :func:`spec`'s ``KeyError``, which lists the known ones; a GPU
     without such units (a V100 has no BF16) raises a ``ValueError``.
     """
-    if not isinstance(precision, str):
-        raise TypeError(f"precision must be a str, got {type(precision).__name__}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    check_choice("precision", precision, tuple(PRECISIONS))
     gpu = spec(name)
     tflops = getattr(gpu, PRECISIONS[precision])
     if tflops is None:
@@ -353,11 +348,7 @@ def compare_gpus(bytes_per_gpu: float | None = None,
     the datasheet's gigabytes of 10**9 bytes (``None`` when no size is given).
     """
     if bytes_per_gpu is not None:
-        if isinstance(bytes_per_gpu, bool) or not isinstance(bytes_per_gpu, Real):
-            raise TypeError(f"bytes_per_gpu must be a real number, got "
-                            f"{type(bytes_per_gpu).__name__} {bytes_per_gpu!r}")
-        if not 0 < bytes_per_gpu < math.inf:
-            raise ValueError(f"bytes_per_gpu must be > 0 and finite, got {bytes_per_gpu!r}")
+        check_positive("bytes_per_gpu", bytes_per_gpu)
     if isinstance(names, str):
         raise TypeError(f"names must be a sequence of GPU names, got the str {names!r}")
     rows = []
@@ -455,15 +446,7 @@ def _round_up(x: int, unit: int) -> int:
 
 def _sm_limits(compute_capability: object) -> SmLimits:
     supported = ", ".join(f"({a}, {b})" for a, b in SM_LIMITS)
-    if not (
-        isinstance(compute_capability, tuple)
-        and len(compute_capability) == 2
-        and all(isinstance(v, Integral) and not isinstance(v, bool) for v in compute_capability)
-    ):
-        raise TypeError(
-            f"compute_capability must be a (major, minor) tuple of ints such as (8, 0), "
-            f"got {compute_capability!r}"
-        )
+    compute_capability = check_compute_capability("compute_capability", compute_capability)
     if compute_capability not in SM_LIMITS:
         raise ValueError(
             f"no occupancy table for compute capability {compute_capability}; "

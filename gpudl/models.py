@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from numba import cuda
 
-from gpudl.checks import check_int
+from gpudl.checks import check_int, check_widths, is_device_array
 from gpudl.kernels import nn
 
 __all__ = [
@@ -87,9 +87,7 @@ class KernelMLP:
     """
 
     def __init__(self, sizes: tuple[int, ...] = (64, 32, 10), seed: int = 0) -> None:
-        sizes = tuple(sizes)
-        if len(sizes) < 2 or not all(isinstance(s, int) and s >= 1 for s in sizes):
-            raise ValueError(f"sizes must be at least two integers >= 1, got {sizes!r}")
+        sizes = check_widths("sizes", sizes)
         self.sizes = sizes
         rng = np.random.default_rng(seed)
         self.params: dict[str, object] = {}
@@ -132,7 +130,7 @@ class KernelMLP:
 
     def forward(self, x: np.ndarray | object) -> np.ndarray | object:
         """Logits for a float32 batch ``x`` of shape (batch, sizes[0]); host in, host out."""
-        on_device = _is_device_array(x)
+        on_device = is_device_array(x)
         logits, _, _ = self._forward(x if on_device else _to_device(x))
         return logits if on_device else logits.copy_to_host()
 
@@ -146,7 +144,7 @@ class KernelMLP:
         The first layer's ``dx`` (the gradient for the input) is computed too, though
         training does not need it, so that every linear layer's backward is exactly two
         products of its forward's size."""
-        on_device = _is_device_array(x)
+        on_device = is_device_array(x)
         x_d, labels_d = (x, labels) if on_device else (_to_device(x), _to_device(labels))
         logits, inputs, pre_activations = self._forward(x_d)
         loss, grad = nn.softmax_cross_entropy(logits, labels_d)
@@ -279,9 +277,8 @@ def train(model: KernelMLP | TorchTwin, data: tuple[np.ndarray, ...], epochs: in
 
     Returns the history: ``step_loss`` (every step), ``loss`` (mean step loss per epoch),
     ``test_accuracy`` (after each epoch) and ``seconds`` (wall time of each epoch)."""
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_int("epochs", epochs, 1)
+    check_int("batch_size", batch_size, 1)
     x_train, y_train, x_test, y_test = data
     rng = np.random.default_rng(seed)
     history: dict[str, list[float]] = {"step_loss": [], "loss": [], "test_accuracy": [],
@@ -298,11 +295,6 @@ def train(model: KernelMLP | TorchTwin, data: tuple[np.ndarray, ...], epochs: in
         history["test_accuracy"].append(accuracy(model, x_test, y_test))
         history["seconds"].append(time.perf_counter() - start)
     return history
-
-
-def _is_device_array(x: object) -> bool:
-    # Real and simulated numba device arrays both carry this marker.
-    return bool(getattr(x, "__cuda_ndarray__", False))
 
 
 def _to_device(x: object) -> object:

@@ -40,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 from gpudl import backend
+from gpudl.checks import check_compute_capability
 
 __all__ = ["KERNELS", "ToolkitMissing", "find_libdevice", "find_tool", "available",
            "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas", "sass", "body",
@@ -125,7 +126,7 @@ def find_tool(name: str) -> Path | None:
 def sass(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """The machine code (SASS) that ``ptxas`` makes of the PTX ``text`` for ``cc``, as
     ``nvdisasm`` prints it. ``ToolkitMissing`` if either tool is not installed."""
-    major, minor = _check_cc(cc)
+    major, minor = check_compute_capability("cc", cc)
     tools = {name: find_tool(name) for name in ("ptxas", "nvdisasm")}
     missing = [name for name, path in tools.items() if path is None]
     if missing:
@@ -190,19 +191,12 @@ def _compile(job: Job, cc: tuple[int, int]) -> str:
     return text
 
 
-def _check_cc(cc: tuple[int, int]) -> tuple[int, int]:
-    if (not isinstance(cc, tuple) or len(cc) != 2
-            or not all(isinstance(c, int) and c >= 0 for c in cc)):
-        raise ValueError(f"cc must be a (major, minor) pair of ints, got {cc!r}")
-    return cc
-
-
 def compile_many(jobs: list[Job], cc: tuple[int, int] = _DEFAULT_CC,
                  timeout: float = 600) -> list[str]:
     """The PTX of each ``(module, name, signature, factory arguments)`` job for compute
     capability ``cc``. On the simulator one child process compiles them all, on numba's
     real CUDA target. ``ToolkitMissing`` without NVVM or libdevice."""
-    cc = _check_cc(cc)
+    cc = check_compute_capability("cc", cc)
     jobs = [(m, n, s, None if a is None else tuple(a)) for m, n, s, a in jobs]
     if not backend.is_simulator():
         _prepare_compiler()
@@ -246,7 +240,7 @@ def ptxas(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """Assemble the PTX ``text`` for ``sm_<cc>`` with ``ptxas -v`` and return its report
     (registers, shared memory, spills). ``ToolkitMissing`` without ``ptxas``;
     ``RuntimeError`` if it refuses the PTX."""
-    major, minor = _check_cc(cc)
+    major, minor = check_compute_capability("cc", cc)
     exe = find_tool("ptxas")
     if exe is None:
         raise ToolkitMissing("ptxas not found (the nvidia-cuda-nvcc wheel, or a CUDA toolkit, "

@@ -256,11 +256,19 @@ def test_unknown_variant_lists_the_variants():
         ew.saxpy(1.0, GOOD, GOOD, variant="v3")
 
 
-@pytest.mark.parametrize("threads_per_block", [0, -32, 48, 2048, 256.0, True, "256"])
+@pytest.mark.parametrize("threads_per_block", [0, -32, 48, 2048])
 def test_threads_per_block_must_be_a_multiple_of_32_up_to_1024(threads_per_block):
     with pytest.raises(ValueError, match="multiple of 32 between 32 and 1024"):
         ew.vector_add(GOOD, GOOD, threads_per_block=threads_per_block)
     with pytest.raises(ValueError, match="multiple of 32 between 32 and 1024"):
+        ew.saxpy(1.0, GOOD, GOOD, threads_per_block=threads_per_block)
+
+
+@pytest.mark.parametrize("threads_per_block", [256.0, True, "256"])
+def test_threads_per_block_must_be_an_int(threads_per_block):
+    with pytest.raises(TypeError, match="threads_per_block must be an int"):
+        ew.vector_add(GOOD, GOOD, threads_per_block=threads_per_block)
+    with pytest.raises(TypeError, match="threads_per_block must be an int"):
         ew.saxpy(1.0, GOOD, GOOD, threads_per_block=threads_per_block)
 
 
@@ -303,8 +311,8 @@ def test_the_two_modes_take_different_paths_for_the_same_thread():
     ("kwargs", "match"),
     [
         ({"n": 10, "mode": "lanes"}, r"mode must be one of \('parity', 'warp'\)"),
-        ({"n": 0, "mode": "warp"}, "n must be an integer >= 1, got 0"),
-        ({"n": 10, "mode": "warp", "work": 0}, "work must be an integer >= 1"),
+        ({"n": 0, "mode": "warp"}, "n must be >= 1, got 0"),
+        ({"n": 10, "mode": "warp", "work": 0}, "work must be >= 1"),
         ({"n": 10, "mode": "warp", "threads_per_block": 33}, "multiple of 32"),
     ],
 )
@@ -370,9 +378,10 @@ def test_thread_ids_match_the_index_formulas():
     assert sorted(set(block.tolist())) == [0, 1, 2]
 
 
-@pytest.mark.parametrize("args", [(0, 32), (1, 0), (1, 1025), (1.5, 32)])
-def test_thread_ids_rejects_bad_launches(args):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("args", "error"), [((0, 32), ValueError), ((1, 0), ValueError),
+                                             ((1, 1025), ValueError), ((1.5, 32), TypeError)])
+def test_thread_ids_rejects_bad_launches(args, error):
+    with pytest.raises(error):
         ew.thread_ids(*args)
 
 

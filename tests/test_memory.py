@@ -253,24 +253,28 @@ def test_copies_reject_bad_arrays(copy, x, error, match):
         copy(x)
 
 
-@pytest.mark.parametrize("stride", [0, -2, 1.5, True, "2", None])
-def test_stride_must_be_a_positive_integer(stride):
-    with pytest.raises(ValueError, match="stride must be an integer >= 1"):
+@pytest.mark.parametrize(("stride", "error", "match"), [
+    (0, ValueError, "stride must be >= 1"), (-2, ValueError, "stride must be >= 1"),
+    (1.5, TypeError, "stride must be an int"), (True, TypeError, "stride must be an int"),
+    ("2", TypeError, "stride must be an int"), (None, TypeError, "stride must be an int"),
+])
+def test_stride_must_be_a_positive_integer(stride, error, match):
+    with pytest.raises(error, match=match):
         memory.copy_strided(VECTOR, stride)
 
 
 @pytest.mark.parametrize(
-    ("offset", "match"),
+    ("offset", "error", "match"),
     [
-        (-1, "offset must be an integer >= 0, got -1"),
-        (2.0, "offset must be an integer >= 0, got 2.0"),
-        (False, "offset must be an integer >= 0"),
-        (8, r"offset must be < len\(x\) = 8, got 8"),
-        (100, r"offset must be < len\(x\) = 8, got 100"),
+        (-1, ValueError, "offset must be >= 0, got -1"),
+        (2.0, TypeError, "offset must be an int, got float 2.0"),
+        (False, TypeError, "offset must be an int"),
+        (8, ValueError, r"offset must be < len\(x\) = 8, got 8"),
+        (100, ValueError, r"offset must be < len\(x\) = 8, got 100"),
     ],
 )
-def test_offset_must_be_inside_the_array(offset, match):
-    with pytest.raises(ValueError, match=match):
+def test_offset_must_be_inside_the_array(offset, error, match):
+    with pytest.raises(error, match=match):
         memory.copy_offset(VECTOR, offset)
 
 

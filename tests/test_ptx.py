@@ -157,8 +157,10 @@ def test_without_the_compiler_pieces_the_command_says_what_to_install(monkeypatc
 
 
 def test_bad_compute_capabilities_are_refused():
-    with pytest.raises(ValueError, match="cc must be a"):
+    with pytest.raises(TypeError, match="cc must be a"):
         ptx.ptx_many(["copy_v1"], cc="9.0")
+    with pytest.raises(ValueError, match=r"cc\[1\] must be >= 0"):
+        ptx.ptx_many(["copy_v1"], cc=(9, -1))
     with pytest.raises(SystemExit):
         ptx.main(["copy_v1", "--cc", "sm90"])
 

@@ -407,9 +407,12 @@ def test_unknown_variant_lists_the_variants():
         red.addition_depth(8, "v7")
 
 
-@pytest.mark.parametrize("n", [0, -1, 2.0, True])
-def test_addition_depth_needs_a_positive_length(n):
-    with pytest.raises(ValueError, match="n must be an integer >= 1"):
+@pytest.mark.parametrize(("n", "error", "match"), [
+    (0, ValueError, "n must be >= 1"), (-1, ValueError, "n must be >= 1"),
+    (2.0, TypeError, "n must be an int"), (True, TypeError, "n must be an int"),
+])
+def test_addition_depth_needs_a_positive_length(n, error, match):
+    with pytest.raises(error, match=match):
         red.addition_depth(n, "v1_atomic")
 
 

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from gpudl import backend, estimate
 from gpudl.bench import row
 from gpudl.bench.timing import Timing
+from gpudl.checks import check_int
 from gpudl.parallel.comms import (
     check_allreduce,
     check_p2p,
@@ -81,17 +82,14 @@ def default_sizes(world_size: int = 2) -> list[int]:
 def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
     if not sizes_bytes:
         raise ValueError("sizes_bytes must list at least one message size")
-    for size in sizes_bytes:
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"message sizes must be ints (bytes), got {size!r}")
-        if size <= 0 or size % _ITEMSIZE:
+    for i, size in enumerate(sizes_bytes):
+        if check_int(f"sizes_bytes[{i}]", size, 1) % _ITEMSIZE:
             raise ValueError(
                 f"message sizes must be positive multiples of {_ITEMSIZE} bytes (float32), "
                 f"got {size}"
             )
-    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    check_int("repeats", repeats, 1)
+    check_int("warmup", warmup, 0)
 
 
 def allreduce_bandwidth_worker(
@@ -251,8 +249,7 @@ def time_ring_all_reduce(world_size: int, numels: list[int], repeats: int = 3,
                          timeout: float = 120.0) -> list[list[dict]]:
     """Spawn ``world_size`` ranks running :func:`ring_timings_worker`: the ring all-reduce
     checked against ``dist.all_reduce`` and both timed, one list of rows per rank."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    check_int("repeats", repeats, 1)
     return spawn(ring_timings_worker, world_size, list(numels), repeats, timeout=timeout)
 
 

@@ -21,6 +21,7 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
+from gpudl.checks import check_int
 from gpudl.kernels import elementwise as ew
 
 __all__ = ["BARS", "run"]
@@ -50,8 +51,7 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     (``"divergence"``)."""
     n = backend.pick(gpu=1 << 26, sim=4096) if n is None else n
     repeats = backend.pick(gpu=20, sim=2) if repeats is None else repeats
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    check_int("n", n, 1)
     # Ten launches per pair of events on a GPU hide Python's launch overhead (timing.time_cuda).
     timed = {"warmup": backend.pick(gpu=3, sim=1), "repeats": repeats}
     batched = timed | {"inner": backend.pick(gpu=10, sim=1)}

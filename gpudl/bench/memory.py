@@ -21,6 +21,7 @@ from gpudl.bench import evaluate_bars, row
 from gpudl.bench import hierarchy as bench_hierarchy
 from gpudl.bench.allreduce import gpus_missing, p2p_bandwidth
 from gpudl.bench.timing import time_cuda
+from gpudl.checks import check_int
 from gpudl.kernels import memory as mem
 from gpudl.kernels import reduction as red
 
@@ -59,8 +60,7 @@ def run(n: int | None = None, hierarchy: bool = True, p2p: bool = True) -> dict:
     hierarchy (:func:`gpudl.bench.hierarchy.measure`, with its ratio table) and the
     point-to-point bandwidth between two ranks (on GPUs: skipped with fewer than two)."""
     n = backend.pick(gpu=1 << 26, sim=1024) if n is None else n
-    if isinstance(n, bool) or not isinstance(n, int) or n < 4:
-        raise ValueError(f"n must be an integer >= 4, got {n!r}")
+    check_int("n", n, 4)
     rows = _kernels(n)
     body: dict = {"n": n, "transpose_side": int(np.sqrt(n)), "rows": rows,
                   "bars": evaluate_bars(BARS, rows)}

@@ -68,8 +68,8 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import poisoned
+from gpudl.checks import check_bool, check_float32_array
+from gpudl.kernels.arrays import launch_into_poisoned, poisoned
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -369,8 +369,7 @@ VARIANTS: dict[str, Callable[..., None]] = {
 def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
-    if not isinstance(causal, bool | np.bool_):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    check_bool("causal", causal)
     on_device = False
     for name, x in (("q", q), ("k", k), ("v", v)):
         on_device |= check_float32_array(name, x, 3)
@@ -389,14 +388,12 @@ def forward(q: Array, k: Array, v: Array, causal: bool = False,
     of scores, computed by ``VARIANTS[variant]``."""
     on_device = _check(q, k, v, causal, variant)
     heads, s, d = q.shape
-    if heads * s == 0:
-        o, lse = np.zeros(q.shape, np.float32), np.zeros((heads, s), np.float32)
-        return (cuda.to_device(o), cuda.to_device(lse)) if on_device else (o, lse)
-    q_d, k_d, v_d = (x if getattr(x, "__cuda_ndarray__", False) else cuda.to_device(x)
-                     for x in (q, k, v))
-    o, lse = poisoned(q.shape), poisoned((heads, s))
-    VARIANTS[variant](q_d, k_d, v_d, o, lse, bool(causal))
-    return (o, lse) if on_device else (o.copy_to_host(), lse.copy_to_host())
+
+    def launch(q_d: Array, k_d: Array, v_d: Array, o: Array, lse: Array) -> None:
+        VARIANTS[variant](q_d, k_d, v_d, o, lse, bool(causal))
+
+    o, lse = launch_into_poisoned(launch, (q, k, v), [q.shape, (heads, s)], on_device)
+    return o, lse
 
 
 def attention(q: Array, k: Array, v: Array, causal: bool = False,

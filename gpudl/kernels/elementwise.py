@@ -16,12 +16,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from numbers import Real
 from typing import Any
 
 from gpudl import backend
-from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import poisoned
+from gpudl.checks import check_int, check_real, is_device_array
+from gpudl.kernels.arrays import check_arrays, launch_into_poisoned
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
 # isort: split
@@ -87,10 +86,8 @@ def thread_ids(blocks: int, threads_per_block: int) -> np.ndarray:
     """One row per thread of a ``[blocks, threads_per_block]`` launch, with the columns
     :data:`THREAD_ID_COLUMNS`: block index, thread index in the block, index in the grid
     (``cuda.grid(1)``), warp within the block and lane within the warp."""
-    for name, value in (("blocks", blocks), ("threads_per_block", threads_per_block)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if threads_per_block > 1024:
+    check_int("blocks", blocks, 1)
+    if check_int("threads_per_block", threads_per_block, 1) > 1024:
         raise ValueError(f"threads_per_block must be <= 1024, got {threads_per_block}")
     out = cuda.to_device(np.full((blocks * threads_per_block, 5), -1, dtype=np.int64))
     _thread_ids_kernel[blocks, threads_per_block](out)
@@ -310,7 +307,7 @@ def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256,
           variant: str = "v1") -> Array:
     """``alpha * x + y`` for float32 vectors on the GPU, in a new array (``y`` is unchanged),
     with the kernel ``SAXPY_VARIANTS[variant]``."""
-    _check_alpha(alpha)
+    check_real("alpha", alpha)
     _check_threads_per_block(threads_per_block)
     if variant not in SAXPY_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(SAXPY_VARIANTS)}, got {variant!r}")
@@ -325,7 +322,7 @@ def _cpu_out(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     which would be timed as if they were arithmetic."""
     if out is None:
         return np.empty_like(x)
-    _check_vectors(host_only=True, x=x, out=out)
+    _check_host_vectors(x=x, out=out)
     return out
 
 
@@ -333,8 +330,8 @@ def saxpy_numpy(
     alpha: float, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
     """SAXPY on the CPU with NumPy (float32; two passes over memory, one core)."""
-    _check_alpha(alpha)
-    _check_vectors(host_only=True, x=x, y=y)
+    check_real("alpha", alpha)
+    _check_host_vectors(x=x, y=y)
     out = _cpu_out(x, out)
     np.multiply(np.float32(alpha), x, out=out)
     return np.add(out, y, out=out)
@@ -350,8 +347,8 @@ def saxpy_numba_cpu(
     alpha: float, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
     """SAXPY on the CPU with Numba, one loop split across all CPU cores (``prange``)."""
-    _check_alpha(alpha)
-    _check_vectors(host_only=True, x=x, y=y)
+    check_real("alpha", alpha)
+    _check_host_vectors(x=x, y=y)
     out = _cpu_out(x, out)
     _saxpy_cpu(np.float32(alpha), x, y, out)
     return out
@@ -460,58 +457,38 @@ def divergence_paths(mode: str, n_threads: int, threads_per_block: int = 256) ->
 # ------------------------------------------------------------------------------------------
 
 
-def _is_device_array(x: object) -> bool:
-    # Real and simulated numba device arrays both carry this marker.
-    return bool(getattr(x, "__cuda_ndarray__", False))
+def _vectors(**arrays: object) -> dict[str, tuple[object, int]]:
+    return {name: (x, 1) for name, x in arrays.items()}
 
 
-def _check_vectors(host_only: bool = False, **arrays: object) -> bool:
-    """Check float32, 1-D, contiguous vectors of one shape; return True if on the device."""
-    kinds = set()
+def _check_host_vectors(**arrays: object) -> None:
+    """Check float32, 1-D, contiguous NumPy vectors of one shape (the CPU versions)."""
     for name, x in arrays.items():
-        kinds.add(check_float32_array(name, x, 1))
-        if host_only and True in kinds:
+        if is_device_array(x):
             raise TypeError(f"{name} must be a NumPy array, got a numba device array")
-    shapes = {name: x.shape for name, x in arrays.items()}
-    if len(set(shapes.values())) > 1:
-        raise ValueError(f"inputs must have the same shape, got {shapes}")
-    if len(kinds) > 1:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    return kinds == {True}
+    check_arrays(same_shape=True, **_vectors(**arrays))
 
 
 def _check_threads_per_block(threads_per_block: int) -> None:
-    ok = isinstance(threads_per_block, int) and not isinstance(threads_per_block, bool)
-    if not ok or not (0 < threads_per_block <= 1024 and threads_per_block % 32 == 0):
+    check_int("threads_per_block", threads_per_block)
+    if not (0 < threads_per_block <= 1024 and threads_per_block % 32 == 0):
         raise ValueError(
             f"threads_per_block must be a multiple of 32 between 32 and 1024, "
             f"got {threads_per_block!r}"
         )
 
 
-def _check_alpha(alpha: object) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, Real):
-        raise TypeError(f"alpha must be a real number, got {type(alpha).__name__}")
-
-
 def _check_divergence_args(n: int, mode: str, work: int, threads_per_block: int) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    for name, value in (("n", n), ("work", work)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_int("n", n, 1)
+    check_int("work", work, 1)
     _check_threads_per_block(threads_per_block)
 
 
 def _run(launch: Callable, **arrays: object) -> Array:
-    """Check the inputs, copy them to the device if needed, launch into a poisoned output."""
-    on_device = _check_vectors(**arrays)
+    """Check the vectors and launch into a poisoned output of their length."""
+    on_device = check_arrays(same_shape=True, **_vectors(**arrays))
     inputs = list(arrays.values())
-    n = inputs[0].shape[0]
-    if n == 0:
-        return cuda.device_array(0, dtype=np.float32) if on_device else np.empty(0, np.float32)
-    if not on_device:
-        inputs = [cuda.to_device(x) for x in inputs]
-    out = poisoned(n)  # NaN, set on the device: no host copy
-    launch(*inputs, out)
-    return out if on_device else out.copy_to_host()
+    (out,) = launch_into_poisoned(launch, inputs, [inputs[0].shape[0]], on_device)
+    return out

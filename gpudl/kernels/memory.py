@@ -27,8 +27,8 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint64
 
-from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import poisoned
+from gpudl.checks import check_float32_array, check_int
+from gpudl.kernels.arrays import launch_into_poisoned
 from gpudl.kernels.elementwise import VECTORS, K
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
@@ -225,7 +225,7 @@ def copy(x: Array, variant: str = "v1") -> Array:
 def copy_strided(x: Array, stride: int) -> Array:
     """``x[::stride]`` for a float32 vector, made by ``copy_strided_kernel``."""
     on_device = check_float32_array("x", x, 1)
-    _check_int("stride", stride, low=1)
+    check_int("stride", stride, 1)
     n_out = math.ceil(x.size / stride)
     return _run(x, on_device, (n_out,), lambda x_, out: launch_copy_strided(x_, out, stride))
 
@@ -233,7 +233,7 @@ def copy_strided(x: Array, stride: int) -> Array:
 def copy_offset(x: Array, offset: int) -> Array:
     """``x[offset:]`` for a float32 vector, made by ``copy_offset_kernel``."""
     on_device = check_float32_array("x", x, 1)
-    _check_int("offset", offset, low=0)
+    check_int("offset", offset, 0)
     if offset >= x.size:
         raise ValueError(f"offset must be < len(x) = {x.size}, got {offset}")
     n_out = x.size - offset
@@ -432,31 +432,6 @@ def transpose_report(side: int = 64) -> dict[str, dict]:
     return report
 
 
-# ------------------------------------------------------------------------------------------
-# Input checks and the host/device plumbing
-# ------------------------------------------------------------------------------------------
-
-
-def _is_device_array(x: object) -> bool:
-    # Real and simulated numba device arrays both carry this marker.
-    return bool(getattr(x, "__cuda_ndarray__", False))
-
-
-
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
 def _run(x: Array, on_device: bool, out_shape: tuple[int, ...], launch: Callable) -> Array:
-    """Copy the checked ``x`` to the device if needed and launch into a poisoned output."""
-    if math.prod(out_shape) == 0:
-        if on_device:
-            return cuda.device_array(out_shape, dtype=np.float32)
-        return np.empty(out_shape, dtype=np.float32)
-    x_d = x if on_device else cuda.to_device(x)
-    out = poisoned(out_shape)  # NaN, set on the device: no host copy
-    launch(x_d, out)
-    return out if on_device else out.copy_to_host()
-
+    """Launch on the checked ``x`` into a poisoned output of ``out_shape``."""
+    return launch_into_poisoned(launch, [x], [out_shape], on_device)[0]

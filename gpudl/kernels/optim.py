@@ -36,7 +36,6 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from numbers import Real
 from typing import Any, NamedTuple
 
 from gpudl import backend
@@ -45,7 +44,8 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32, int16, uint16, uint32
 
-from gpudl.checks import check_float32_array, check_int
+from gpudl.checks import check_bool, check_float32_array, check_int, check_real, is_device_array
+from gpudl.kernels.arrays import to_device
 from gpudl.kernels.elementwise import grid_stride_blocks
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -77,28 +77,16 @@ LOW_DTYPES = (np.dtype(np.float16), np.dtype(np.int16))
 # ------------------------------------------------------------------------------------------
 
 
-def _real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    return float(value)
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
 def check_adam_hyper(lr: float, betas: tuple[float, float], eps: float,
                      weight_decay: float) -> tuple[float, tuple[float, float], float, float]:
     """``(lr, betas, eps, weight_decay)`` as floats, checked as ``torch.optim.Adam`` checks
     them (same messages, with the rule added): ``lr``, ``eps`` and ``weight_decay`` >= 0,
     each beta in [0, 1). ``TypeError`` for what is not a real number or a pair."""
-    lr, eps, weight_decay = (_real(n, x) for n, x in (("lr", lr), ("eps", eps),
+    lr, eps, weight_decay = (check_real(n, x) for n, x in (("lr", lr), ("eps", eps),
                                                        ("weight_decay", weight_decay)))
     if isinstance(betas, str) or not hasattr(betas, "__len__") or len(betas) != 2:
         raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    b1, b2 = _real("betas[0]", betas[0]), _real("betas[1]", betas[1])
+    b1, b2 = check_real("betas[0]", betas[0]), check_real("betas[1]", betas[1])
     if not 0.0 <= lr:
         raise ValueError(f"Invalid learning rate: {lr} (lr must be >= 0)")
     if not 0.0 <= eps:
@@ -118,9 +106,9 @@ def check_sgd_hyper(lr: float, momentum: float, dampening: float, weight_decay: 
     checks them: ``lr``, ``momentum`` and ``weight_decay`` >= 0, and Nesterov momentum needs
     a momentum > 0 and no dampening."""
     lr, momentum, dampening, weight_decay = (
-        _real(n, x) for n, x in (("lr", lr), ("momentum", momentum), ("dampening", dampening),
+        check_real(n, x) for n, x in (("lr", lr), ("momentum", momentum), ("dampening", dampening),
                                  ("weight_decay", weight_decay)))
-    nesterov = _flag("nesterov", nesterov)
+    nesterov = check_bool("nesterov", nesterov)
     if not 0.0 <= lr:
         raise ValueError(f"Invalid learning rate: {lr} (lr must be >= 0)")
     if not 0.0 <= momentum:
@@ -156,7 +144,7 @@ def adam_scalars(step: int, lr: float = 1e-3, betas: tuple[float, float] = (0.9,
     decay."""
     step = check_int("step", step, 1)
     lr, (b1, b2), eps, wd = check_adam_hyper(lr, betas, eps, weight_decay)
-    decoupled, maximize = _flag("decoupled", decoupled), _flag("maximize", maximize)
+    decoupled, maximize = check_bool("decoupled", decoupled), check_bool("maximize", maximize)
     f = np.float32
     return AdamScalars(
         maximize=maximize,
@@ -189,8 +177,9 @@ def sgd_scalars(first: bool, lr: float = 1e-3, momentum: float = 0.0, dampening:
     lr, momentum, dampening, wd, nesterov = check_sgd_hyper(lr, momentum, dampening,
                                                             weight_decay, nesterov)
     f = np.float32
-    return SgdScalars(_flag("maximize", maximize), f(wd), momentum != 0, _flag("first", first),
-                      f(momentum), f(1.0 - dampening), nesterov, f(-lr))
+    return SgdScalars(check_bool("maximize", maximize), f(wd), momentum != 0,
+                      check_bool("first", first), f(momentum), f(1.0 - dampening), nesterov,
+                      f(-lr))
 
 
 # ------------------------------------------------------------------------------------------
@@ -713,7 +702,7 @@ def _check_same_size(arrays: dict[str, Array]) -> None:
 
 
 def _check_low(name: str, x: object) -> bool:
-    on_device = bool(getattr(x, "__cuda_ndarray__", False))
+    on_device = is_device_array(x)
     if not (on_device or isinstance(x, np.ndarray)):
         raise TypeError(f"{name} must be a NumPy array or a numba device array, got "
                         f"{type(x).__name__}")
@@ -739,7 +728,7 @@ def _run_in_place(launch: Callable, arrays: dict[str, Array], outputs: tuple[str
     if kinds == {True}:
         launch(*arrays.values(), *scalars)
         return
-    on_device = {name: cuda.to_device(x) for name, x in arrays.items()}
+    on_device = {name: to_device(x) for name, x in arrays.items()}
     launch(*on_device.values(), *scalars)
     for name in outputs:
         on_device[name].copy_to_host(arrays[name])

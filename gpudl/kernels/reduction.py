@@ -35,9 +35,9 @@ import numpy as np
 from numba import cuda, float32, int32, uint64
 from numba.cuda.cudadrv import driver
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_float32_array, check_int
 from gpudl.kernels import elementwise
-from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.arrays import poisoned, to_device
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -375,8 +375,7 @@ def addition_depth(n: int, variant: str) -> int:
     zeros) is exact.
     """
     _check_variant(variant)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    check_int("n", n, 1)
     if variant == "v1_atomic":
         return n
     if variant in ("v2_interleaved", "v3_sequential"):
@@ -404,11 +403,11 @@ def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
     vector gives 0.0 without a launch.
     """
     _check_variant(variant)
-    on_device = check_float32_array("x", x, 1)
+    check_float32_array("x", x, 1)
     if x.size == 0:
         return 0.0
     out = poisoned(1)
-    VARIANTS[variant](x if on_device else cuda.to_device(x), out)
+    VARIANTS[variant](to_device(x), out)
     return float(out.copy_to_host()[0])
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from gpudl.checks import check_int
 from gpudl.parallel.launch import spawn
 
 __all__ = [
@@ -151,9 +152,8 @@ def ring_all_reduce(tensor: torch.Tensor) -> int:
 def _check_numels(numels: list[int]) -> None:
     if not numels:
         raise ValueError("numels must list at least one tensor length")
-    for numel in numels:
-        if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
-            raise ValueError(f"numels must be positive ints (tensor lengths), got {numel!r}")
+    for i, numel in enumerate(numels):
+        check_int(f"numels[{i}]", numel, 1)
 
 
 def ring_all_reduce_worker(rank: int, world_size: int, numels: list[int]) -> list[dict]:

@@ -37,7 +37,6 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
-from numbers import Real
 
 from gpudl import backend
 
@@ -50,7 +49,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from gpudl.checks import check_int
+from gpudl.checks import check_bool, check_int, check_positive, check_real, check_widths
 from gpudl.interop import as_kernel_array
 from gpudl.kernels import buckets as bk
 from gpudl.parallel.grad_timeline import expected_buckets
@@ -132,25 +131,13 @@ class Setup:
         for name, least in (("n_samples", 1), ("global_batch", 1), ("epochs", 1),
                             ("accumulation", 1), ("seed", 0), ("rank_seed_step", 0)):
             check_int(name, getattr(self, name), least)
-        dims = tuple(self.dims) if isinstance(self.dims, Sequence) else self.dims
-        if not isinstance(dims, tuple) or len(dims) < 2 or any(
-                isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-            raise ValueError(f"dims must be at least two positive ints (layer widths), "
-                             f"got {self.dims!r}")
-        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "dims", check_widths("dims", self.dims))
         for name in ("lr", "momentum"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Real) or not (
-                    0 <= value < math.inf):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            check_real(name, getattr(self, name), 0, finite=True)
         for name in ("shuffle", "drop_last"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.bucket_cap_mb is not None and (
-                isinstance(self.bucket_cap_mb, bool) or not isinstance(self.bucket_cap_mb, Real)
-                or not 0 < self.bucket_cap_mb < math.inf):
-            raise ValueError(f"bucket_cap_mb must be a positive number of MiB or None, "
-                             f"got {self.bucket_cap_mb!r}")
+            check_bool(name, getattr(self, name))
+        if self.bucket_cap_mb is not None:
+            check_positive("bucket_cap_mb", self.bucket_cap_mb)
         if self.variant not in BUCKET_VARIANTS:
             raise ValueError(f"variant must be one of {list(BUCKET_VARIANTS)}, "
                              f"got {self.variant!r}")

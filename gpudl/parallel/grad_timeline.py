@@ -27,7 +27,6 @@ all-reduces in flight and remove the overlap being measured).
 
 # No `from __future__ import annotations`: DDP checks a communication hook's annotations as
 # objects, and would reject the strings it makes of them.
-import math
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -38,10 +37,10 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from gpudl.checks import check_int
+from gpudl.checks import check_int, check_positive, check_widths
 from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.launch import spawn
-from gpudl.parallel.sharding import _check_dims, make_mlp
+from gpudl.parallel.sharding import make_mlp
 
 __all__ = [
     "BATCH_PER_RANK",
@@ -63,15 +62,9 @@ _DEFAULT_BUCKET_CAP_MB = 25
 
 
 def _check_cap(bucket_cap_mb: object) -> None:
-    if bucket_cap_mb is None:
-        return
-    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, int | float):
-        raise TypeError(
-            f"bucket_cap_mb must be a number of MiB or None (DDP's default), "
-            f"got {type(bucket_cap_mb).__name__} {bucket_cap_mb!r}"
-        )
-    if not 0 < bucket_cap_mb < math.inf:
-        raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {bucket_cap_mb}")
+    """``bucket_cap_mb``: a positive number of MiB, or None (DDP's default)."""
+    if bucket_cap_mb is not None:
+        check_positive("bucket_cap_mb", bucket_cap_mb)
 
 
 def expected_buckets(sizes_bytes: Sequence[int], bucket_cap_mb: float | None) -> list[list[int]]:
@@ -257,7 +250,7 @@ def gradient_timeline(
 ) -> list[dict]:
     """Spawn ``world_size`` ranks running :func:`timeline_worker`; one dict per rank."""
     _check_cap(bucket_cap_mb)
-    _check_dims(dims)
+    check_widths("dims", dims)
     check_int("batch_per_rank", batch_per_rank, 1)
     return spawn(timeline_worker, world_size, bucket_cap_mb, tuple(dims), batch_per_rank,
                  timeout=timeout)

@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from gpudl.checks import check_int
+
 __all__ = [
     "WorkerError",
     "default_backend",
@@ -77,16 +79,6 @@ def rank0_print(*args: Any, **kwargs: Any) -> None:
     if rank == 0:
         kwargs.setdefault("flush", True)
         print(*args, **kwargs)
-
-
-def _check_world_size(world_size: object) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(
-            f"world_size must be an int (the number of processes), "
-            f"got {type(world_size).__name__} {world_size!r}"
-        )
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
 
 
 def _check_worker(worker: object) -> None:
@@ -229,7 +221,7 @@ def spawn(
     :class:`WorkerError` naming the rank, with its traceback, and the other ranks are stopped;
     if the workers have not all finished after ``timeout`` seconds, :class:`TimeoutError`.
     """
-    _check_world_size(world_size)
+    check_int("world_size", world_size, 1)
     if not 0 < timeout < math.inf:
         raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
     _check_worker(worker)

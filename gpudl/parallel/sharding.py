@@ -26,6 +26,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+from gpudl.checks import check_widths
 from gpudl.parallel.launch import spawn
 
 __all__ = [
@@ -46,16 +47,10 @@ _BATCH = 8  # samples per rank
 _LR = 1e-2
 
 
-def _check_dims(dims: Sequence[int]) -> None:
-    if len(dims) < 2 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1
-                            for d in dims):
-        raise ValueError(f"dims must be at least 2 positive ints (layer widths), got {dims!r}")
-
-
 def make_mlp(dims: Sequence[int] = DIMS, seed: int = 0) -> nn.Sequential:
     """Linear layers of widths ``dims`` with ReLUs between, initialised from ``seed`` (the
     caller's random state is left as it was)."""
-    _check_dims(dims)
+    check_widths("dims", dims)
     layers: list[nn.Module] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -174,7 +169,7 @@ def state_bytes(
 ) -> list[dict]:
     """Spawn ``world_size`` ranks running :func:`state_bytes_worker`; one dict per rank."""
     _check_strategy(strategy)
-    _check_dims(dims)
+    check_widths("dims", dims)
     return spawn(state_bytes_worker, world_size, strategy, tuple(dims), timeout=timeout)
 
 

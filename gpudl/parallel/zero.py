@@ -42,10 +42,10 @@ from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from gpudl.checks import check_int
+from gpudl.checks import check_int, check_positive, check_widths
 from gpudl.parallel.comms import device_and_sync
 from gpudl.parallel.launch import run_under_torchrun, spawn
-from gpudl.parallel.sharding import _check_dims, local_bytes, make_mlp
+from gpudl.parallel.sharding import local_bytes, make_mlp
 
 __all__ = [
     "ATOL",
@@ -376,11 +376,8 @@ def train_worker(rank: int, world_size: int, steps: int = STEPS, lr: float = LR,
 
 def _check_run(steps: object, lr: object, dims: Sequence[int]) -> None:
     check_int("steps", steps, 1)
-    if isinstance(lr, bool) or not isinstance(lr, int | float):
-        raise TypeError(f"lr must be a number, got {type(lr).__name__} {lr!r}")
-    if not 0 < lr < math.inf:
-        raise ValueError(f"lr must be positive and finite, got {lr!r}")
-    _check_dims(dims)
+    check_positive("lr", lr)
+    check_widths("dims", dims)
 
 
 def zero_training(world_size: int = 2, steps: int = STEPS, lr: float = LR,

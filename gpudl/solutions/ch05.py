@@ -57,8 +57,9 @@ def weighted_average(dims: Sequence[int], x: torch.Tensor, y: torch.Tensor,
     consecutive samples of ``x, y`` each. Returns the plain average of the replicas' mean
     gradients and the average weighted by ``shares[r] / sum(shares)``; only the second is the
     gradient of the whole batch's mean loss."""
-    if sum(shares) != len(x) or any(isinstance(s, bool) or not isinstance(s, int) or s < 1
-                                    for s in shares):
+    for i, share in enumerate(shares):
+        check_int(f"shares[{i}]", share, 1)
+    if sum(shares) != len(x):
         raise ValueError(f"shares must be positive ints adding up to the batch of {len(x)}, "
                          f"got {list(shares)}")
     model = make_mlp(dims)

@@ -25,7 +25,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_bool, check_float32_array
 from gpudl.estimate import ridge_point
 from gpudl.hardware import spec
 from gpudl.kernels import attention as at
@@ -170,8 +170,7 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarra
     """``(dq, dk, dv)`` for float32 host arrays of shape ``(heads, s, d)``, from the
     forward's output ``o`` and log-sum-exp ``lse`` (:func:`gpudl.kernels.attention.forward`)
     and the gradient ``do`` of the loss with respect to ``o`` (exercise 1)."""
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    check_bool("causal", causal)
     for name, x, ndim in (("q", q, 3), ("k", k, 3), ("v", v, 3), ("o", o, 3), ("do", do, 3),
                           ("lse", lse, 2)):
         check_float32_array(name, x, ndim)
