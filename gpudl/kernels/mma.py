@@ -166,13 +166,13 @@ def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def _simulated_mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     """The simulator's ``mma_bf16``: every lane of the warp must call it (as on a GPU)."""
-    from gpudl.backend import _rendezvous
+    from gpudl.simulator import WarpDivergenceError, rendezvous
 
-    rdv, lane = _rendezvous()
+    rdv, lane = rendezvous()
     registers = rdv.exchange(0xFFFFFFFF, lane,
                              ((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)))
     if len(registers) != 32:
-        raise backend.WarpDivergenceError(
+        raise WarpDivergenceError(
             f"mma_bf16 needs all 32 lanes of a warp, got {len(registers)}: launch whole warps")
     a, b, c = _assemble(registers)
     d = (a @ b + c).astype(np.float32)
