@@ -10,7 +10,8 @@ Book section: *Chapter 7, "A case study and choosing a GPU"* (the calculators' c
   it fits on.
 * ``estimate gpus``: the comparison table.
 
-The parsing lives here; the arithmetic is :mod:`gpudl.estimate` and :mod:`gpudl.hardware`.
+The parsing lives here; the arithmetic is the rest of :mod:`gpudl.estimate` and
+:mod:`gpudl.hardware`.
 """
 
 from __future__ import annotations
