@@ -5,6 +5,7 @@ first step either; each parameter's ``state["step"]`` stays a tensor of its own 
 layout) while one operation advances them all; anything unusual still takes the general
 path and gives torch's answer."""
 
+import contextlib
 import copy
 import weakref
 
@@ -25,23 +26,34 @@ DEVICE = tensor_device()
 
 
 class Counts:
-    """Counts kernel launches (gpudl.kernels.optim._launch) and tensor-to-array conversions
-    (gpudl.interop.as_kernel_array) while installed."""
+    """Counts kernel launches (``gpudl.kernels.optim.recorded_launches``) and tensor-to-array
+    conversions (``gpudl.interop.as_kernel_array``) from :meth:`start` to the test's end."""
 
-    def __init__(self, monkeypatch) -> None:
-        self.launches = self.conversions = 0
-        launch, convert = ko._launch, interop.as_kernel_array
+    def __init__(self, monkeypatch, stack: contextlib.ExitStack) -> None:
+        self.monkeypatch, self.stack = monkeypatch, stack
+        self.launched: list = []
+        self.conversions = 0
 
-        def counting_launch(*args):
-            self.launches += 1
-            return launch(*args)
+    @property
+    def launches(self) -> int:
+        return len(self.launched)
+
+    def start(self) -> "Counts":
+        convert = interop.as_kernel_array
 
         def counting_convert(*args, **kwargs):
             self.conversions += 1
             return convert(*args, **kwargs)
 
-        monkeypatch.setattr(ko, "_launch", counting_launch)
-        monkeypatch.setattr(interop, "as_kernel_array", counting_convert)
+        self.monkeypatch.setattr(interop, "as_kernel_array", counting_convert)
+        self.launched = self.stack.enter_context(ko.recorded_launches())
+        return self
+
+
+@pytest.fixture
+def counts(monkeypatch):
+    with contextlib.ExitStack() as stack:
+        yield Counts(monkeypatch, stack)
 
 
 def many_parameters(n: int, seed: int = 0) -> list[torch.nn.Parameter]:
@@ -55,13 +67,13 @@ def backward(params: list[torch.nn.Parameter], step: int) -> None:
     (torch.stack(list(params)) * weights).square().sum().backward()
 
 
-def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(monkeypatch):
+def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(counts, monkeypatch):
     ours, theirs = many_parameters(1000), many_parameters(1000)
     opt = go.Adam(ours, lr=0.01)
     ref = torch.optim.Adam(theirs, lr=0.01, foreach=False)
     for step in range(3):
         if step == 1:  # from the second step on: count, and forbid the per-parameter path
-            counts = Counts(monkeypatch)
+            counts.start()
 
             def per_parameter(*args):
                 raise AssertionError("the general (per-parameter) path ran")
@@ -93,7 +105,7 @@ def test_the_step_counts_are_torch_s_layout_advanced_by_one_operation():
     assert sorted(saved) == list(range(5)) and all(saved[i]["step"].item() == 3 for i in saved)
 
 
-def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(monkeypatch):
+def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(counts, monkeypatch):
     ours, theirs = many_parameters(6, seed=1), many_parameters(6, seed=1)
     opt = go.Adam(ours, lr=0.05)
     ref = torch.optim.Adam(theirs, lr=0.05, foreach=False)
@@ -102,7 +114,7 @@ def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(monkeypatch):
             o.zero_grad()
             backward(params, step)
             o.step()
-    counts = Counts(monkeypatch)
+    counts.start()
     gen = torch.Generator().manual_seed(7)
     for a, b in zip(ours, theirs, strict=True):  # gradients set by hand: new tensors
         a.grad = torch.randn(2, generator=gen).to(DEVICE)
@@ -137,7 +149,7 @@ def test_a_parameter_without_a_gradient_splits_the_launch_and_keeps_its_count():
     assert [int(opt.state[p]["step"].item()) for p in params] == [4, 3, 3, 4]
 
 
-def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(monkeypatch):
+def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(counts, monkeypatch):
     params = many_parameters(8, seed=3)
     opt = go.Adam(params, lr=0.01)
     for step in range(2):
@@ -155,7 +167,7 @@ def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(monkeypatch):
         o.zero_grad()
         backward(ps, 2)
         o.step()  # the loaded state is adopted here
-    counts = Counts(monkeypatch)
+    counts.start()
     for o, ps in ((opt, params), (other, twin)):
         o.zero_grad()
         backward(ps, 3)
@@ -167,12 +179,12 @@ def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(monkeypatch):
 
 
 @pytest.mark.parametrize("variant", ["fused", "unfused", "shared"])
-def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, monkeypatch):
+def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, counts):
     params = many_parameters(3, seed=4)
     opt = go.Adam(params, lr=0.01, variant=variant)
     backward(params, 0)
     opt.step()
-    counts = Counts(monkeypatch)
+    counts.start()
     for step in range(1, 3):
         opt.zero_grad(set_to_none=False)  # gradients stay where they are
         backward(params, step)
@@ -181,12 +193,12 @@ def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, mon
     assert counts.launches == 2 * 3 * per_tensor and counts.conversions == 0
 
 
-def test_sgd_converts_nothing_after_its_first_step(monkeypatch):
+def test_sgd_converts_nothing_after_its_first_step(counts, monkeypatch):
     params = many_parameters(3, seed=5)
     opt = go.SGD(params, lr=0.1, momentum=0.9)
     backward(params, 0)
     opt.step()
-    counts = Counts(monkeypatch)
+    counts.start()
     opt.zero_grad(set_to_none=False)
     backward(params, 1)
     opt.step()

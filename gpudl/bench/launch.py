@@ -173,26 +173,6 @@ def measure_launches(calls: int | None = None, repeats: int | None = None,
     return rows
 
 
-@contextmanager
-def _counted_launches(run: bool) -> Iterator[list]:
-    """Record every kernel gpudl.kernels.optim launches; launch it only if ``run``."""
-    from gpudl.kernels import optim as ko
-
-    launched: list = []
-    original = ko._launch
-
-    def launch(kernel, blocks, *args):
-        launched.append(kernel)
-        if run:
-            original(kernel, blocks, *args)
-
-    ko._launch = launch
-    try:
-        yield launched
-    finally:
-        ko._launch = original
-
-
 def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = None) -> list[dict]:
     """Host seconds per ``step()`` of :class:`gpudl.optim.Adam` over ``tensors`` parameters of
     ``size`` elements, gradients in place, for the ``multi_tensor`` and ``fused`` variants;
@@ -200,6 +180,7 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
     be simulated). Each row also counts the launches and the tensor-to-array conversions of
     one step after the first."""
     from gpudl import optim as go
+    from gpudl.kernels.optim import recorded_launches
 
     steps = backend.pick(gpu=50, sim=10) if steps is None else steps
     device = interop.tensor_device()
@@ -209,7 +190,7 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
         opt = go.Adam(params, lr=1e-3, variant=variant)
         for p in params:
             p.grad = torch.randn_like(p)
-        with _counted_launches(run=not backend.is_simulator()) as launched:
+        with recorded_launches(run=not backend.is_simulator()) as launched:
             opt.step()  # the first step flattens (multi_tensor) and converts
             launched.clear()
             conversions = opt._arrays.conversions

@@ -23,7 +23,7 @@ from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_int
 from gpudl.kernels import matmul as mm
-from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.arrays import EPS32, poisoned
 
 __all__ = ["BARS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
 
@@ -70,7 +70,7 @@ def _bench_size(size: int) -> list[dict]:
     tc = torch.empty_like(ta)
     torch_time = time_cuda(lambda: torch.mm(ta, tb, out=tc), **timed)
     # Both tc and each kernel's output are within error_bound of the exact product: twice it.
-    bound = 2 * size * mm.EPS32 * torch.mm(ta.abs(), tb.abs())
+    bound = 2 * size * EPS32 * torch.mm(ta.abs(), tb.abs())
     a, b = cuda.to_device(a_host), cuda.to_device(b_host)
     n_flops = mm.flops(size, size, size)
     rows = [row(f"torch n={size}", torch_time, n_flops=n_flops, size=size, variant="torch",

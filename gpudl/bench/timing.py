@@ -35,7 +35,7 @@ from gpudl.checks import check_int, check_positive, check_real
 from numba import cuda
 
 __all__ = ["Timing", "POLICY", "time_cuda", "time_cpu", "time_interleaved", "choose_inner",
-           "row_kind", "gbps", "gflops"]
+           "hold_kernel", "row_kind", "gbps", "gflops"]
 
 #: The fair-timing policy of :func:`time_interleaved` (the least of each).
 POLICY = {"warmup": 3, "repeats": 20, "inner": 3, "sample_s": 1e-3}
@@ -92,7 +92,7 @@ def _wall_clock(fn: Callable, args: tuple, warmup: int, repeats: int, inner: int
 
 
 @cuda.jit
-def _hold(rounds):
+def hold_kernel(rounds):
     """Keep the GPU busy for about ``rounds`` microseconds (one thread sleeping)."""
     for _ in range(rounds):
         cuda.nanosleep(1000)
@@ -104,7 +104,7 @@ def _event_sample(fn: Callable, args: tuple, inner: int) -> float:
     sleep ends, by which time the host has queued the first call, so the host's delay in
     issuing it (tens of microseconds for a numba launch) is not inside the window."""
     start, end = cuda.event(timing=True), cuda.event(timing=True)
-    _hold[1, 1](_HOLD_NS // 1000)
+    hold_kernel[1, 1](_HOLD_NS // 1000)
     start.record()
     for _ in range(inner):
         fn(*args)

@@ -27,8 +27,10 @@ from numba.cuda.cudadrv import driver
 from gpudl.checks import check_float32_array, is_device_array
 
 __all__ = [
+    "EPS32",
     "check_arrays",
     "filled",
+    "launch_in_place",
     "launch_into_poisoned",
     "poisoned",
     "returned",
@@ -39,6 +41,9 @@ __all__ = [
 #: A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
 Shape = int | tuple[int, ...]
+#: The machine epsilon of float32, 2**-23 (twice the unit roundoff), the unit in which the
+#: kernels' error bounds are written.
+EPS32 = float(np.finfo(np.float32).eps)
 
 
 def filled(shape: Shape, byte: int) -> Any:
@@ -95,3 +100,26 @@ def launch_into_poisoned(launch: Callable[..., None], inputs: Sequence[Array],
     outputs = [poisoned(shape) for shape in shapes]  # NaN, set on the device: no host copy
     launch(*(to_device(x) for x in inputs), *outputs)
     return tuple(returned(out, on_device) for out in outputs)
+
+
+def launch_in_place(launch: Callable[..., None], arrays: dict[str, Array],
+                    outputs: Sequence[str], kinds: set[bool], *scalars: Any) -> None:
+    """Run ``launch(*arrays.values(), *scalars)``, which updates some of them in place.
+    ``kinds`` holds each array's "on the device?" (from the checks): all device arrays are
+    updated where they are; all NumPy arrays go to the device, and the ``outputs`` among them
+    come back into the caller's arrays. ``TypeError`` for a mix, ``ValueError`` for arrays of
+    different sizes; nothing is launched for empty arrays."""
+    if len(kinds) > 1:
+        raise TypeError("arrays must be all NumPy arrays or all device arrays, got a mix")
+    sizes = {name: x.size for name, x in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"arrays must have the same size, got {sizes}")
+    if next(iter(arrays.values())).size == 0:
+        return
+    if kinds == {True}:
+        launch(*arrays.values(), *scalars)
+        return
+    on_device = {name: to_device(x) for name, x in arrays.items()}
+    launch(*on_device.values(), *scalars)
+    for name in outputs:
+        on_device[name].copy_to_host(arrays[name])

@@ -69,7 +69,7 @@ import numpy as np
 from numba import cuda, float32
 
 from gpudl.checks import check_bool, check_float32_array
-from gpudl.kernels.arrays import launch_into_poisoned, poisoned
+from gpudl.kernels.arrays import EPS32, launch_into_poisoned, poisoned
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -78,7 +78,7 @@ Array = Any
 Launch = Callable[..., None]
 
 __all__ = [
-    "TILE", "MAX_HEAD_DIM", "EPS32", "VARIANTS",
+    "TILE", "MAX_HEAD_DIM", "VARIANTS",
     "reference", "error_bound", "traffic", "traced_traffic",
     "v1_scores", "v1_softmax", "v1_pv", "fused_kernel",
     "v1_three_kernels", "v2_fused", "forward", "attention",
@@ -88,7 +88,6 @@ TILE = 16  # query rows per block, keys per tile (v2); the side of v1's square t
 TILE_PADDED = TILE + 1  # a module constant: a shape written TILE + 1 in a kernel is not one
 MAX_HEAD_DIM = 128  # v2 keeps three (16, d) tiles in shared memory: 25 KiB at d = 128
 WARP = 32
-EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
 NEG_INF = float32(-np.inf)  # a float32 constant: a Python -inf would be float64 in the kernel
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from gpudl.checks import check_float32_array, check_int
-from gpudl.kernels.arrays import launch_into_poisoned, zeros
+from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -47,13 +47,12 @@ __all__ = [
     "NAIVE_X", "NAIVE_Y", "TILE",
     "V4_BM", "V4_BN", "V4_BK", "V4_TM", "V4_THREADS",
     "V5_BM", "V5_BN", "V5_BK", "V5_TM", "V5_TN", "V5_THREADS",
-    "EPS32", "VARIANTS",
+    "VARIANTS",
     "reference", "error_bound", "flops",
     "v1_naive", "v2_coalesced", "v3_tiled", "v4_register_1d", "v5_register_2d",
     "launch_config", "matmul",
 ]
 
-EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
 
 # Shared and local arrays need shapes that are literal integers when the kernel is compiled:
 # numba reads these module-level ints as constants.

@@ -43,16 +43,15 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
-from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.arrays import EPS32, poisoned
 
 __all__ = [
-    "M", "N", "K", "PTX", "EPS32", "ERROR_ULPS",
+    "M", "N", "K", "PTX", "ERROR_ULPS",
     "bf16_round", "bf16_words", "fragments", "lanes", "reference", "error_bound",
     "mma_bf16", "check_tensor_cores", "warp_mma", "mma_tile",
 ]
 
 M, N, K = 16, 8, 16
-EPS32 = float(np.finfo(np.float32).eps)
 #: Units of eps32, times the sum of the magnitudes, that one instruction may err by.
 ERROR_ULPS = K + 2
 #: The PTX of the instruction; its operands are D0..D3, A0..A3, B0, B1 and C0..C3, and C

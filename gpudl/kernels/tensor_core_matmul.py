@@ -38,8 +38,8 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import launch_into_poisoned, zeros
-from gpudl.kernels.mma import EPS32, ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
+from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
+from gpudl.kernels.mma import ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
 from gpudl.kernels.mma import K as MMA_K
 from gpudl.kernels.mma import M as MMA_M
 from gpudl.kernels.mma import N as MMA_N

@@ -29,7 +29,7 @@ from gpudl.checks import check_bool, check_float32_array
 from gpudl.estimate import ridge_point
 from gpudl.hardware import spec
 from gpudl.kernels import attention as at
-from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.arrays import EPS32, poisoned
 
 TILE = at.TILE
 
@@ -216,7 +216,7 @@ def backward_error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndar
         lse = m + np.log(np.exp(x - m).sum(-1, keepdims=True))
         p = np.exp(x - lse)
         a = np.abs(q) @ np.abs(k).transpose(0, 2, 1) / math.sqrt(d)
-        u = at.EPS32 / 2
+        u = EPS32 / 2
         t = np.where(seen, ((d + 2) * a + np.abs(x - lse) + 4) * u + bound_lse[..., None], 0)
         dp = do @ v.transpose(0, 2, 1)
         e_dp = (d + 1) * u * np.abs(do) @ np.abs(v).transpose(0, 2, 1)
