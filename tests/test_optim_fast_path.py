@@ -20,6 +20,7 @@ from gpudl import interop
 from gpudl import optim as go
 from gpudl.interop import tensor_device
 from gpudl.kernels import optim as ko
+from gpudl.optim import adam as adam_module
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 DEVICE = tensor_device()
@@ -79,7 +80,7 @@ def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(count
                 raise AssertionError("the general (per-parameter) path ran")
 
             monkeypatch.setattr(go.Adam, "_step_flat_general", per_parameter)
-            monkeypatch.setattr(go, "_adopt", per_parameter)
+            monkeypatch.setattr(adam_module, "adopt", per_parameter)
         for params, o in ((ours, opt), (theirs, ref)):
             o.zero_grad()
             backward(params, step)
@@ -122,7 +123,7 @@ def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(counts, monke
     opt.step()
     ref.step()
     assert counts.launches == 1 and counts.conversions == 0  # copied into the flat buffer
-    slots = opt._flats[(0, torch.float32)].slots["grad"]
+    slots = opt.flat_groups[(0, torch.float32)].slots["grad"]
     for a, b, slot in zip(ours, theirs, slots, strict=True):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=2e-6, atol=1e-7)
         assert a.grad is slot

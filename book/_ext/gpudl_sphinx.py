@@ -226,28 +226,33 @@ def _draw_figures(app) -> None:
 
 
 def _defining_name(name: str) -> str | None:
-    """Where the object importable as ``name`` (``gpudl.pkg.obj``) is defined, when that is
-    another module (a package's re-export, or a name one module imports from another): the
-    defining module's path to it; else None."""
+    """Where the object importable as ``name`` (``gpudl.pkg.obj``, or ``gpudl.pkg.Cls.meth``)
+    is defined, when that is another module (a package's re-export, or a name one module
+    imports from another): the defining module's path to it; else None."""
     import importlib
     import inspect
     import pkgutil
 
-    package, _, attr = name.rpartition(".")
-    try:
-        module = importlib.import_module(package)
-    except ImportError:
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest prefix that is a module
+        try:
+            module = importlib.import_module(".".join(parts[:cut]))
+            break
+        except ImportError:
+            continue
+    else:
         return None
+    package, attr, rest = ".".join(parts[:cut]), parts[cut], parts[cut + 1:]
     obj = getattr(module, attr, None)
     if obj is None:
         return None
     if inspect.isclass(obj) or inspect.isroutine(obj):
         home = obj.__module__
-        return f"{home}.{obj.__qualname__}" if home != package else None
+        return ".".join([home, obj.__qualname__, *rest]) if home != package else None
     for info in pkgutil.iter_modules(getattr(module, "__path__", [])):  # data: which module's?
         inner = importlib.import_module(f"{package}.{info.name}")
         if attr in getattr(inner, "__all__", ()) and vars(inner).get(attr) is obj:
-            return f"{package}.{info.name}.{attr}"
+            return ".".join([package, info.name, attr, *rest])
     return None
 
 

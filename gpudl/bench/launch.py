@@ -193,9 +193,9 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
         with recorded_launches(run=not backend.is_simulator()) as launched:
             opt.step()  # the first step flattens (multi_tensor) and converts
             launched.clear()
-            conversions = opt._arrays.conversions
+            conversions = opt.kernel_arrays.conversions
             opt.step()
-            per_step = (len(launched), opt._arrays.conversions - conversions)
+            per_step = (len(launched), opt.kernel_arrays.conversions - conversions)
             sync = (lambda: None) if backend.is_simulator() else cuda.synchronize
             samples = _per_call(opt.step, 1, steps, sync)
         measured = ("host time, launches not run" if backend.is_simulator()
