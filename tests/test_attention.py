@@ -19,6 +19,7 @@ from numba import cuda
 
 from gpudl import ptx
 from gpudl.kernels import attention as at
+from gpudl.kernels import attention_error
 
 VARIANTS = list(at.VARIANTS)
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
@@ -34,7 +35,7 @@ def assert_within_bound(o, lse, q, k, v, causal: bool) -> None:
     and o within twice the bound of torch's SDPA (both are within the bound of the exact
     result, if torch's float32 kernel rounds no worse than the kernels here)."""
     ref_o, ref_lse = at.reference(q, k, v, causal)
-    bound_o, bound_lse = at.error_bound(q, k, v, causal)
+    bound_o, bound_lse = attention_error.error_bound(q, k, v, causal)
     for got, ref, bound, name in ((o, ref_o, bound_o, "o"), (lse, ref_lse, bound_lse, "lse")):
         assert isinstance(got, np.ndarray) and got.dtype == np.float32
         assert got.shape == ref.shape

@@ -1,5 +1,5 @@
-"""gpudl.kernels.elementwise: every kernel against its reference, poisoning, bad input,
-the divergence demo, and the elementwise benchmark (gpudl.bench.elementwise)."""
+"""gpudl.kernels.elementwise: every kernel against its reference, poisoning, bad input, and
+the elementwise benchmark (gpudl.bench.elementwise)."""
 
 import json
 import math
@@ -278,50 +278,6 @@ def test_largest_block_works():
 
 
 # ------------------------------------------------------------------------------------------
-# Divergence
-# ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("mode", "paths"), [("parity", 2), ("warp", 1)])
-@pytest.mark.parametrize(("n_threads", "threads_per_block"), [(256, 128), (100, 64), (64, 32)])
-def test_divergence_paths_per_warp(mode, paths, n_threads, threads_per_block):
-    per_warp = ew.divergence_paths(mode, n_threads, threads_per_block)
-    assert per_warp.shape == (math.ceil(n_threads / 32),)
-    assert (per_warp == paths).all()
-
-
-@pytest.mark.parametrize("mode", ew.MODES)
-@pytest.mark.parametrize(("n", "threads_per_block"), [(1, 32), (300, 64), (517, 256)])
-def test_divergence_matches_reference(mode, n, threads_per_block):
-    out = ew.divergence(n, mode, work=8, threads_per_block=threads_per_block)
-    assert out.dtype == np.int64 and (out >= 0).all()
-    np.testing.assert_array_equal(out, ew.reference_divergence(n, mode, 8, threads_per_block))
-
-
-def test_the_two_modes_take_different_paths_for_the_same_thread():
-    # Same work, different assignment of paths: threads 1 (odd lane, warp 0) and 32 (even
-    # lane, warp 1) swap paths between the modes, so the outputs differ there and only there.
-    parity, warp = (ew.divergence(64, mode, work=4, threads_per_block=64) for mode in ew.MODES)
-    lane = np.arange(64)
-    swapped = (lane % 2) != (lane // 32) % 2
-    np.testing.assert_array_equal(parity != warp, swapped)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"n": 10, "mode": "lanes"}, r"mode must be one of \('parity', 'warp'\)"),
-        ({"n": 0, "mode": "warp"}, "n must be >= 1, got 0"),
-        ({"n": 10, "mode": "warp", "work": 0}, "work must be >= 1"),
-        ({"n": 10, "mode": "warp", "threads_per_block": 33}, "multiple of 32"),
-    ],
-)
-def test_divergence_rejects_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        ew.divergence(**kwargs)
-
-
-# ------------------------------------------------------------------------------------------
 # The benchmark's JSON
 # ------------------------------------------------------------------------------------------
 
@@ -368,23 +324,6 @@ def test_parity_divergence_is_slower_than_by_warp(stored):
     assert find_bar(stored, "parity_divergence_over_warp")["verdict"], stored["bars"]
 
 
-def test_thread_ids_match_the_index_formulas():
-    rows = ew.thread_ids(3, 40)
-    block, thread, grid, warp, lane = rows.T
-    assert rows.shape == (120, 5)
-    assert (grid == np.arange(120)).all()
-    assert (grid == block * 40 + thread).all()
-    assert (warp == thread // 32).all() and (lane == thread % 32).all()
-    assert sorted(set(block.tolist())) == [0, 1, 2]
-
-
-@pytest.mark.parametrize(("args", "error"), [((0, 32), ValueError), ((1, 0), ValueError),
-                                             ((1, 1025), ValueError), ((1.5, 32), TypeError)])
-def test_thread_ids_rejects_bad_launches(args, error):
-    with pytest.raises(error):
-        ew.thread_ids(*args)
-
-
 @pytest.mark.parametrize("cpu_saxpy", [ew.saxpy_numpy, ew.saxpy_numba_cpu])
 def test_cpu_saxpy_writes_into_out(cpu_saxpy):
     x = np.arange(5, dtype=np.float32)
@@ -394,26 +333,3 @@ def test_cpu_saxpy_writes_into_out(cpu_saxpy):
     np.testing.assert_array_equal(out, 2 * x + 1)
     with pytest.raises(ValueError):
         cpu_saxpy(2.0, x, y, np.empty(4, dtype=np.float32))
-
-
-def test_resident_blocks_reads_device_attributes_the_driver_has(monkeypatch):
-    # On a GPU, numba reads device.NAME as CU_DEVICE_ATTRIBUTE_NAME from cuda.bindings: a
-    # misspelt NAME only fails there. Check the names against the bindings' enum here.
-    from cuda.bindings import driver
-
-    known = {n.removeprefix("CU_DEVICE_ATTRIBUTE_") for n in dir(driver.CUdevice_attribute)}
-
-    class FakeDevice:
-        def __getattr__(self, name):
-            if name not in known:
-                raise AttributeError(f"no device attribute {name}")
-            return {"MULTIPROCESSOR_COUNT": 132, "MAX_THREADS_PER_MULTIPROCESSOR": 2048}[name]
-
-    monkeypatch.setattr(ew.backend, "is_simulator", lambda: False)
-    monkeypatch.setattr(ew.cuda, "get_current_device", FakeDevice, raising=False)
-    ew._resident_blocks.cache_clear()
-    try:
-        assert ew.grid_stride_blocks(10**9, 256) == 132 * 8
-        assert ew.grid_stride_blocks(1000, 256) == 4
-    finally:
-        ew._resident_blocks.cache_clear()

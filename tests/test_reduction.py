@@ -16,6 +16,8 @@ from numba import cuda
 
 from gpudl.bench import find_bar, load_or_run
 from gpudl.kernels import reduction as red
+from gpudl.kernels import reduction_error
+from gpudl.kernels.grid import resident_blocks
 
 TPB = red.THREADS_PER_BLOCK
 EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
@@ -55,7 +57,7 @@ def assert_within_bound(got: float, x: np.ndarray, variant: str) -> None:
     elif math.isinf(exact):
         assert got == exact, f"{variant}: expected {exact}, got {got}"
     else:
-        depth = red.addition_depth(x.size, variant) if x.size else 0
+        depth = reduction_error.addition_depth(x.size, variant) if x.size else 0
         bound = depth * EPS32 * math.fsum(np.abs(x.astype(np.float64)))
         assert abs(got - exact) <= bound, (
             f"{variant}, n={x.size}: got {got!r}, exact {exact!r}, "
@@ -91,7 +93,7 @@ def test_sum_matches_float64_reference_within_the_bound(variant, n, seed, kind):
 
 @pytest.mark.parametrize("n", EDGE_SIZES[1:] + [1 << 20, (1 << 26) + 13])
 def test_depths_stay_within_n_and_grow_as_derived(n):
-    depths = {v: red.addition_depth(n, v) for v in red.VARIANTS}
+    depths = {v: reduction_error.addition_depth(n, v) for v in red.VARIANTS}
     assert all(1 <= d <= n for d in depths.values())
     assert depths["v1_atomic"] == n
     launches = max(1, math.ceil(math.log(n, TPB)))  # n -> n/256 -> ... -> 1
@@ -152,7 +154,7 @@ def test_tree_passes_launch_until_one_block_is_left(n, expected):
     kernel = HostKernel(grid_stride=False)
     x = np.arange(n, dtype=np.float32) % 7
     out = red.poisoned(1)
-    red._tree_passes(kernel, cuda.to_device(x), out)
+    red.tree_passes(kernel, cuda.to_device(x), out)
     assert kernel.launches == expected
     assert out.copy_to_host()[0] == x.sum(dtype=np.float64)
 
@@ -161,11 +163,11 @@ def test_tree_passes_launch_until_one_block_is_left(n, expected):
 @pytest.mark.parametrize("full_blocks", [1, 2, 3, 4, 7])
 def test_grid_stride_passes_use_the_grid_then_one_block(full_blocks, extra):
     n = full_blocks * TPB + extra
-    grid = min(red.elementwise._resident_blocks(TPB), math.ceil(n / TPB))  # 4 simulated
+    grid = min(resident_blocks(TPB), math.ceil(n / TPB))  # 4 simulated
     kernel = HostKernel(grid_stride=True)
     x = np.arange(n, dtype=np.float32) % 5
     out = red.poisoned(1)
-    red._grid_stride_passes(kernel, cuda.to_device(x), out)
+    red.grid_stride_passes(kernel, cuda.to_device(x), out)
     expected = [(n, grid, TPB, grid), (grid, 1, TPB, 1)] if grid > 1 else [(n, 1, TPB, 1)]
     assert kernel.launches == expected
     assert out.copy_to_host()[0] == x.sum(dtype=np.float64)
@@ -188,12 +190,12 @@ class Spy:
 @pytest.mark.parametrize(
     ("passes", "kernel", "n"),
     [
-        (red._tree_passes, red.v3_sequential, TPB + 1),  # one block over, then one
-        (red._grid_stride_passes, red.v5_warp_shuffle, 4 * TPB + 1),  # a full grid (simulator)
+        (red.tree_passes, red.v3_sequential, TPB + 1),  # one block over, then one
+        (red.grid_stride_passes, red.v5_warp_shuffle, 4 * TPB + 1),  # a full grid (simulator)
     ],
 )
 def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
-    grid_stride = passes is red._grid_stride_passes
+    grid_stride = passes is red.grid_stride_passes
     blocks = red.grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
     x = make_data(n, seed=n, kind="positive")
     spy = Spy(kernel)
@@ -226,7 +228,7 @@ def one_partial_too_many(x, out):
 
 
 def atomic_one_block_short(x, out):
-    red._zero(out)
+    red.zero_accumulator(out)
     red.v1_atomic[math.ceil(x.size / TPB) - 1, TPB](x, out)
 
 
@@ -404,7 +406,7 @@ def test_unknown_variant_lists_the_variants():
     with pytest.raises(ValueError, match=r"variant must be one of \['v1_atomic', .*'v6_"):
         red.reduce_sum(GOOD, variant="v7")
     with pytest.raises(ValueError, match="variant must be one of"):
-        red.addition_depth(8, "v7")
+        reduction_error.addition_depth(8, "v7")
 
 
 @pytest.mark.parametrize(("n", "error", "match"), [
@@ -413,7 +415,7 @@ def test_unknown_variant_lists_the_variants():
 ])
 def test_addition_depth_needs_a_positive_length(n, error, match):
     with pytest.raises(error, match=match):
-        red.addition_depth(n, "v1_atomic")
+        reduction_error.addition_depth(n, "v1_atomic")
 
 
 def test_block_size_is_a_power_of_two_with_two_warps_at_least():

@@ -13,7 +13,7 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 from numba import cuda, float32
 
 from gpudl import trace as tr
-from gpudl.kernels import memory
+from gpudl.kernels import memory, transpose
 
 pytestmark = pytest.mark.skipif(not backend.is_simulator(), reason="tracing needs the simulator")
 
@@ -175,14 +175,14 @@ def transposes() -> dict[str, tuple[tr.Trace, np.ndarray]]:
     """Each transpose variant traced on a 64 x 64 matrix (4 blocks of 32 x 8 threads)."""
     x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     traced = {}
-    for name, kernel in [("naive", memory.v1_naive), ("shared", memory.v2_shared),
-                         ("padded", memory.v3_padded)]:
+    for name, kernel in [("naive", transpose.v1_naive), ("shared", transpose.v2_shared),
+                         ("padded", transpose.v3_padded)]:
         out = poisoned((64, 64))
-        traced[name] = (tr.trace(kernel, *memory.transpose_grid(x.shape), x, out), out)
+        traced[name] = (tr.trace(kernel, *transpose.transpose_grid(x.shape), x, out), out)
     out = poisoned((64, 64))  # blocks of 32 x 4 threads, 8 rows of the tile each
-    grid, _ = memory.transpose_grid(x.shape)
-    traced["padded_loads_first"] = (tr.trace(memory.v4_padded_loads_first, grid,
-                                             (memory.TILE, memory.LOADS_ROWS), x, out), out)
+    grid, _ = transpose.transpose_grid(x.shape)
+    traced["padded_loads_first"] = (tr.trace(transpose.v4_padded_loads_first, grid,
+                                             (transpose.TILE, transpose.LOADS_ROWS), x, out), out)
     return traced
 
 
@@ -218,18 +218,18 @@ def test_the_transpose_that_loads_first_stays_coalesced_and_conflict_free(transp
         assert (degree.requests, degree.max) == (128, 1)
 
 
-@pytest.mark.parametrize("variant", sorted(memory.VARIANTS))
+@pytest.mark.parametrize("variant", sorted(transpose.VARIANTS))
 def test_traced_transposes_equal_untraced_ones(transposes, variant):
     t, out = transposes[variant]
     x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
-    np.testing.assert_array_equal(out, memory.transpose(x, variant=variant))
+    np.testing.assert_array_equal(out, transpose.transpose(x, variant=variant))
     np.testing.assert_array_equal(out, x.T)
 
 
 def test_padded_summary_names_the_tile_and_its_conflicts(transposes):
     t, _ = transposes["padded"]
-    read = line_of(memory.v3_padded, "tile[ty + k, tx] = x[")
-    write = line_of(memory.v3_padded, "= tile[tx, ty + k]")
+    read = line_of(transpose.v3_padded, "tile[ty + k, tx] = x[")
+    write = line_of(transpose.v3_padded, "= tile[tx, ty + k]")
     assert t.summary().splitlines() == [
         f"line {read} global load x: 128 requests, 4.0 sectors/request (ideal 4.0)",
         f"line {read} shared store tile: 128 requests, 1.0-way bank conflicts (max 1)",
@@ -265,7 +265,7 @@ def test_the_shared_array_factory_is_restored_even_when_the_kernel_raises():
         tr.trace(reads_past_the_end, 1, 32, np.zeros(32, np.float32))
     assert kernelapi.FakeCUDAShared.array is original
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    np.testing.assert_array_equal(memory.transpose(x, variant="shared"), x.T)
+    np.testing.assert_array_equal(transpose.transpose(x, variant="shared"), x.T)
 
 
 def test_tracing_refuses_a_real_gpu(monkeypatch):
@@ -294,11 +294,9 @@ def test_bad_arguments_are_rejected():
 
 
 def test_reports_give_the_analytic_answers():
-    from gpudl.kernels import memory as mem
-
-    rows = {r["pattern"]: r["sectors"] for r in mem.coalescing_report((1, 2, 32), (1,))}
+    rows = {r["pattern"]: r["sectors"] for r in memory.coalescing_report((1, 2, 32), (1,))}
     assert rows == {"stride 1": 4.0, "stride 2": 8.0, "stride 32": 32.0, "offset 1": 5.0}
-    report = mem.transpose_report(64)
+    report = transpose.transpose_report(64)
     assert (report["naive"]["read_sectors"], report["naive"]["write_sectors"]) == (4.0, 32.0)
     assert report["shared"]["tile_load_conflicts"] == 32
     assert report["padded"]["tile_load_conflicts"] == 1

@@ -22,6 +22,7 @@ from numba import cuda
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
 from gpudl.checks import check_int
+from gpudl.kernels import divergence
 from gpudl.kernels import elementwise as ew
 
 __all__ = ["BARS", "run"]
@@ -106,15 +107,16 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
         print("  saxpy cuda_kernel, cuda_with_transfers: not measured (simulator)", flush=True)
 
     n_div = min(n, backend.pick(gpu=1 << 22, sim=1024))
-    work = ew.DEFAULT_WORK
+    work = divergence.DEFAULT_WORK
     print(f"[elementwise] divergence, {n_div:,} threads x {work} steps", flush=True)
     codes = cuda.device_array(n_div, dtype=np.int64)
     n_check = min(n_div, 4096)
-    for mode in ew.MODES:
-        timing = time_cuda(ew.launch_divergence, codes, mode, work, tpb, **timed)
+    for mode in divergence.MODES:
+        timing = time_cuda(divergence.launch_divergence, codes, mode, work, tpb, **timed)
         got = codes.copy_to_host()[:n_check]
-        np.testing.assert_array_equal(got, ew.reference_divergence(n_check, mode, work, tpb))
-        paths = ew.divergence_paths(mode, min(n_div, 1024), tpb)
+        expected = divergence.reference_divergence(n_check, mode, work, tpb)
+        np.testing.assert_array_equal(got, expected)
+        paths = divergence.divergence_paths(mode, min(n_div, 1024), tpb)
         rows.append(row(f"divergence {mode}", timing, group="divergence", n=n_div, work=work,
                         max_paths_per_warp=int(paths.max())))
     return {"n": n, "threads_per_block": tpb, "cpu_threads": os.cpu_count(), "rows": rows,

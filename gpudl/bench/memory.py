@@ -24,6 +24,7 @@ from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_int
 from gpudl.kernels import memory as mem
 from gpudl.kernels import reduction as red
+from gpudl.kernels import reduction_error, transpose
 
 __all__ = ["BARS", "run"]
 
@@ -115,7 +116,7 @@ def _kernels(n: int) -> list[dict]:
     side = int(np.sqrt(n))
     m = x_host[: side * side].reshape(side, side)
     md = cuda.to_device(m)
-    for variant, launch in mem.VARIANTS.items():
+    for variant, launch in transpose.VARIANTS.items():
         out = cuda.device_array((side, side), dtype=np.float32)
         timing = time_cuda(launch, md, out, **timed)
         check(out, m.T)
@@ -129,8 +130,7 @@ def _kernels(n: int) -> list[dict]:
         few = {"warmup": 1, "repeats": 3, "inner": 1} if on_gpu and variant == "v1_atomic" else {}
         timing = time_cuda(launch, x, out, **(timed | few))
         got = float(out.copy_to_host()[0])
-        bound = red.addition_depth(n, variant) * float(np.finfo(np.float32).eps) * float(
-            np.abs(x_host.astype(np.float64)).sum())
+        bound = reduction_error.error_bound(x_host, variant)
         if not abs(got - exact) <= bound:
             raise RuntimeError(f"{variant}: sum {got} is off the exact {exact} by more than "
                                f"its error bound {bound}")

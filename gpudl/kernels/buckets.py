@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda
 
 from gpudl.checks import check_float32_array, check_real
-from gpudl.kernels.elementwise import grid_stride_blocks
+from gpudl.kernels.grid import grid_stride_blocks
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any

@@ -13,7 +13,7 @@ forward: 2 flops per weight and sample forward, 4 backward, 6 in all (C = 6ND, K
 
 Every product goes through one internal function, ``gpudl.kernels.matmul.matmul`` with the
 variant :data:`MATMUL_VARIANT`. Transposes are explicit: ``w.T`` and ``x.T`` are
-written by ``gpudl.kernels.memory.transpose`` before the product, so a single plain
+written by ``gpudl.kernels.transpose.transpose`` before the product, so a single plain
 ``(M, K) @ (K, N)`` kernel serves the forward and the backward.
 
 Host functions take float32 host NumPy arrays (and return host arrays) or numba device
@@ -35,7 +35,7 @@ from gpudl.checks import check_equal, is_device_array
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
 from gpudl.kernels.matmul import flops as matmul_flops
 from gpudl.kernels.matmul import matmul
-from gpudl.kernels.memory import transpose
+from gpudl.kernels.transpose import transpose
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -210,7 +210,7 @@ def linear_forward(x: Array, w: Array, b: Array) -> Array:
 def linear_backward(x: Array, w: Array, dy: Array) -> tuple[Array, Array, Array]:
     """``(dx, dw, db)`` of ``y = x @ w + b`` given ``dy = dL/dy`` of shape (batch, out):
     ``dx = dy @ w.T``, ``dw = x.T @ dy`` and ``db = dy.sum(axis=0)`` (a column-sum kernel).
-    The transposes are written by ``memory.transpose``.
+    The transposes are written by ``gpudl.kernels.transpose.transpose``.
 
     Flops: :func:`linear_backward_flops`, ``4 * batch * in * out + batch * out``."""
     on_device = check_arrays(x=(x, 2), w=(w, 2), dy=(dy, 2))

@@ -29,6 +29,7 @@ from gpudl.checks import check_bool, check_float32_array
 from gpudl.estimate import ridge_point
 from gpudl.hardware import spec
 from gpudl.kernels import attention as at
+from gpudl.kernels import attention_error
 from gpudl.kernels.arrays import EPS32, poisoned
 
 TILE = at.TILE
@@ -207,7 +208,7 @@ def backward_error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndar
     q, k, v, o, do = (np.asarray(x, np.float64) for x in (q, k, v, o, do))
     s, d = q.shape[1], q.shape[2]
     n_round = s + 2 * -(-s // TILE) + 32
-    bound_o, bound_lse = at.error_bound(q, k, v, causal)
+    bound_o, bound_lse = attention_error.error_bound(q, k, v, causal)
     seen = np.tril(np.ones((s, s), bool)) if causal else np.ones((s, s), bool)
     x = q @ k.transpose(0, 2, 1) / math.sqrt(d)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -14,7 +14,7 @@ from numba import cuda, float32, int16, uint16, uint32
 
 from gpudl.checks import check_float32_array, is_device_array
 from gpudl.kernels.arrays import Array, launch_in_place
-from gpudl.kernels.elementwise import grid_stride_blocks
+from gpudl.kernels.grid import grid_stride_blocks
 from gpudl.kernels.optim.adam import adam_element
 from gpudl.kernels.optim.hyper import AdamScalars, adam_scalars
 from gpudl.kernels.optim.traffic import THREADS, launch
