@@ -117,7 +117,6 @@ def _model_figures() -> dict:
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
     from gpudl.optim import traffic_table
-    from gpudl.parallel import pipeline_parallel
     from gpudl.plots._style import finish
     from gpudl.trace import on_simulator
 
@@ -151,7 +150,7 @@ def _model_figures() -> dict:
         "ring-steps.png": lambda: plots.ring_steps(4),
         "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
         # Chapter 6
-        "pipeline-schedules.png": lambda: finish(pipeline_parallel.plot_schedules(4, 4)),
+        "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
         "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
         # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(

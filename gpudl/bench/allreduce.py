@@ -4,7 +4,7 @@ checked exactly.
 Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect), *Chapter 2, "Past
 one GPU"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the ring all-reduce
 cost model against measurement). The model is :func:`gpudl.estimate.allreduce_time`; the
-messages and their checks are :mod:`gpudl.parallel.comms`'s.
+messages and their checks are :mod:`gpudl.parallel.messages`'s.
 
 Three ways to run the all-reduce benchmark:
 
@@ -29,15 +29,15 @@ from gpudl import backend, estimate
 from gpudl.bench import row
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_int
-from gpudl.parallel.comms import (
-    check_allreduce,
-    check_p2p,
+from gpudl.parallel.data.comms import ring_all_reduce, ring_all_reduce_worker
+from gpudl.parallel.launch import (
+    default_backend,
     device_and_sync,
-    rank_input,
-    ring_all_reduce,
-    ring_all_reduce_worker,
+    rank0_print,
+    run_under_torchrun,
+    spawn,
 )
-from gpudl.parallel.launch import default_backend, rank0_print, run_under_torchrun, spawn
+from gpudl.parallel.messages import ITEMSIZE, check_allreduce, check_p2p, rank_input
 
 __all__ = [
     "BARS",
@@ -54,7 +54,6 @@ __all__ = [
     "time_ring_all_reduce",
 ]
 
-_ITEMSIZE = 4  # the messages are float32
 
 #: No speed goal is set for the links; the rows are what the book's boxes show.
 BARS: tuple[dict, ...] = ()
@@ -83,9 +82,9 @@ def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
     if not sizes_bytes:
         raise ValueError("sizes_bytes must list at least one message size")
     for i, size in enumerate(sizes_bytes):
-        if check_int(f"sizes_bytes[{i}]", size, 1) % _ITEMSIZE:
+        if check_int(f"sizes_bytes[{i}]", size, 1) % ITEMSIZE:
             raise ValueError(
-                f"message sizes must be positive multiples of {_ITEMSIZE} bytes (float32), "
+                f"message sizes must be positive multiples of {ITEMSIZE} bytes (float32), "
                 f"got {size}"
             )
     check_int("repeats", repeats, 1)
@@ -106,7 +105,7 @@ def allreduce_bandwidth_worker(
     device, sync = device_and_sync()
     out = []
     for size in sizes_bytes:
-        message = rank_input(rank, size // _ITEMSIZE, device)
+        message = rank_input(rank, size // ITEMSIZE, device)
         times = []
         for step in range(warmup + repeats):
             buffer = message.clone()
@@ -166,7 +165,7 @@ def p2p_bandwidth_worker(
 ) -> list[dict]:
     """Time a ping-pong between ranks 0 and 1 for each message size; other ranks only wait.
 
-    Rank 0 sends its message (:func:`gpudl.parallel.comms.rank_input`) with ``dist.send``;
+    Rank 0 sends its message (:func:`gpudl.parallel.messages.rank_input`) with ``dist.send``;
     rank 1 receives it and sends it back. A repeat starts after a barrier; the one-way time is
     half the round trip rank 0 sees (after a ``cuda.synchronize`` on NCCL). Both copies are
     checked after the clock stops. ``warmup`` untimed trips come first. Rank 0 returns one
@@ -178,7 +177,7 @@ def p2p_bandwidth_worker(
     device, sync = device_and_sync()
     out = []
     for size in sizes_bytes:
-        message = rank_input(0, size // _ITEMSIZE, device)
+        message = rank_input(0, size // ITEMSIZE, device)
         times = []
         for step in range(warmup + repeats):
             buffer = torch.full_like(message, float("nan"))  # poisoned: a lost byte shows
@@ -224,9 +223,9 @@ def p2p_bandwidth(
 
 def ring_timings_worker(rank: int, world_size: int, numels: list[int],
                         repeats: int) -> list[dict]:
-    """:func:`gpudl.parallel.comms.ring_all_reduce_worker`'s checked rows, each with
+    """:func:`gpudl.parallel.data.ring_all_reduce_worker`'s checked rows, each with
     ``ring_s`` and ``all_reduce_s``: the median over ``repeats`` of the wall-clock time of
-    :func:`~gpudl.parallel.comms.ring_all_reduce` and of ``dist.all_reduce`` on this rank,
+    :func:`~gpudl.parallel.data.ring_all_reduce` and of ``dist.all_reduce`` on this rank,
     each started after a barrier (and a ``cuda.synchronize`` on NCCL)."""
     rows = ring_all_reduce_worker(rank, world_size, numels)
     device, sync = device_and_sync()

@@ -209,7 +209,7 @@ def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
 
 def state_bytes(rows: Sequence[dict]) -> Figure:
     """Bytes of parameters, gradients and Adam state on rank 0 for each strategy and world
-    size (rows of :func:`gpudl.parallel.sharding.state_bytes`, rank 0's), stacked."""
+    size (rows of :func:`gpudl.parallel.zero.fsdp.state_bytes`, rank 0's), stacked."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [f"{r['strategy']}\nN={r['world_size']}" for r in rows]
     bottom = np.zeros(len(rows))

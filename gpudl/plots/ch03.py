@@ -129,7 +129,7 @@ def linear_dataflow(batch: int = 32, in_features: int = 64, out_features: int = 
 
 def gradient_timeline(events: Sequence[dict]) -> Figure:
     """One backward pass with DDP on one rank (``events`` of
-    :func:`gpudl.parallel.grad_timeline.timeline_worker`): a row per parameter, marked when
+    :func:`gpudl.parallel.data.timeline_worker`): a row per parameter, marked when
     its gradient became ready, then a row per bucket, a bar from the start to the end of its
     all-reduce; milliseconds since the backward pass started. A dotted line marks the last
     gradient: bars that start left of it overlap the computation."""

@@ -14,8 +14,8 @@ from torch import nn
 
 from gpudl.checks import check_int
 from gpudl.estimate import data_parallel_step_time
-from gpudl.parallel.comms import ring_chunks
-from gpudl.parallel.sharding import make_mlp
+from gpudl.parallel.data import ring_chunks
+from gpudl.parallel.reference import make_mlp
 
 
 def _gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -73,7 +73,7 @@ def weighted_average(dims: Sequence[int], x: torch.Tensor, y: torch.Tensor,
 
 
 def ring_bytes_per_rank(numel: int, world_size: int, itemsize: int = 4) -> list[int]:
-    """The bytes each rank sends in :func:`gpudl.parallel.comms.ring_all_reduce` of a tensor
+    """The bytes each rank sends in :func:`gpudl.parallel.data.ring_all_reduce` of a tensor
     of ``numel`` elements (Chapter 5, exercise 3).
 
     In the reduce-scatter rank ``r`` sends chunks ``r, r - 1, ..., r - N + 2``: every chunk

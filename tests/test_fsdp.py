@@ -1,5 +1,5 @@
 """ZeRO's memory formula (gpudl.estimate.model_state_memory) and the bytes FSDP2 leaves on each
-rank (gpudl.parallel.sharding)."""
+rank (gpudl.parallel.zero.fsdp)."""
 
 import functools
 
@@ -7,15 +7,8 @@ import pytest
 import torch
 
 from gpudl.estimate import model_state_memory
-from gpudl.parallel.sharding import (
-    DIMS,
-    format_table,
-    make_batch,
-    make_mlp,
-    reference_loss,
-    shard_numel,
-    state_bytes,
-)
+from gpudl.parallel.reference import SHARDING_DIMS, adam_step_loss, make_batch, make_mlp
+from gpudl.parallel.zero.fsdp import format_table, shard_numel, state_bytes
 
 # --- the formula -----------------------------------------------------------------------------
 
@@ -89,7 +82,7 @@ def test_shard_numel_matches_torch_chunk(world_size):
 
 # --- bytes counted on each rank --------------------------------------------------------------
 
-N_PARAMS = sum(p.numel() for p in make_mlp().parameters())
+N_PARAMS = sum(p.numel() for p in make_mlp(SHARDING_DIMS).parameters())
 UNEVEN = (12, 10, 6)  # over 4 ranks: rows 3, 3, 3, 1 and 2, 2, 2, 0
 
 
@@ -100,7 +93,7 @@ def measured(world_size, strategy, dims):  # each configuration is spawned once 
 
 def test_the_model_is_as_described():
     assert N_PARAMS == 98_880
-    assert all(p.shape[0] % 4 == 0 for p in make_mlp().parameters())
+    assert all(p.shape[0] % 4 == 0 for p in make_mlp(SHARDING_DIMS).parameters())
 
 
 @pytest.mark.parametrize(("kwargs", "error"), [
@@ -116,24 +109,24 @@ def test_make_mlp_is_reproducible_and_leaves_the_random_state_alone():
     torch.manual_seed(5)
     expected = torch.rand(3)
     torch.manual_seed(5)
-    first, second = make_mlp(), make_mlp()
+    first, second = make_mlp(SHARDING_DIMS), make_mlp(SHARDING_DIMS)
     assert torch.equal(torch.rand(3), expected)
     assert all(map(torch.equal, first.parameters(), second.parameters()))
 
 
-@pytest.mark.parametrize("dims", [DIMS, UNEVEN])
+@pytest.mark.parametrize("dims", [SHARDING_DIMS, UNEVEN])
 def test_the_reference_step_lowers_the_loss(dims):
     """So a strategy that skipped or botched the step would not match it."""
     x, y = make_batch(4, dims)
     before = torch.nn.functional.mse_loss(make_mlp(dims)(x), y).item()
-    assert reference_loss(4, dims) < before - 1e-3
+    assert adam_step_loss(4, dims) < before - 1e-3
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_replicated_ranks_hold_everything(world_size):
-    for row in measured(world_size, "replicated", DIMS):
+    for row in measured(world_size, "replicated", SHARDING_DIMS):
         assert row["n_params"] == N_PARAMS
         assert (row["param_bytes"], row["grad_bytes"], row["adam_bytes"]) == (
             4 * N_PARAMS, 4 * N_PARAMS, 8 * N_PARAMS)
@@ -146,8 +139,8 @@ def test_replicated_ranks_hold_everything(world_size):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_fsdp2_is_zero_3(world_size):
-    replicated = measured(world_size, "replicated", DIMS)[0]
-    sharded = measured(world_size, "fsdp2", DIMS)
+    replicated = measured(world_size, "replicated", SHARDING_DIMS)[0]
+    sharded = measured(world_size, "fsdp2", SHARDING_DIMS)
     for row in sharded:
         for key in ("param_bytes", "grad_bytes", "adam_bytes", "total_bytes"):
             assert row[key] * world_size == replicated[key]
@@ -163,12 +156,13 @@ def test_fsdp2_is_zero_3(world_size):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "world_size, strategy, dims",
-    [(2, "replicated", DIMS), (2, "fsdp2", DIMS), (4, "replicated", DIMS), (4, "fsdp2", DIMS),
+    [(2, "replicated", SHARDING_DIMS), (2, "fsdp2", SHARDING_DIMS),
+     (4, "replicated", SHARDING_DIMS), (4, "fsdp2", SHARDING_DIMS),
      (4, "fsdp2", UNEVEN)],
 )
 def test_sharding_does_not_change_the_maths(world_size, strategy, dims):
     """Every rank ends with the loss one process gets from one step on the whole batch."""
-    expected = reference_loss(world_size, dims)
+    expected = adam_step_loss(world_size, dims)
     for row in measured(world_size, strategy, dims):
         assert row["loss"] == pytest.approx(expected, rel=1e-6)
 

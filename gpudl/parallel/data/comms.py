@@ -1,84 +1,29 @@
-"""Communication checked: the messages every rank sends, the exact results it must get back, and
-the ring all-reduce built from sends and receives.
+"""Data parallelism's collectives: the ring all-reduce built from sends and receives, and the
+broadcast and check that make the replicas start alike.
 
-Book section: *Chapter 1, "What connects GPUs"*, *Chapter 2, "Past one GPU"* and *Chapter 5,
-"Data parallelism"* (the ring all-reduce, :func:`ring_all_reduce`, and its cost model,
-:func:`gpudl.estimate.allreduce_time`). The bandwidth benchmarks that send these messages are
-:mod:`gpudl.bench.allreduce`'s.
+Book section: *Chapter 5, "The ring all-reduce, from send and receive"* (its cost model is
+:func:`gpudl.estimate.allreduce_time`); :func:`check_replicas` is *"Replicas that start
+apart"*.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from gpudl.checks import check_int
-from gpudl.parallel.launch import spawn
+from gpudl.parallel.launch import device_and_sync, spawn
+from gpudl.parallel.messages import ITEMSIZE, check_allreduce, rank_input
 
 __all__ = [
-    "check_allreduce",
-    "check_p2p",
-    "device_and_sync",
-    "expected_sum",
-    "rank_input",
+    "broadcast_parameters",
+    "check_replicas",
     "ring_all_reduce",
     "ring_all_reduce_check",
     "ring_all_reduce_worker",
     "ring_chunks",
 ]
-
-_ITEMSIZE = 4  # the messages are float32
-
-
-def rank_input(rank: int, numel: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Rank ``rank``'s message: element ``i`` is ``i % 1024 + 1024 * rank`` (float32).
-
-    Every rank and element differ, so a chunk sent to the wrong place shows; the values are
-    small integers, so the sum is exact in float32 whatever order the ranks add in.
-    """
-    i = torch.arange(numel, device=device)
-    return (i % 1024 + 1024 * rank).to(torch.float32)
-
-
-def expected_sum(world_size: int, numel: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The sum over all ranks of :func:`rank_input`: what every rank must hold afterwards."""
-    i = torch.arange(numel, device=device)
-    return (world_size * (i % 1024) + 1024 * (world_size * (world_size - 1) // 2)).to(
-        torch.float32
-    )
-
-
-def _check_exact(result: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    wrong = (result.flatten() != expected).nonzero().flatten()
-    if len(wrong):
-        first = int(wrong[0])
-        raise RuntimeError(
-            f"{what} is wrong at {len(wrong)} of {result.numel()} elements; the first is "
-            f"index {first}: got {result.flatten()[first].item()}, "
-            f"expected {expected[first].item()}"
-        )
-
-
-def check_allreduce(result: torch.Tensor, world_size: int) -> None:
-    """Raise ``RuntimeError`` unless ``result`` is exactly the all-reduced sum of the inputs."""
-    expected = expected_sum(world_size, result.numel(), result.device)
-    _check_exact(result, expected, f"all-reduce over {world_size} ranks")
-
-
-def check_p2p(received: torch.Tensor, sender: int) -> None:
-    """Raise ``RuntimeError`` unless ``received`` is exactly rank ``sender``'s message."""
-    expected = rank_input(sender, received.numel(), received.device)
-    _check_exact(received, expected, f"message from rank {sender}")
-
-
-def device_and_sync() -> tuple[torch.device, Callable[[], None]]:
-    """The device this rank's messages live on (its GPU under NCCL, else the CPU) and a
-    function that waits for the GPU's queued work (a no-op on the CPU)."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device()), torch.cuda.synchronize
-    return torch.device("cpu"), lambda: None
 
 
 def ring_chunks(numel: int, world_size: int) -> list[tuple[int, int]]:
@@ -173,7 +118,7 @@ def ring_all_reduce_worker(rank: int, world_size: int, numels: list[int]) -> lis
         dist.all_reduce(theirs)
         for buffer in (ours, theirs):
             check_allreduce(buffer, world_size)
-        rows.append({"numel": numel, "bytes": numel * _ITEMSIZE, "bytes_sent": sent,
+        rows.append({"numel": numel, "bytes": numel * ITEMSIZE, "bytes_sent": sent,
                      "equal": bool(torch.equal(ours, theirs))})
     return rows
 
@@ -187,3 +132,29 @@ def ring_all_reduce_check(
     numels = [1, 3, 1000, 1001, 4099] if numels is None else list(numels)
     _check_numels(numels)
     return spawn(ring_all_reduce_worker, world_size, numels, timeout=timeout)
+
+
+def check_replicas(module: torch.nn.Module) -> None:
+    """Raise ``RuntimeError`` on every rank unless all ranks hold the same parameters.
+
+    Each parameter's elementwise maximum and minimum over the ranks are all-reduced; they are
+    equal exactly when every rank holds the same values. All ranks reach the same verdict,
+    so all of them raise (none is left waiting in a later collective).
+    """
+    for name, param in module.named_parameters():
+        high, low = param.detach().clone(), param.detach().clone()
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        spread = (high - low).abs().max().item()
+        if spread > 0:
+            raise RuntimeError(
+                f"the replicas start from different weights: parameter {name!r} differs "
+                f"between ranks by up to {spread:.3g}. Broadcast rank 0's parameters "
+                "(DistributedDataParallel does so when it is built) or seed every rank alike")
+
+
+def broadcast_parameters(module: nn.Module) -> None:
+    """Copy rank 0's parameters to every rank (as ``DistributedDataParallel`` does when it is
+    built)."""
+    for param in module.parameters():
+        dist.broadcast(param.detach(), src=0)

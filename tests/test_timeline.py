@@ -1,4 +1,4 @@
-"""The backward pass across ranks (gpudl.parallel.grad_timeline): gradients ready last layer
+"""The backward pass across ranks (gpudl.parallel.data.timeline): gradients ready last layer
 first, DDP's buckets and their all-reduces, DDP's gradients equal to one process's, and the
 figure that draws the timeline."""
 
@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 matplotlib.use("Agg")
 
 from gpudl import plots  # noqa: E402
-from gpudl.parallel.grad_timeline import (  # noqa: E402
-    DIMS,
-    expected_buckets,
-    gradient_timeline,
+from gpudl.parallel.data.timeline import expected_buckets, gradient_timeline  # noqa: E402
+from gpudl.parallel.reference import (  # noqa: E402
+    TIMELINE_BATCH_PER_RANK,
+    TIMELINE_DIMS,
     make_batch,
-    reference_gradients,
+    make_mlp,
+    mlp_gradients,
 )
-from gpudl.parallel.sharding import make_mlp  # noqa: E402
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -76,19 +76,19 @@ def test_gradient_timeline_rejects_bad_input_before_spawning(kwargs, error):
 
 def test_reference_gradients_depend_on_the_whole_batch():
     """What the DDP check can catch: one rank's samples alone give other gradients."""
-    whole = reference_gradients(2)
-    assert all(torch.equal(whole[k], g) for k, g in reference_gradients(2, ranks=[0, 1]).items())
+    whole = mlp_gradients(2)
+    assert all(torch.equal(whole[k], g) for k, g in mlp_gradients(2, ranks=[0, 1]).items())
     scale = max(g.abs().max().item() for g in whole.values())
-    mine = reference_gradients(2, ranks=[0])
+    mine = mlp_gradients(2, ranks=[0])
     assert max((mine[k] - whole[k]).abs().max().item() for k in whole) > 1e-2 * scale
-    assert make_batch(2)[0].shape == (128, DIMS[0])
+    assert make_batch(2, TIMELINE_DIMS, TIMELINE_BATCH_PER_RANK)[0].shape == (128, TIMELINE_DIMS[0])
 
 
 # --- one backward pass, timed ----------------------------------------------------------------
 
 
 def _sizes() -> dict[str, int]:
-    return {name: p.numel() * 4 for name, p in make_mlp(DIMS).named_parameters()}
+    return {name: p.numel() * 4 for name, p in make_mlp(TIMELINE_DIMS).named_parameters()}
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_gradients_are_ready_last_layer_first(quarter_mib):
         assert sorted(e["name"] for e in ready) == sorted(_sizes())  # each one, once
         layers = [e["layer"] for e in ready]
         assert layers == sorted(layers, reverse=True)
-        assert layers[0] == len(DIMS) - 2 and layers[-1] == 0
+        assert layers[0] == len(TIMELINE_DIMS) - 2 and layers[-1] == 0
         times = [e["time_s"] for e in ready]
         assert times == sorted(times) and times[0] > 0
 

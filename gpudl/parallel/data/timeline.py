@@ -2,8 +2,8 @@
 one backward pass on every rank, and a check that DDP leaves the gradients as one process
 computes them.
 
-Book section: *Chapter 3, "The backward pass across GPUs"*; *Chapter 5, "Data parallelism"*
-builds on it (bucket sizes and the overlap of communication with computation).
+Book section: *Chapter 3, "The backward pass across GPUs"* (Chapter 5's "Buckets by hand"
+builds on it).
 
 ``DistributedDataParallel`` groups the parameters into buckets of about ``bucket_cap_mb`` MiB
 in the order their gradients become ready, which is the reverse of the forward order: the
@@ -27,7 +27,6 @@ all-reduces in flight and remove the overlap being measured).
 
 # No `from __future__ import annotations`: DDP checks a communication hook's annotations as
 # objects, and would reject the strings it makes of them.
-import time
 from collections.abc import Sequence
 from functools import partial
 
@@ -38,25 +37,17 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 
 from gpudl.checks import check_int, check_positive, check_widths
-from gpudl.parallel.comms import device_and_sync
-from gpudl.parallel.launch import spawn
-from gpudl.parallel.sharding import make_mlp
+from gpudl.parallel.launch import Clock, device_and_sync, spawn
+from gpudl.parallel.reference import (
+    TIMELINE_BATCH_PER_RANK,
+    TIMELINE_DIMS,
+    make_batch,
+    make_mlp,
+    mlp_gradients,
+)
 
-__all__ = [
-    "BATCH_PER_RANK",
-    "DIMS",
-    "expected_buckets",
-    "gradient_timeline",
-    "make_batch",
-    "reference_gradients",
-    "timeline_worker",
-]
+__all__ = ["expected_buckets", "gradient_timeline", "timeline_worker"]
 
-# 7 Linear layers, 1,042,240 parameters (4.0 MiB of fp32 gradients). The first layers are the
-# widest, so the backward pass still has most of its work left when the last layers' buckets
-# are all-reduced.
-DIMS = (1024, 512, 512, 256, 256, 128, 128, 64)
-BATCH_PER_RANK = 64
 _MIB = 1024 * 1024  # DDP's bucket_cap_mb is in MiB
 _DEFAULT_BUCKET_CAP_MB = 25
 
@@ -102,61 +93,11 @@ def expected_buckets(sizes_bytes: Sequence[int], bucket_cap_mb: float | None) ->
     return buckets
 
 
-def make_batch(
-    world_size: int, dims: Sequence[int] = DIMS, batch_per_rank: int = BATCH_PER_RANK
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and targets of the whole batch, ``batch_per_rank`` samples for each rank (rank
-    ``r`` takes rows ``[r b, (r + 1) b)``), the same in every run."""
-    generator = torch.Generator().manual_seed(1)
-    n = batch_per_rank * world_size
-    return torch.randn(n, dims[0], generator=generator), torch.randn(n, dims[-1],
-                                                                     generator=generator)
-
-
-def reference_gradients(
-    world_size: int, dims: Sequence[int] = DIMS, batch_per_rank: int = BATCH_PER_RANK,
-    ranks: Sequence[int] | None = None,
-) -> dict[str, torch.Tensor]:
-    """The gradients of the mean-squared error of
-    :func:`gpudl.parallel.sharding.make_mlp` in one process, on the samples of ``ranks``
-    (all of the batch when ``None``): with all of it, what DDP must give every rank."""
-    model = make_mlp(dims)
-    x, y = make_batch(world_size, dims, batch_per_rank)
-    if ranks is not None:
-        rows = torch.cat([torch.arange(r * batch_per_rank, (r + 1) * batch_per_rank)
-                          for r in ranks])
-        x, y = x[rows], y[rows]
-    nn.functional.mse_loss(model(x), y).backward()
-    return {name: p.grad for name, p in model.named_parameters()}
-
-
-class _Clock:
-    """Marks of "now", as seconds of ``time.perf_counter`` on the CPU and as CUDA events
-    recorded on the current stream on a GPU; :meth:`seconds` turns them into seconds since
-    the first mark."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-
-    def mark(self) -> float | torch.cuda.Event:
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def seconds(self, start: float | torch.cuda.Event, mark: float | torch.cuda.Event) -> float:
-        if not self.cuda:
-            return mark - start
-        mark.synchronize()
-        return start.elapsed_time(mark) / 1e3
-
-
 def timeline_worker(
-    rank: int, world_size: int, bucket_cap_mb: float | None, dims: Sequence[int] = DIMS,
-    batch_per_rank: int = BATCH_PER_RANK,
+    rank: int, world_size: int, bucket_cap_mb: float | None, dims: Sequence[int] = TIMELINE_DIMS,
+    batch_per_rank: int = TIMELINE_BATCH_PER_RANK,
 ) -> dict:
-    """One DDP training step's backward pass on :func:`gpudl.parallel.sharding.make_mlp`,
+    """One DDP training step's backward pass on :func:`make_mlp`,
     timed gradient by gradient and bucket by bucket (fp32, mean-squared error, this rank's
     slice of :func:`make_batch`).
 
@@ -172,8 +113,8 @@ def timeline_worker(
     start together). Also ``backward_s`` (when ``loss.backward()`` returned: every all-reduce
     has finished and the averaged gradients are in ``param.grad``), ``grad_error`` (the
     largest difference between this rank's gradients after DDP and
-    :func:`reference_gradients` of the whole batch, relative to the largest reference
-    gradient), ``rank``, ``world_size``, ``backend`` and ``bucket_cap_mb``.
+    :func:`mlp_gradients` of the whole batch, relative to the
+    largest reference gradient), ``rank``, ``world_size``, ``backend`` and ``bucket_cap_mb``.
     ``bucket_cap_mb`` is DDP's (``None``: its default, see :func:`expected_buckets`).
     """
     _check_cap(bucket_cap_mb)
@@ -184,7 +125,7 @@ def timeline_worker(
                 for name, _ in model.named_parameters()}
     name_of = {p.data_ptr(): name for name, p in model.named_parameters()}
     ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-    clock = _Clock(device)
+    clock = Clock(device)
     marks: list[list] = []  # [kind, what, ..., clock marks] in the order the hooks ran
 
     def grad_ready(name: str, param: torch.Tensor) -> None:
@@ -235,7 +176,7 @@ def timeline_worker(
                            "start_s": clock.seconds(began, start),
                            "end_s": clock.seconds(began, end)})
 
-    reference = reference_gradients(world_size, dims, batch_per_rank)
+    reference = mlp_gradients(world_size, dims, batch_per_rank)
     scale = max(g.abs().max().item() for g in reference.values())
     error = max((p.grad.cpu() - reference[name]).abs().max().item()
                 for name, p in model.named_parameters())
@@ -245,8 +186,8 @@ def timeline_worker(
 
 
 def gradient_timeline(
-    world_size: int = 2, bucket_cap_mb: float | None = 0.25, dims: Sequence[int] = DIMS,
-    batch_per_rank: int = BATCH_PER_RANK, timeout: float = 120.0,
+    world_size: int = 2, bucket_cap_mb: float | None = 0.25, dims: Sequence[int] = TIMELINE_DIMS,
+    batch_per_rank: int = TIMELINE_BATCH_PER_RANK, timeout: float = 120.0,
 ) -> list[dict]:
     """Spawn ``world_size`` ranks running :func:`timeline_worker`; one dict per rank."""
     _check_cap(bucket_cap_mb)

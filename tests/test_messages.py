@@ -1,5 +1,5 @@
-"""gpudl.parallel.comms (messages and checks), its bandwidth benchmark in gpudl.bench.allreduce,
-and the ring all-reduce model in gpudl.estimate."""
+"""gpudl.parallel.messages (messages and checks), their bandwidth benchmark in
+gpudl.bench.allreduce, and the ring all-reduce model in gpudl.estimate."""
 
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import torch
 
 from gpudl.bench.allreduce import allreduce_bandwidth, default_sizes, format_table, main
 from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time
-from gpudl.parallel.comms import check_allreduce, expected_sum, rank_input
 from gpudl.parallel.launch import default_backend
+from gpudl.parallel.messages import check_allreduce, expected_sum, rank_input
 
 ROOT = Path(__file__).resolve().parents[1]
 

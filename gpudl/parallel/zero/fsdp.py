@@ -3,7 +3,8 @@ a training step, with the model replicated or sharded by FSDP2.
 
 Book section: *Chapter 2, "Memory across GPUs"*. The formula is
 :func:`gpudl.estimate.model_state_memory` (ZeRO's accounting); this module counts the bytes in
-the tensors a step leaves on each rank, to hold the formula to.
+the tensors a step leaves on each rank, to hold the formula to, on the MLP of
+:data:`SHARDING_DIMS`.
 
 FSDP2 (``torch.distributed.fsdp.fully_shard``) shards every parameter along dim 0: with
 ``N`` ranks and ``d0`` rows, each rank owns a chunk of ``c = ceil(d0 / N)`` rows, so rank ``r``
@@ -24,58 +25,23 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
 from gpudl.checks import check_widths
-from gpudl.parallel.launch import spawn
+from gpudl.parallel.launch import device_and_sync, spawn
+from gpudl.parallel.reference import (
+    BATCH_PER_RANK,
+    SHARDING_DIMS,
+    average_gradients,
+    local_bytes,
+    make_batch,
+    make_mlp,
+)
 
-__all__ = [
-    "DIMS",
-    "STRATEGIES",
-    "format_table",
-    "make_batch",
-    "make_mlp",
-    "reference_loss",
-    "shard_numel",
-    "state_bytes",
-    "state_bytes_worker",
-]
+__all__ = ["LR", "STRATEGIES", "format_table", "shard_numel", "state_bytes", "state_bytes_worker"]
 
-DIMS = (64, 256, 256, 64)  # 98,880 parameters; every Linear's dim 0 (256, 256, 64) divides by 4
 STRATEGIES = ("replicated", "fsdp2")
-_BATCH = 8  # samples per rank
-_LR = 1e-2
-
-
-def make_mlp(dims: Sequence[int] = DIMS, seed: int = 0) -> nn.Sequential:
-    """Linear layers of widths ``dims`` with ReLUs between, initialised from ``seed`` (the
-    caller's random state is left as it was)."""
-    check_widths("dims", dims)
-    layers: list[nn.Module] = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
-            layers += [nn.Linear(d_in, d_out), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
-def make_batch(world_size: int, dims: Sequence[int] = DIMS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and targets of the fixed batch: 8 samples per rank, the same in every run."""
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randn(_BATCH * world_size, dims[0], generator=generator)
-    return inputs, torch.randn(_BATCH * world_size, dims[-1], generator=generator)
-
-
-def reference_loss(world_size: int, dims: Sequence[int] = DIMS) -> float:
-    """The loss after one Adam step on the whole batch in one process, the same model and data
-    as :func:`state_bytes_worker`: what every strategy must reproduce."""
-    model = make_mlp(dims)
-    x, y = make_batch(world_size, dims)
-    optimizer = torch.optim.Adam(model.parameters(), lr=_LR)
-    nn.functional.mse_loss(model(x), y).backward()
-    optimizer.step()
-    with torch.no_grad():
-        return nn.functional.mse_loss(model(x), y).item()
+#: Adam's learning rate in the measured step, as in :func:`gpudl.parallel.reference.adam_step_loss`.
+LR = 1e-2
 
 
 def shard_numel(shape: Sequence[int], world_size: int, rank: int) -> int:
@@ -92,19 +58,6 @@ def _check_strategy(strategy: str) -> None:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
 
 
-def local_bytes(tensors: list[torch.Tensor]) -> int:
-    """Bytes of this rank's part of each tensor (its local shard, for a DTensor)."""
-    local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
-    return sum(t.numel() * t.element_size() for t in local)
-
-
-def average_gradients(model: nn.Module) -> None:
-    """The collective of plain data parallelism: every rank ends with the mean gradient."""
-    for param in model.parameters():
-        dist.all_reduce(param.grad)
-        param.grad /= dist.get_world_size()
-
-
 def _shard(model: nn.Module, device_type: str) -> None:
     """FSDP2: shard each Linear (a unit of all-gather), then the root."""
     mesh = init_device_mesh(device_type, (dist.get_world_size(),))
@@ -115,7 +68,7 @@ def _shard(model: nn.Module, device_type: str) -> None:
 
 
 def state_bytes_worker(
-    rank: int, world_size: int, strategy: str, dims: Sequence[int] = DIMS
+    rank: int, world_size: int, strategy: str, dims: Sequence[int] = SHARDING_DIMS
 ) -> dict:
     """One Adam step of :func:`make_mlp` (fp32), then the bytes of model state on this rank.
 
@@ -127,18 +80,17 @@ def state_bytes_worker(
     ``total_bytes``, ZeRO's model state; ``step_bytes`` apart, Adam's step counters (one fp32
     scalar per parameter tensor, whole on every rank, not in ZeRO's accounting). Also
     ``n_params`` and ``loss``, the batch's loss after the step: the same on every rank, and as
-    :func:`reference_loss` to rounding.
+    :func:`gpudl.parallel.reference.adam_step_loss` to rounding.
     """
     _check_strategy(strategy)
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    device, _ = device_and_sync()
     model = make_mlp(dims).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     if strategy == "fsdp2":
         _shard(model, device.type)
-    mine = slice(rank * _BATCH, (rank + 1) * _BATCH)
+    mine = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
     x, y = (t[mine].to(device) for t in make_batch(world_size, dims))
-    optimizer = torch.optim.Adam(model.parameters(), lr=_LR)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
 
     nn.functional.mse_loss(model(x), y).backward()
     if strategy == "replicated":
@@ -165,7 +117,7 @@ def state_bytes_worker(
 
 
 def state_bytes(
-    world_size: int, strategy: str, dims: Sequence[int] = DIMS, timeout: float = 120.0
+    world_size: int, strategy: str, dims: Sequence[int] = SHARDING_DIMS, timeout: float = 120.0
 ) -> list[dict]:
     """Spawn ``world_size`` ranks running :func:`state_bytes_worker`; one dict per rank."""
     _check_strategy(strategy)

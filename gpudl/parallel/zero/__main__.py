@@ -1,0 +1,6 @@
+"""``python -m gpudl.parallel.zero`` (or under ``torchrun``): ZeRO stage 1 Adam against one
+process's Adam (:func:`main`)."""
+
+from gpudl.parallel.zero.training import main
+
+main()
