@@ -15,8 +15,7 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 # isort: split
 from numba import cuda
 
-from gpudl import interop
-from gpudl import optim as go
+from gpudl import interop, optim
 from gpudl.aliasing import AliasedArgumentsError, check_launch, written_parameters
 from gpudl.kernels import bias_gelu
 from gpudl.kernels import buckets as bucket_kernels
@@ -64,7 +63,7 @@ def test_written_parameters_are_read_from_the_source():
                                                                             "e"}
     fn = getattr(_reads_only, "py_func", None) or _reads_only.fn
     assert written_parameters(fn) == {"out"}
-    fn = getattr(_writes_through_a_device_function, "py_func", None) or \
+    fn = getattr(_writes_through_a_device_function, "py_func", None) or\
         _writes_through_a_device_function.fn
     assert written_parameters(fn) == {"b"}  # _store_first writes its first parameter only
 
@@ -75,8 +74,8 @@ def _fn(kernel):
 
 def test_the_book_kernels_write_what_their_names_say():
     assert written_parameters(_fn(memory_kernels.copy_kernel)) == {"out"}
-    assert written_parameters(_fn(go.ko.sgd_momentum_kernel)) == {"p", "buf"}
-    assert written_parameters(_fn(go.ko.v2_fused)) == {"p", "m", "v"}
+    assert written_parameters(_fn(optim.ko.sgd_momentum_kernel)) == {"p", "buf"}
+    assert written_parameters(_fn(optim.ko.v2_fused)) == {"p", "m", "v"}
     assert written_parameters(_fn(bucket_kernels._unpack_multi)) == {"grads"}
 
 
@@ -103,9 +102,9 @@ def test_a_writing_kernel_given_one_memory_twice_is_refused(first, second):
 def test_the_old_sgd_launch_is_refused():
     # gpudl.optim.SGD without momentum used to pass p as an unused momentum buffer too
     p, g = np.ones(8, np.float32), np.ones(8, np.float32)
-    k = go.ko.sgd_scalars(True, lr=0.1, momentum=0.9)
+    k = optim.ko.sgd_scalars(True, lr=0.1, momentum=0.9)
     with pytest.raises(AliasedArgumentsError, match="'sgd_momentum_kernel'.*'p'.*'buf'"):
-        go.ko.sgd_momentum_kernel[1, 32](p, g, p, *[k[i] for i in (0, 1, 3, 4, 5, 6, 7)])
+        optim.ko.sgd_momentum_kernel[1, 32](p, g, p, *[k[i] for i in (0, 1, 3, 4, 5, 6, 7)])
 
 
 @simulator_only
@@ -185,11 +184,13 @@ def _train_steps(make_optimizer, dtype=torch.float32, steps=3):
 
 
 OPTIMIZERS = {
-    "sgd": lambda ps: go.SGD(ps, lr=0.1),
-    "sgd-nesterov": lambda ps: go.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-    **{f"adam-{v}": (lambda ps, v=v: go.Adam(ps, lr=0.01, variant=v)) for v in go.ko.VARIANTS},
-    "adamw-bf16-multi_tensor": lambda ps: go.AdamW(ps, lr=0.01),
-    "adam-fp16-fused": lambda ps: go.Adam(ps, lr=0.01, variant="fused"),
+    "sgd": lambda ps: optim.SGD(ps, lr=0.1),
+    "sgd-nesterov": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    **{
+        f"adam-{v}": (lambda ps, v=v: optim.Adam(ps, lr=0.01, variant=v)) for v in optim.ko.VARIANTS
+    },
+    "adamw-bf16-multi_tensor": lambda ps: optim.AdamW(ps, lr=0.01),
+    "adam-fp16-fused": lambda ps: optim.Adam(ps, lr=0.01, variant="fused"),
 }
 DTYPES = {"adamw-bf16-multi_tensor": torch.bfloat16, "adam-fp16-fused": torch.float16}
 

@@ -16,10 +16,9 @@ import torch
 from gpudl import backend  # noqa: F401  (first: chooses GPU or simulator)
 
 # isort: split
-from gpudl import interop
-from gpudl import optim as go
+from gpudl import interop, optim
 from gpudl.interop import tensor_device
-from gpudl.kernels import optim as ko
+from gpudl.kernels import optim as optim_kernels
 from gpudl.optim import adam as adam_module
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
@@ -47,7 +46,7 @@ class Counts:
             return convert(*args, **kwargs)
 
         self.monkeypatch.setattr(interop, "as_kernel_array", counting_convert)
-        self.launched = self.stack.enter_context(ko.recorded_launches())
+        self.launched = self.stack.enter_context(optim_kernels.recorded_launches())
         return self
 
 
@@ -70,7 +69,7 @@ def backward(params: list[torch.nn.Parameter], step: int) -> None:
 
 def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(counts, monkeypatch):
     ours, theirs = many_parameters(1000), many_parameters(1000)
-    opt = go.Adam(ours, lr=0.01)
+    opt = optim.Adam(ours, lr=0.01)
     ref = torch.optim.Adam(theirs, lr=0.01, foreach=False)
     for step in range(3):
         if step == 1:  # from the second step on: count, and forbid the per-parameter path
@@ -79,7 +78,7 @@ def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(count
             def per_parameter(*args):
                 raise AssertionError("the general (per-parameter) path ran")
 
-            monkeypatch.setattr(go.Adam, "_step_flat_general", per_parameter)
+            monkeypatch.setattr(optim.Adam, "_step_flat_general", per_parameter)
             monkeypatch.setattr(adam_module, "adopt", per_parameter)
         for params, o in ((ours, opt), (theirs, ref)):
             o.zero_grad()
@@ -93,7 +92,7 @@ def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(count
 
 def test_the_step_counts_are_torch_s_layout_advanced_by_one_operation():
     params = many_parameters(5)
-    opt = go.Adam(params, lr=0.01)
+    opt = optim.Adam(params, lr=0.01)
     for step in range(3):
         opt.zero_grad()
         backward(params, step)
@@ -108,7 +107,7 @@ def test_the_step_counts_are_torch_s_layout_advanced_by_one_operation():
 
 def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(counts, monkeypatch):
     ours, theirs = many_parameters(6, seed=1), many_parameters(6, seed=1)
-    opt = go.Adam(ours, lr=0.05)
+    opt = optim.Adam(ours, lr=0.05)
     ref = torch.optim.Adam(theirs, lr=0.05, foreach=False)
     for step in range(2):
         for params, o in ((ours, opt), (theirs, ref)):
@@ -131,20 +130,20 @@ def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(counts, monke
 
 def test_a_parameter_without_a_gradient_splits_the_launch_and_keeps_its_count():
     params = many_parameters(4, seed=2)
-    opt = go.Adam(params, lr=0.01)
+    opt = optim.Adam(params, lr=0.01)
     for step in range(2):
         opt.zero_grad()
         backward(params, step)
         opt.step()
     opt.zero_grad()
     (params[0].sum() + params[3].sum()).backward()  # parameters 1 and 2 get none
-    with ko.traffic() as t:
+    with optim_kernels.traffic() as t:
         opt.step()
     assert t.launches == 2  # parameter 0, then parameter 3
     assert [int(opt.state[p]["step"].item()) for p in params] == [3, 2, 2, 3]
     opt.zero_grad()
     backward(params, 5)
-    with ko.traffic() as t:
+    with optim_kernels.traffic() as t:
         opt.step()  # steps 4, 3, 3, 4: two runs of one count each side
     assert t.launches == 3
     assert [int(opt.state[p]["step"].item()) for p in params] == [4, 3, 3, 4]
@@ -152,7 +151,7 @@ def test_a_parameter_without_a_gradient_splits_the_launch_and_keeps_its_count():
 
 def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(counts, monkeypatch):
     params = many_parameters(8, seed=3)
-    opt = go.Adam(params, lr=0.01)
+    opt = optim.Adam(params, lr=0.01)
     for step in range(2):
         opt.zero_grad()
         backward(params, step)
@@ -162,7 +161,7 @@ def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(counts, monkeypatc
     with torch.no_grad():
         for a, b in zip(twin, params, strict=True):
             a.copy_(b)
-    other = go.Adam(twin, lr=0.01)
+    other = optim.Adam(twin, lr=0.01)
     other.load_state_dict(saved)
     for o, ps in ((opt, params), (other, twin)):
         o.zero_grad()
@@ -182,7 +181,7 @@ def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(counts, monkeypatc
 @pytest.mark.parametrize("variant", ["fused", "unfused", "shared"])
 def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, counts):
     params = many_parameters(3, seed=4)
-    opt = go.Adam(params, lr=0.01, variant=variant)
+    opt = optim.Adam(params, lr=0.01, variant=variant)
     backward(params, 0)
     opt.step()
     counts.start()
@@ -196,7 +195,7 @@ def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, cou
 
 def test_sgd_converts_nothing_after_its_first_step(counts, monkeypatch):
     params = many_parameters(3, seed=5)
-    opt = go.SGD(params, lr=0.1, momentum=0.9)
+    opt = optim.SGD(params, lr=0.1, momentum=0.9)
     backward(params, 0)
     opt.step()
     counts.start()
@@ -230,7 +229,7 @@ def test_kernel_arrays_see_the_tensor_and_do_not_keep_it_alive():
     arrays = interop.KernelArrays()
     t = torch.zeros(40, device=DEVICE)
     array = arrays.get(t)
-    ko.sgd_kernel[2, 32](array, interop.as_kernel_array(torch.ones(40, device=DEVICE)),
+    optim_kernels.sgd_kernel[2, 32](array, interop.as_kernel_array(torch.ones(40, device=DEVICE)),
                          False, np.float32(0), np.float32(-0.5))
     assert torch.equal(t.cpu(), torch.full((40,), -0.5))  # the kernel wrote the tensor
     alive = weakref.ref(t)

@@ -9,7 +9,7 @@ import torch
 from gpudl import backend  # first: chooses GPU or simulator before numba is imported
 
 # isort: split
-from gpudl.kernels import matmul as mm
+from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels import nn
 from gpudl.models import KernelMLP, load_digits_split
 from gpudl.solutions import ch03
@@ -69,13 +69,13 @@ def test_training_step_flops_match_the_flop_counter():
 
 def test_tile_intensity_and_shared_loads_by_hand():
     assert ch03.tile_intensity(1, 1) == 0.25  # naive: 2 flops per 8 bytes
-    assert ch03.tile_intensity(mm.TILE, mm.TILE) == 4.0
-    assert ch03.tile_intensity(mm.V4_BM, mm.V4_BN) == 16.0
-    assert ch03.tile_intensity(mm.V5_BM, mm.V5_BN) == 32.0
+    assert ch03.tile_intensity(matmul_kernels.TILE, matmul_kernels.TILE) == 4.0
+    assert ch03.tile_intensity(matmul_kernels.V4_BM, matmul_kernels.V4_BN) == 16.0
+    assert ch03.tile_intensity(matmul_kernels.V5_BM, matmul_kernels.V5_BN) == 32.0
     assert ch03.tile_intensity(128, 64) == pytest.approx(128 * 64 / (2 * 192))
     assert ch03.shared_loads_per_fma(1, 1) == 2.0  # v3
-    assert ch03.shared_loads_per_fma(mm.V4_TM, 1) == 9 / 8  # v4
-    assert ch03.shared_loads_per_fma(mm.V5_TM, mm.V5_TN) == 0.25  # v5
+    assert ch03.shared_loads_per_fma(matmul_kernels.V4_TM, 1) == 9 / 8  # v4
+    assert ch03.shared_loads_per_fma(matmul_kernels.V5_TM, matmul_kernels.V5_TN) == 0.25  # v5
 
 
 @pytest.mark.skipif(not backend.is_simulator(), reason="the tracer runs on the simulator")

@@ -23,7 +23,7 @@ from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
 from gpudl.checks import check_int
 from gpudl.kernels import divergence
-from gpudl.kernels import elementwise as ew
+from gpudl.kernels import elementwise as elementwise_kernels
 
 __all__ = ["BARS", "run"]
 
@@ -65,17 +65,27 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     print(f"[elementwise] n = {n:,} float32, {repeats} repeats, {backend.name()}", flush=True)
 
     rows = []
-    for variant, launch in ew.VARIANTS.items():
+    for variant, launch in elementwise_kernels.VARIANTS.items():
         timing = time_cuda(launch, x, y, out, tpb, **batched)
-        np.testing.assert_allclose(out.copy_to_host(), ew.reference_vector_add(x_host, y_host))
+        np.testing.assert_allclose(
+            out.copy_to_host(), elementwise_kernels.reference_vector_add(x_host, y_host)
+        )
         rows.append(row(f"vector_add {variant}", timing, 3 * n * 4, group="bandwidth", n=n))
-    saxpy = time_cuda(ew.launch_saxpy, alpha, x, y, out, tpb, **batched)
-    np.testing.assert_allclose(out.copy_to_host(), ew.reference_saxpy(alpha, x_host, y_host),
-                               rtol=1e-6, atol=1e-5)
+    saxpy = time_cuda(elementwise_kernels.launch_saxpy, alpha, x, y, out, tpb, **batched)
+    np.testing.assert_allclose(
+        out.copy_to_host(),
+        elementwise_kernels.reference_saxpy(alpha, x_host, y_host),
+        rtol=1e-6,
+        atol=1e-5,
+    )
     rows.append(row("saxpy", saxpy, 3 * n * 4, group="bandwidth", n=n))
-    timing = time_cuda(ew.SAXPY_VARIANTS["v2"], alpha, x, y, out, tpb, **batched)
-    np.testing.assert_allclose(out.copy_to_host(), ew.reference_saxpy(alpha, x_host, y_host),
-                               rtol=1e-6, atol=1e-5)
+    timing = time_cuda(elementwise_kernels.SAXPY_VARIANTS["v2"], alpha, x, y, out, tpb, **batched)
+    np.testing.assert_allclose(
+        out.copy_to_host(),
+        elementwise_kernels.reference_saxpy(alpha, x_host, y_host),
+        rtol=1e-6,
+        atol=1e-5,
+    )
     rows.append(row("saxpy v2", timing, 3 * n * 4, group="bandwidth", n=n))
     on_gpu = backend.name() == "cuda"
     src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
@@ -92,17 +102,26 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
         rng.standard_normal(n_cpu, dtype=np.float32) for _ in range(2))
     print(f"[elementwise] saxpy, CPU vs GPU, n = {n_cpu:,}", flush=True)
     out_cpu = np.empty_like(x_cpu)  # written in place: page faults are not arithmetic
-    expected = ew.reference_saxpy(alpha, x_cpu, y_cpu)
-    for name, fn in (("numpy", ew.saxpy_numpy), ("numba_cpu_parallel", ew.saxpy_numba_cpu)):
+    expected = elementwise_kernels.reference_saxpy(alpha, x_cpu, y_cpu)
+    for name, fn in (
+        ("numpy", elementwise_kernels.saxpy_numpy),
+        ("numba_cpu_parallel", elementwise_kernels.saxpy_numba_cpu),
+    ):
         np.testing.assert_allclose(fn(alpha, x_cpu, y_cpu, out_cpu), expected, rtol=1e-6,
                                    atol=1e-5)
         timing = time_cpu(fn, alpha, x_cpu, y_cpu, out_cpu, warmup=1, repeats=max(repeats, 5))
         rows.append(row(f"saxpy {name}", timing, 3 * n_cpu * 4, group="cpu_vs_gpu", n=n_cpu))
     if on_gpu:  # the kernel alone is the "saxpy" row above, timed at the same n
         rows.append(row("saxpy cuda_kernel", saxpy, 3 * n * 4, group="cpu_vs_gpu", n=n))
-        rows.append(row("saxpy cuda_with_transfers",
-                        time_cuda(ew.saxpy, alpha, x_host, y_host, **timed), 3 * n * 4,
-                        group="cpu_vs_gpu", n=n))
+        rows.append(
+            row(
+                "saxpy cuda_with_transfers",
+                time_cuda(elementwise_kernels.saxpy, alpha, x_host, y_host, **timed),
+                3 * n * 4,
+                group="cpu_vs_gpu",
+                n=n,
+            )
+        )
     else:
         print("  saxpy cuda_kernel, cuda_with_transfers: not measured (simulator)", flush=True)
 

@@ -179,7 +179,7 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
     with the kernel launches on a GPU, without them on the simulator (where a launch would
     be simulated). Each row also counts the launches and the tensor-to-array conversions of
     one step after the first."""
-    from gpudl import optim as go
+    from gpudl import optim
     from gpudl.kernels.optim import recorded_launches
 
     steps = backend.pick(gpu=50, sim=10) if steps is None else steps
@@ -187,7 +187,7 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
     rows = []
     for variant in ("multi_tensor", "fused"):
         params = [torch.nn.Parameter(torch.randn(size, device=device)) for _ in range(tensors)]
-        opt = go.Adam(params, lr=1e-3, variant=variant)
+        opt = optim.Adam(params, lr=1e-3, variant=variant)
         for p in params:
             p.grad = torch.randn_like(p)
         with recorded_launches(run=not backend.is_simulator()) as launched:
@@ -232,18 +232,17 @@ def _fake_device_objects() -> tuple[Callable, Callable, Callable]:
     """Stub the driver calls of numba-cuda's launch path (compile-only backend); return
     makers of device arrays and tensors, and a no-op sync."""
     from cuda.core._kernel_arg_handler import ParamHolder
-    from numba.cuda import api, codegen
-    from numba.cuda import dispatcher as nd
+    from numba.cuda import api, codegen, dispatcher
     from numba.cuda.cudadrv import devicearray, devices, driver
 
     from gpudl import ptx
 
     ptx._prepare_compiler()
-    nd.get_current_device = lambda: ptx._Device((9, 0))
+    dispatcher.get_current_device = lambda: ptx._Device((9, 0))
     codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0)
     codegen.CUDACodeLibrary.get_cufunc = lambda self: SimpleNamespace(kernel=None)
-    nd._Kernel.bind = lambda self: None
-    nd.launch = lambda stream, config, kernel, *args: ParamHolder(args)  # packed, not sent
+    dispatcher._Kernel.bind = lambda self: None
+    dispatcher.launch = lambda stream, config, kernel, *args: ParamHolder(args)  # packed, not sent
     api.current_context = lambda: None
     runtime = devices._runtime
 

@@ -22,14 +22,14 @@ from gpudl.bench import hierarchy as bench_hierarchy
 from gpudl.bench.allreduce import gpus_missing, p2p_bandwidth
 from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_int
-from gpudl.kernels import memory as mem
-from gpudl.kernels import reduction as red
+from gpudl.kernels import memory as memory_kernels
+from gpudl.kernels import reduction as reduction_kernels
 from gpudl.kernels import reduction_error, transpose
 
 __all__ = ["BARS", "run"]
 
-_REDUCTIONS = [f"reduce {v}" for v in red.VARIANTS]
-_COPIES = [f"copy {v}" for v in mem.COPY_VARIANTS]
+_REDUCTIONS = [f"reduce {v}" for v in reduction_kernels.VARIANTS]
+_COPIES = [f"copy {v}" for v in memory_kernels.COPY_VARIANTS]
 _PADDED = ["transpose padded", "transpose padded_loads_first"]
 
 #: The speed goals of the issue on GPU speed, each against a torch device-to-device copy of the
@@ -96,20 +96,20 @@ def _kernels(n: int) -> list[dict]:
     def check(got, expected) -> None:
         np.testing.assert_array_equal(got.copy_to_host(), expected)
 
-    for variant, launch in mem.COPY_VARIANTS.items():
+    for variant, launch in memory_kernels.COPY_VARIANTS.items():
         out = cuda.device_array(n, dtype=np.float32)
         rows.append(row(f"copy {variant}", time_cuda(launch, x, out, **timed), 8 * n,
                         group="copies"))
         check(out, x_host)
     for stride in (2, 4, 8, 32):
         out = cuda.device_array(-(-n // stride), dtype=np.float32)
-        timing = time_cuda(mem.launch_copy_strided, x, out, stride, **timed)
+        timing = time_cuda(memory_kernels.launch_copy_strided, x, out, stride, **timed)
         check(out, x_host[::stride])
         # useful bytes: each output element read once and written once
         rows.append(row(f"copy stride {stride}", timing, 8 * out.size, group="copies",
                         stride=stride))
     out = cuda.device_array(n - 1, dtype=np.float32)
-    timing = time_cuda(mem.launch_copy_offset, x, out, 1, **timed)
+    timing = time_cuda(memory_kernels.launch_copy_offset, x, out, 1, **timed)
     check(out, x_host[1:])
     rows.append(row("copy offset 1", timing, 8 * out.size, group="copies", offset=1))
 
@@ -123,8 +123,8 @@ def _kernels(n: int) -> list[dict]:
         rows.append(row(f"transpose {variant}", timing, 8 * side * side, group="transposes",
                         side=side))
 
-    exact = red.reference_sum(x_host)
-    for variant, launch in red.VARIANTS.items():
+    exact = reduction_kernels.reference_sum(x_host)
+    for variant, launch in reduction_kernels.VARIANTS.items():
         out = cuda.device_array(1, dtype=np.float32)
         # v1 (one atomic per element) takes about 0.1 s at 2**26 on a GPU: a few runs say it
         few = {"warmup": 1, "repeats": 3, "inner": 1} if on_gpu and variant == "v1_atomic" else {}

@@ -28,11 +28,11 @@ from numba import cuda, float32
 from gpudl.checks import check_bool, check_float32_array
 from gpudl.estimate import ridge_point
 from gpudl.hardware import spec
-from gpudl.kernels import attention as at
+from gpudl.kernels import attention as attention_kernels
 from gpudl.kernels import attention_error
 from gpudl.kernels.arrays import EPS32, poisoned
 
-TILE = at.TILE
+TILE = attention_kernels.TILE
 
 # ------------------------------------------------------------------------------------------
 # Exercise 1: the backward pass
@@ -91,7 +91,7 @@ def backward_kernels(d: int, causal: bool) -> tuple[Any, Any]:
                 x += q_s[ty, c] * k_s[tx, c]
                 dp += do_s[ty, c] * v_s[tx, c]
             seen = i < s and j < s and (j <= i or not causal)
-            ds_s[ty, tx] = math.exp(x * scale - row_lse) * (dp - row_delta) if seen \
+            ds_s[ty, tx] = math.exp(x * scale - row_lse) * (dp - row_delta) if seen\
                 else float32(0)
             cuda.syncthreads()
             for r in range(n_out):
@@ -178,8 +178,10 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarra
         if x.shape != q.shape[:ndim]:
             raise ValueError(f"{name} must have shape {q.shape[:ndim]}, got {x.shape}")
     heads, s, d = q.shape
-    if not 1 <= d <= at.MAX_HEAD_DIM or heads * s == 0:
-        raise ValueError(f"need heads, s >= 1 and 1 <= d <= {at.MAX_HEAD_DIM}, got {q.shape}")
+    if not 1 <= d <= attention_kernels.MAX_HEAD_DIM or heads * s == 0:
+        raise ValueError(
+            f"need heads, s >= 1 and 1 <= d <= {attention_kernels.MAX_HEAD_DIM}, got {q.shape}"
+        )
     arrays = [cuda.to_device(x) for x in (q, k, v, do, lse)]
     delta = poisoned((heads, s))
     _row_dots[(-(-s // 32), heads), 32](cuda.to_device(o), arrays[3], delta)
@@ -269,7 +271,7 @@ def bf16_matmul_crossing(gpu: str) -> int:
 def bytes_saved(heads: int, s: int, d: int) -> tuple[int, float]:
     """The device-memory bytes v2 saves over v1 (not causal), and v1's bytes over v2's
     (exercise 4), from :func:`gpudl.kernels.attention.traffic`."""
-    v1 = sum(at.traffic("v1_three_kernels", heads, s, d).values())
-    v2 = sum(at.traffic("v2_fused", heads, s, d).values())
+    v1 = sum(attention_kernels.traffic("v1_three_kernels", heads, s, d).values())
+    v2 = sum(attention_kernels.traffic("v2_fused", heads, s, d).values())
     return v1 - v2, v1 / v2
 
