@@ -30,12 +30,19 @@ def random_float32(shape: int | tuple[int, ...], seed: int, scale: float | None 
 
 
 def pytest_collection_modifyitems(config, items):
-    if backend.name() == "cuda":
-        return
-    skip = pytest.mark.skip(reason="needs a real CUDA GPU (running on the simulator)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    """The markers of pyproject.toml: ``gpu`` tests skip on the simulator, ``simulator_only``
+    tests skip on a GPU, ``compiler`` tests skip where no CUDA compiler is installed."""
+    on_gpu = backend.name() == "cuda"
+    skips = {"gpu": (not on_gpu, "needs a real CUDA GPU (running on the simulator)"),
+             "simulator_only": (on_gpu, "runs on the simulator only (running on a GPU)")}
+    if any("compiler" in item.keywords for item in items):
+        from gpudl import ptx
+        skips["compiler"] = (not ptx.available(), "no CUDA compiler (libNVVM, libdevice) here")
+    for marker, (skip, reason) in skips.items():
+        if skip:
+            for item in items:
+                if marker in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="module")

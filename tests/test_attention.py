@@ -12,8 +12,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
 from numba import cuda
 
@@ -182,7 +180,7 @@ def test_bad_input_gets_a_clear_error(args, kwargs, error, match):
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="tracing runs on the simulator")
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("variant", "causal"), [("v1_three_kernels", False),
                                                  ("v1_three_kernels", True),
                                                  ("v2_fused", False), ("v2_fused", True)])
@@ -222,7 +220,7 @@ def test_the_fused_kernel_writes_no_s_by_s_matrix():
 F3 = "float32[:, :, ::1]"
 
 
-@pytest.mark.skipif(not ptx.available(), reason="no CUDA compiler (libNVVM, libdevice) here")
+@pytest.mark.compiler
 def test_kernel_ptx_has_no_float64_and_assembles():
     # The simulator accepts shapes Numba cannot compile (TILE + 1 written in a kernel) and
     # float64 constants: compiling for a GPU catches both.

@@ -8,8 +8,6 @@ import pytest
 
 from gpudl import backend
 
-simulator_only = pytest.mark.skipif(not backend.is_simulator(), reason="simulator only")
-
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDL_", "NUMBA_"))}
@@ -74,7 +72,7 @@ def test_the_compile_backend_is_the_cuda_target_with_the_gpu_settings():
     assert out.returncode != 0 and "needs the 'compile' backend" in out.stderr
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_forcing_cuda_without_a_gpu_is_an_error():
     out = run_python("import gpudl", GPUDL_BACKEND="cuda")
     assert out.returncode != 0

@@ -122,7 +122,7 @@ def test_choose_inner_fills_a_millisecond_with_at_least_three_calls():
             timing.choose_inner(bad)
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the wall-clock path, with a fake clock")
+@pytest.mark.simulator_only
 def test_time_interleaved_takes_turns_and_times_each_call_alone():
     clock, log = FakeClock(), []
     fns = {"a": clock.call(1e-4, log, "a"), "b": clock.call(5e-4, log, "b"),

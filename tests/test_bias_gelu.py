@@ -15,6 +15,7 @@ and dx by that times |dy| plus one more rounding, eps32 |dx|."""
 import numpy as np
 import pytest
 import torch
+from conftest import EPS32
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,6 @@ from numba import cuda
 from gpudl.interop import tensor_device
 from gpudl.kernels import bias_gelu
 
-EPS32 = float(np.finfo(np.float32).eps)
 few = settings(max_examples=8, deadline=None, database=None)
 shapes = st.tuples(st.integers(1, 40), st.integers(1, 70))  # rows x features, off any block
 

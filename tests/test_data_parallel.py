@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gpudl.bench import dataparallel as bench
 from gpudl.bench import find_bar, load_or_run
 from gpudl.estimate import allreduce_time, data_parallel_step_time
+from gpudl.kernels import buckets as bucket_kernels
 from gpudl.parallel import data as data_parallel
 from gpudl.parallel.launch import WorkerError, default_backend, run_under_torchrun, spawn
 from gpudl.parallel.reference import make_mlp
@@ -262,8 +263,8 @@ def test_gradient_views_never_call_the_pack_kernels(monkeypatch, singles):
     def forbidden(*args, **kwargs):
         raise AssertionError("the views version packed or unpacked a bucket")
 
-    monkeypatch.setattr(data_parallel.bk, "pack", forbidden)
-    monkeypatch.setattr(data_parallel.bk, "unpack", forbidden)
+    monkeypatch.setattr(bucket_kernels, "pack", forbidden)
+    monkeypatch.setattr(bucket_kernels, "unpack", forbidden)
     [record] = run_under_torchrun(data_parallel.run_worker, [JOBS["bucketed_accumulate"]])
     assert data_parallel.compare([record], singles["bucketed_accumulate", 1])["equal"]
     assert set(record["grad_copies"]) == {0}

@@ -21,7 +21,6 @@ few = settings(max_examples=4, deadline=None, database=None)
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 # The tracer that counts bytes and launches runs kernels on the simulator only.
-simulator_only = pytest.mark.skipif(not backend.is_simulator(), reason="needs the simulator")
 
 # Adam hyperparameters as hypothesis draws them: betas across [0, 1), both lerp branches.
 hyper = st.fixed_dictionaries({
@@ -296,7 +295,7 @@ def counted(fn, *args, **kwargs) -> optim.Traffic:
     return t
 
 
-@simulator_only
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("variant", "hp", "launches", "device_bytes", "shared_bytes"), [
     # lerp m (12), v *= b2 (8), v += w g g (12), sqrt (8), / bc2 (8), + eps (8), addcdiv (16)
     ("unfused", {}, 7, 72, 0),
@@ -315,7 +314,7 @@ def test_launches_and_bytes_per_parameter(variant, hp, launches, device_bytes, s
     assert t.total("shared") == shared_bytes * N_TRAFFIC
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_mixed_precision_moves_as_many_bytes_as_fp32():
     p32, g32, m, v = adam_state(N_TRAFFIC, 9)
     half = p32.astype(np.float16)
@@ -324,7 +323,7 @@ def test_mixed_precision_moves_as_many_bytes_as_fp32():
     assert (t.launches, t.total("global")) == (1, 28 * N_TRAFFIC)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("momentum", "first", "per_param"), [
     (0.0, True, 12),  # read p, g; write p
     (0.9, True, 16),  # the buffer is written, not read
@@ -337,7 +336,7 @@ def test_sgd_bytes_per_parameter(momentum, first, per_param):
     assert (t.launches, t.total("global")) == (1, per_param * N_TRAFFIC)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_traffic_cannot_nest_and_is_off_afterwards():
     with optim.traffic(), pytest.raises(RuntimeError, match="already"):
         with optim.traffic():

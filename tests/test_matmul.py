@@ -274,7 +274,7 @@ def test_bench_refuses_a_wrong_output(monkeypatch):
     import torch
 
     before = torch.backends.cuda.matmul.allow_tf32
-    monkeypatch.setattr(bench.mm, "VARIANTS", {"nothing": lambda a, b, c: None})
+    monkeypatch.setattr(matmul_kernels, "VARIANTS", {"nothing": lambda a, b, c: None})
     with pytest.raises(RuntimeError, match="nothing at 8: .* nan times its error bound"):
         bench.bench_matmul(sizes=(8,))
     assert torch.backends.cuda.matmul.allow_tf32 == before

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
 from numba import cuda
 
@@ -76,7 +74,7 @@ def test_mma_tile_rejects_bad_input():
         mma.mma_tile(good, good[:, :8].copy(), [[0.0] * 8] * 16)
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the simulator's shim")
+@pytest.mark.simulator_only
 def test_the_shim_refuses_a_partial_warp():
     with pytest.raises(Exception, match="needs all 32 lanes"):
         mma.warp_mma[1, 16](*(cuda.to_device(x) for x in (
@@ -84,7 +82,7 @@ def test_the_shim_refuses_a_partial_warp():
             np.zeros((16, 8), np.float32), np.zeros((16, 8), np.float32))))
 
 
-@pytest.mark.skipif(not ptx.available(), reason="no CUDA compiler (libNVVM, libdevice) here")
+@pytest.mark.compiler
 def test_ptx_for_sm80_has_the_mma_instruction():
     words = "uint32[:, ::1], uint32[:, ::1], float32[:, ::1]"
     codes = ptx.compile_many([

@@ -10,6 +10,7 @@ simulator, about 12 s). On a GPU, a test marked ``gpu`` trains the kernel model 
 import numpy as np
 import pytest
 import torch
+from conftest import EPS32
 
 from gpudl import backend  # first: chooses GPU or simulator before numba
 
@@ -25,7 +26,6 @@ from gpudl.models import (
     train,
 )
 
-EPS32 = float(np.finfo(np.float32).eps)
 # Training configuration: reaches >= 96% test accuracy from seeds 0 to 4 (checked once).
 SIZES, EPOCHS, BATCH, LR = (64, 32, 10), 30, 32, 0.2
 STEPS_COMPARED = backend.pick(gpu=45, sim=5)  # the kernel model costs ~2.5 s a step simulated

@@ -345,7 +345,7 @@ def test_a_parameter_unused_after_zero_grad_is_skipped_like_torch():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the tracer needs the simulator")
+@pytest.mark.simulator_only
 def test_traffic_table_counts_launches_and_bytes_per_variant():
     rows = {r["variant"]: r for r in optim.traffic_table(sizes=(37, 3, 20))}
     assert [rows[v]["launches"] for v in VARIANTS] == [7 * 3, 3, 3, 1]

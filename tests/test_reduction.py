@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import EPS32
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,6 @@ from gpudl.kernels import reduction, reduction_error
 from gpudl.kernels.grid import resident_blocks
 
 TPB = reduction.THREADS_PER_BLOCK
-EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
 PRIMES = [p for p in range(2, 3001) if all(p % d for d in range(2, math.isqrt(p) + 1))]
 EDGE_SIZES = [0, 1, 31, 33, 255, 257, 1000, 2999]  # 2999 is prime
 KINDS = ("normal", "positive", "wide")

@@ -7,12 +7,10 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from gpudl import backend, simulator
-
-simulator_only = pytest.mark.skipif(not backend.is_simulator(), reason="simulator only")
+from gpudl import simulator
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_intrinsics_installed_on_the_simulator_only():
     from numba.cuda.simulator import kernelapi
 
@@ -21,7 +19,7 @@ def test_intrinsics_installed_on_the_simulator_only():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(backend.is_simulator(), reason="needs a real GPU")
+@pytest.mark.gpu
 def test_intrinsics_not_installed_on_a_gpu():
     assert "simulator" not in cuda.__name__
     assert not any(
@@ -171,7 +169,7 @@ def _early_exit_kernel(out):
     out[i] = cuda.shfl_down_sync(FULL, i, 1)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_a_lane_that_exited_is_an_error_not_a_hang():
     with pytest.raises(simulator.WarpDivergenceError, match="already exited"):
         _early_exit_kernel[1, 32](np.zeros(32, dtype=np.int64))
@@ -183,7 +181,7 @@ def _not_in_mask_kernel(out):
     out[i] = cuda.shfl_sync(0x0000FFFF, i, 0)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_a_lane_outside_its_own_mask_is_an_error():
     with pytest.raises(simulator.WarpDivergenceError, match="does not include that lane"):
         _not_in_mask_kernel[1, 32](np.zeros(32, dtype=np.int64))
@@ -196,13 +194,13 @@ def _read_outside_mask_kernel(out):
         out[i] = cuda.shfl_sync(0x0000FFFF, i, 20)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_reading_a_lane_outside_the_mask_is_an_error():
     with pytest.raises(simulator.WarpDivergenceError, match="not in the mask"):
         _read_outside_mask_kernel[1, 32](np.zeros(32, dtype=np.int64))
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_shared_array_lookup_is_thread_safe():
     """Threads released together that ask for the shared array of one source line all get
     the same array (the simulator's own lookup could hand some a private copy)."""

@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
+from conftest import EPS32
+
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels import nn
 from gpudl.models import KernelMLP, load_digits_split
 from gpudl.solutions import ch03
-
-EPS32 = float(np.finfo(np.float32).eps)
 
 
 def test_linear_grads_by_loops_match_the_kernel_and_autograd():
@@ -78,7 +76,7 @@ def test_tile_intensity_and_shared_loads_by_hand():
     assert ch03.shared_loads_per_fma(matmul_kernels.V5_TM, matmul_kernels.V5_TN) == 0.25  # v5
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the tracer runs on the simulator")
+@pytest.mark.simulator_only
 def test_naive_and_coalesced_sectors():
     sectors = ch03.naive_and_coalesced_sectors()
     assert sectors["v1_naive"] == {"load a": 32.0, "load b": 1.0, "store c": 32.0}

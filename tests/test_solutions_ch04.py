@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
 from gpudl import optim
 from gpudl.kernels import optim as optim_kernels
@@ -16,7 +14,6 @@ from gpudl.solutions import ch04
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 N = 24
 # The tracer that counts bytes and launches runs kernels on the simulator only.
-simulator_only = pytest.mark.skipif(not backend.is_simulator(), reason="needs the simulator")
 
 
 def traced_bytes(fn, *args, **kwargs) -> float:
@@ -25,7 +22,7 @@ def traced_bytes(fn, *args, **kwargs) -> float:
     return t.total("global") / N
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_step_bytes_match_what_the_kernels_access():
     rng = np.random.default_rng(0)
     p, g, m = (rng.standard_normal(N, dtype=np.float32) for _ in range(3))
@@ -61,7 +58,7 @@ def test_shared_memory_capacity_by_hand():
     assert ch04.shared_memory_adam_capacity() / 1e9 < 0.004  # under 0.4% of a 1B model
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_step_time_model_launches_are_the_optimizers():
     sizes = [30, 7, 11]
     rows = {r["variant"]: r for r in optim.traffic_table(sizes=tuple(sizes))}

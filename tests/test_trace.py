@@ -15,7 +15,7 @@ from numba import cuda, float32
 from gpudl import trace
 from gpudl.kernels import memory, transpose
 
-pytestmark = pytest.mark.skipif(not backend.is_simulator(), reason="tracing needs the simulator")
+pytestmark = pytest.mark.simulator_only
 
 A, B = 1 << 32, 2 << 32  # where the tracer places kernel arguments 0 and 1
 

@@ -71,22 +71,14 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
             out.copy_to_host(), elementwise_kernels.reference_vector_add(x_host, y_host)
         )
         rows.append(row(f"vector_add {variant}", timing, 3 * n * 4, group="bandwidth", n=n))
-    saxpy = time_cuda(elementwise_kernels.launch_saxpy, alpha, x, y, out, tpb, **batched)
-    np.testing.assert_allclose(
-        out.copy_to_host(),
-        elementwise_kernels.reference_saxpy(alpha, x_host, y_host),
-        rtol=1e-6,
-        atol=1e-5,
-    )
-    rows.append(row("saxpy", saxpy, 3 * n * 4, group="bandwidth", n=n))
-    timing = time_cuda(elementwise_kernels.SAXPY_VARIANTS["v2"], alpha, x, y, out, tpb, **batched)
-    np.testing.assert_allclose(
-        out.copy_to_host(),
-        elementwise_kernels.reference_saxpy(alpha, x_host, y_host),
-        rtol=1e-6,
-        atol=1e-5,
-    )
-    rows.append(row("saxpy v2", timing, 3 * n * 4, group="bandwidth", n=n))
+    saxpy_expected = elementwise_kernels.reference_saxpy(alpha, x_host, y_host)
+    saxpy_timings = {}
+    for name, launch in (("saxpy", elementwise_kernels.launch_saxpy),
+                         ("saxpy v2", elementwise_kernels.SAXPY_VARIANTS["v2"])):
+        timing = time_cuda(launch, alpha, x, y, out, tpb, **batched)
+        np.testing.assert_allclose(out.copy_to_host(), saxpy_expected, rtol=1e-6, atol=1e-5)
+        rows.append(row(name, timing, 3 * n * 4, group="bandwidth", n=n))
+        saxpy_timings[name] = timing
     on_gpu = backend.name() == "cuda"
     src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
     dst = torch.empty_like(src)
@@ -103,25 +95,18 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     print(f"[elementwise] saxpy, CPU vs GPU, n = {n_cpu:,}", flush=True)
     out_cpu = np.empty_like(x_cpu)  # written in place: page faults are not arithmetic
     expected = elementwise_kernels.reference_saxpy(alpha, x_cpu, y_cpu)
-    for name, fn in (
-        ("numpy", elementwise_kernels.saxpy_numpy),
-        ("numba_cpu_parallel", elementwise_kernels.saxpy_numba_cpu),
-    ):
+    for name, fn in (("numpy", elementwise_kernels.saxpy_numpy),
+                     ("numba_cpu_parallel", elementwise_kernels.saxpy_numba_cpu)):
         np.testing.assert_allclose(fn(alpha, x_cpu, y_cpu, out_cpu), expected, rtol=1e-6,
                                    atol=1e-5)
         timing = time_cpu(fn, alpha, x_cpu, y_cpu, out_cpu, warmup=1, repeats=max(repeats, 5))
         rows.append(row(f"saxpy {name}", timing, 3 * n_cpu * 4, group="cpu_vs_gpu", n=n_cpu))
     if on_gpu:  # the kernel alone is the "saxpy" row above, timed at the same n
-        rows.append(row("saxpy cuda_kernel", saxpy, 3 * n * 4, group="cpu_vs_gpu", n=n))
-        rows.append(
-            row(
-                "saxpy cuda_with_transfers",
-                time_cuda(elementwise_kernels.saxpy, alpha, x_host, y_host, **timed),
-                3 * n * 4,
-                group="cpu_vs_gpu",
-                n=n,
-            )
-        )
+        rows.append(row("saxpy cuda_kernel", saxpy_timings["saxpy"], 3 * n * 4,
+                        group="cpu_vs_gpu", n=n))
+        rows.append(row("saxpy cuda_with_transfers",
+                        time_cuda(elementwise_kernels.saxpy, alpha, x_host, y_host, **timed),
+                        3 * n * 4, group="cpu_vs_gpu", n=n))
     else:
         print("  saxpy cuda_kernel, cuda_with_transfers: not measured (simulator)", flush=True)
 

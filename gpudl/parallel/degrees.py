@@ -38,9 +38,9 @@ class ParallelDegrees:
         for name in _WHAT:
             check_int(name, getattr(self, name), 1)
         if self.data % self.sharding:
-            raise ValueError(f"the sharding degree ({self.sharding}) must divide the data-parallel "
-                             f"degree ({self.data}): the model state is sharded among the "
-                             "data-parallel ranks")
+            raise ValueError(f"the sharding degree ({self.sharding}) must divide the "
+                             f"data-parallel degree ({self.data}): the model state is "
+                             "sharded among the data-parallel ranks")
 
     @property
     def world_size(self) -> int:
