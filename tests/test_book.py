@@ -76,6 +76,33 @@ def test_no_checks_keeps_the_code_and_drops_only_the_checks():
                         "    if n > 3:", "        n = 3", "    return x * n"]
 
 
+def test_no_checks_drops_a_loop_of_checks_whole_and_keeps_what_follows():
+    code = (
+        "def f(x, items):\n"
+        "    for name, value in items:\n"
+        "        if value < 0:\n"
+        "            raise ValueError(name)\n"
+        "        check_int(name, value, 0)\n"
+        "    y = 1\n"
+        "    for k in x:\n"
+        "        check_int('k', k, 0)\n"
+        "        y += k\n"
+        "    return y\n"
+    )
+    assert strip_checks(code).splitlines() == [
+        "def f(x, items):", "    " + CHECKS_OMITTED, "    y = 1", "    for k in x:",
+        "        " + CHECKS_OMITTED, "        y += k", "    return y"]
+
+
+def test_each_glossary_term_appears_once():
+    rows = [line.split("|")[1].strip() for line in
+            (ROOT / "book" / "appendix-glossary.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| English")]
+    normalised = [re.sub(r"[^a-z0-9]", "", term.lower().replace("≈", "=")) for term in rows]
+    repeated = {t for t in normalised if normalised.count(t) > 1}
+    assert len(rows) > 50 and not repeated, repeated
+
+
 def prose_paragraphs(text: str):
     """Paragraphs of running prose: blocks between blank lines, outside code fences and
     directives, that are not tables, headings, lists, math or directive options."""

@@ -220,6 +220,12 @@ def _tensorcores_kernels(record: dict, path: Path) -> list[str]:
                    for r in rows])
 
 
+def _launch_costs(record: dict, path: Path) -> list[str]:
+    return _table(["launch", "µs (fastest sample)", "what was measured"],
+                  [[r["name"], f"{r['min_s'] * 1e6:.1f}", r["measured"]]
+                   for r in record["rows"]])
+
+
 #: topic -> view -> (how to draw it, the bars it is held to).
 VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, ...]]]] = {
     "elementwise": {
@@ -246,6 +252,7 @@ VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, .
     "dataparallel": {"steps": (_dataparallel_steps, ("bucketed_vs_ddp_x",))},
     "pipeline": {"bubble": (_pipeline_bubble, ())},
     "precision": {"rates": (_precision_rates, ())},
+    "launch": {"costs": (_launch_costs, ())},
     "attention": {"times": (_attention_times, ("fused_",))},
     "tensorcores": {"torch": (_tensorcores_torch, ()),
                     "kernels": (_tensorcores_kernels, ("tensor_core_",))},
@@ -275,12 +282,14 @@ def provenance(record: dict, source: str) -> str:
 
 
 def box_markdown(topic: str | None, view: str | None, record: dict | None,
-                 generated: Path) -> list[str]:
+                 generated: Path, measured_by: str | None = None) -> list[str]:
     """The measured part of a box: ``view`` of ``topic``'s stored ``record`` (figures into
-    ``generated``), or *not yet measured* when there is no record (or no topic)."""
+    ``generated``), or *not yet measured* when there is no record. A box with no topic says
+    what would measure it (``measured_by``), or that nothing in the book does yet."""
     source = f"results/{topic}-cuda.json"
     if topic is None:
-        return [f"{NOT_MEASURED}: no benchmark of `python -m gpudl bench` stores it yet."]
+        return [f"{NOT_MEASURED}: {measured_by or 'no benchmark of the book measures it yet'}; "
+                "no GPU run of it is stored in `results/`."]
     if topic not in VIEWS or view not in VIEWS[topic]:
         raise ValueError(f"no view {view!r} of topic {topic!r}; views: "
                          f"{ {t: list(v) for t, v in VIEWS.items()} }")

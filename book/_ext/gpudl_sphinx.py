@@ -54,9 +54,14 @@ CHECKS_OMITTED = "# (input checks omitted here; they are in the source)"
 
 
 def _is_check(statement: ast.stmt) -> bool:
-    """An input check: ``if ...: raise ...`` without ``else``, or a bare ``check_*(...)``."""
-    if isinstance(statement, ast.If):
-        return not statement.orelse and all(isinstance(s, ast.Raise) for s in statement.body)
+    """An input check: ``if ...: raise ...`` without ``else``, a bare ``check_*(...)``, or a
+    loop or ``if`` whose body holds nothing but checks (left in, it would show an empty
+    body)."""
+    if isinstance(statement, ast.If) and not statement.orelse and all(
+            isinstance(s, ast.Raise) for s in statement.body):
+        return True
+    if isinstance(statement, ast.For | ast.While | ast.If) and not statement.orelse:
+        return all(_is_check(s) for s in statement.body)
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         func = statement.value.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
@@ -84,6 +89,9 @@ def strip_checks(code: str) -> str:
                 else:
                     runs.append((first, last))
                 previous_block = block
+    # a check inside a loop or if that is itself omitted goes with it
+    runs = [run for run in runs
+            if not any(o != run and o[0] <= run[0] and run[1] <= o[1] for o in runs)]
     for first, last in sorted(runs, reverse=True):
         indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
         lines[first : last + 1] = [indent + CHECKS_OMITTED]
@@ -342,7 +350,7 @@ class MeasuredBox(SphinxDirective):
 
     optional_arguments = 2
     has_content = True
-    option_spec = {"title": directives.unchanged}
+    option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
 
     def run(self):
         from gpudl_measured import box_markdown
@@ -359,7 +367,8 @@ class MeasuredBox(SphinxDirective):
                     record = load_record(path)
             # figures beside the page: its _generated/ folder (book/_generated for the book)
             page = Path(self.env.doc2path(self.env.docname)).parent
-            measured = box_markdown(topic, view, record, page / "_generated")
+            measured = box_markdown(topic, view, record, page / "_generated",
+                                    self.options.get("measured-by"))
         except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
             raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
         lines = [*self.content, "", *measured]

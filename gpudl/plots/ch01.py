@@ -118,7 +118,10 @@ def allreduce_bandwidth(
     sizes = [r["size_bytes"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     ax.plot(sizes, [r["algbw_gbs"] for r in rows], "o-", label="algorithm bandwidth")
-    ax.plot(sizes, [r["busbw_gbs"] for r in rows], "s-", label="bus bandwidth")
+    # with 2 ranks the bus bandwidth's factor 2(N-1)/N is 1: the two lines coincide
+    same = rows[0]["world_size"] == 2
+    ax.plot(sizes, [r["busbw_gbs"] for r in rows], "s--" if same else "s-",
+            label="bus bandwidth" + (" (= algorithm bandwidth for 2 ranks)" if same else ""))
     if model is not None:
         latency, bandwidth = model
         n = rows[0]["world_size"]

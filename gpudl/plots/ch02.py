@@ -184,7 +184,7 @@ def roofline(peak_flops: float, peak_bandwidth: float, points: dict[str, tuple],
     intensity. ``points`` maps a name to ``(intensity, measured flop/s or None)``: measured
     points are drawn where they were measured, the others on the roof."""
     intensities = np.logspace(-2, 3, 200)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7.0, 6.4))
     ax.loglog(intensities, attainable(intensities, peak_flops, peak_bandwidth), "k-",
               label="attainable = min(peak, intensity x bandwidth)")
     ax.axvline(ridge_point(peak_flops, peak_bandwidth), color="grey", ls=":", lw=1,
@@ -194,7 +194,8 @@ def roofline(peak_flops: float, peak_bandwidth: float, points: dict[str, tuple],
                                                              peak_bandwidth)
         ax.plot(intensity, y, "o" if measured is not None else "s", label=name)
     ax.set(xlabel="arithmetic intensity (flop/byte)", ylabel="flop/s", title=title)
-    ax.legend()
+    # below the axes, so that it hides none of the kernels' points
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=10)
     return finish(fig)
 
 

@@ -105,6 +105,12 @@ def ddp_overlap(compute_s: float = 0.15, grad_bytes: float = 100e6, world_size: 
     ax.invert_yaxis()
     end = max(bucket_timeline(compute_s, grad_bytes, world_size, bandwidth, latency,
                               n_buckets=n)[-1][2] for n in bucket_counts)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color="#9db8d9", label="backward pass"),
+                       Patch(color="#dd8452", label="all-reduce of a bucket"),
+                       Patch(color="#c44e52", label="... of the next bucket")],
+              loc="upper right", fontsize=10)
     ax.set(xlabel="ms since the backward pass started (▼ a bucket's gradients are ready)",
            xlim=(0, end * 1e3 * 1.35),
            title=f"Model: {grad_bytes / 1e6:g} MB of gradients, {world_size} ranks, "

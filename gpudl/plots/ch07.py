@@ -25,22 +25,27 @@ def training_time_and_cost(flops: float, peak_flops: float, gpu_name: str,
     set the cost at any price per GPU-hour, against MFU (right)."""
     from gpudl.estimate import training_time
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(7.4, 3.6))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.4, 4.6))
     for fraction in mfus:
         hours = [training_time(flops, n, peak_flops, fraction) / 3600 for n in gpus]
         left.plot(gpus, hours, "o-", label=f"MFU {fraction:.0%}")
     if claimed is not None:
         left.plot([claimed[0]], [claimed[1]], "r*", markersize=12,
                   label=f"claimed: {claimed[0]} GPUs, {claimed[1]:g} h")
+    mantissa, exponent = f"{flops:.3e}".split("e")
     left.set(xscale="log", yscale="log", xlabel=f"{gpu_name} GPUs", ylabel="hours",
-             title=f"{flops:.3g} flops")
+             title=f"${float(mantissa):.3g} \\times 10^{{{int(exponent)}}}$ flops")
     left.set_xticks(list(gpus), [str(n) for n in gpus])
-    left.legend(loc="upper right")
     fractions = np.linspace(0.1, 0.6, 26)
     right.plot(fractions * 100, [training_time(flops, 1, peak_flops, f) / 3600 for f in fractions])
     right.set(xlabel="MFU (%)", ylabel="GPU-hours (x price = cost)",
               title="any number of GPUs")
-    return finish(fig)
+    finish(fig)
+    # below the panels, away from the points, so that its star is not read as one of them
+    fig.subplots_adjust(bottom=0.3)
+    fig.legend(*left.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=10,
+               frameon=False)
+    return fig
 
 
 def memory_by_zero_stage(cases: dict[str, Sequence[float]],

@@ -66,14 +66,21 @@ def online_softmax_tiles(s: int, tile: int, causal: bool) -> Figure:
 def mma_fragments(owners: dict[str, np.ndarray]) -> Figure:
     """Which lane of the warp holds each element of the matrices of one mma: ``owners`` maps
     a matrix name to an array of lane numbers (:func:`gpudl.kernels.mma.lanes`)."""
-    fig, axes = plt.subplots(1, len(owners), figsize=(9, 4.2),
-                             gridspec_kw={"width_ratios": [o.shape[1] for o in owners.values()]})
-    for ax, (name, lanes) in zip(np.atleast_1d(axes), owners.items(), strict=True):
-        ax.imshow(lanes // 4, cmap="tab10", vmin=0, vmax=9)
+    # the widest matrix on a row of its own, the others side by side below it, every cell
+    # large enough for its lane number in readable type, on light colours
+    (wide, *rest) = sorted(owners, key=lambda name: -owners[name].shape[1])
+    fig = plt.figure(figsize=(7.5, 7.5 + 7.5 / max(len(rest), 1) * (1 if rest else 0)))
+    grid = fig.add_gridspec(2 if rest else 1, max(len(rest), 1),
+                            height_ratios=[1, 1] if rest else [1])
+    axes = {wide: fig.add_subplot(grid[0, :])}
+    axes |= {name: fig.add_subplot(grid[1, i]) for i, name in enumerate(rest)}
+    for name, ax in axes.items():
+        lanes = owners[name]
+        ax.imshow(lanes // 4, cmap="Pastel2", vmin=0, vmax=7)
         for (r, c), lane in np.ndenumerate(lanes):
-            ax.text(c, r, str(lane), ha="center", va="center", fontsize=5.5)
+            ax.text(c, r, str(lane), ha="center", va="center", fontsize=10)
         ax.set(title=name, xticks=[], yticks=[])
-    fig.suptitle("m16n8k16: the lane holding each element (colour: lane // 4)", fontsize=9)
+    axes[wide].set_title(f"m16n8k16, the lane holding each element (colour: lane // 4)\n{wide}")
     return finish(fig)
 
 
