@@ -2,7 +2,7 @@
 TF32 off), and the kernel MLP's backward pass against its forward pass.
 
 Book section: *Chapter 3*, the "Measured on a GPU" boxes of "Matrix multiply, step by step"
-and "Backward costs twice the forward".
+and "Counting flops: backward is twice the forward".
 
 ``python -m gpudl bench matmul`` runs :func:`run` and stores ``results/matmul-<backend>.json``.
 Every output is checked against torch's before its time is reported.

@@ -2,7 +2,8 @@
 bandwidth per level of the memory hierarchy; point-to-point bandwidth between two GPUs.
 
 Book section: Chapter 2, the "Measured on a GPU" boxes of "Coalescing", "Shared memory and bank
-conflicts", "Reductions", "Latency and bandwidth per level" and "Past one GPU".
+conflicts", "Reductions, step by step", "Latency and bandwidth per level" and "Past one GPU:
+send and receive".
 
 ``python -m gpudl bench memory`` runs :func:`run` and stores ``results/memory-<backend>.json``.
 Every kernel's output is checked before its time is reported.

@@ -1,7 +1,8 @@
 """Chapter 4's measurement: one Adam step of each variant against a device copy of the same
 parameters and against torch's ``foreach`` and ``fused`` Adams.
 
-Book section: *Chapter 4*, the "Measured on a GPU" box of "Is shared memory the answer?".
+Book section: *Chapter 4*, the "Measured on a GPU" box of "Is shared memory the answer? The
+articles' claim".
 
 ``python -m gpudl bench optim`` runs :func:`run` and stores ``results/optim-<backend>.json``.
 Every optimizer's first step is checked before it is timed (:func:`check_step`), each against

@@ -61,11 +61,11 @@ def activation_memory(
 ) -> float:
     """Bytes of activations one Transformer layer keeps for its backward pass.
 
-    Book section: *Chapter 7, "Memory: activations"* and *Chapter 8, "What fused attention
-    saves"*. The accounting of Korthikanti et al. (2022) for a GPT-style layer (attention and
-    a feed-forward block four times as wide, 16-bit activations, 1-byte dropout masks), with
-    ``s = seq_len``, ``b = batch_size``, ``h = hidden`` and ``a = n_heads``, without tensor or
-    sequence parallelism::
+    Book section: *Chapter 7, "Memory: model state and activations"* and *Chapter 8, "What fused
+    attention saves"*. The accounting of Korthikanti et al. (2022) for a GPT-style layer
+    (attention and a feed-forward block four times as wide, 16-bit activations, 1-byte dropout
+    masks), with ``s = seq_len``, ``b = batch_size``, ``h = hidden`` and ``a = n_heads``,
+    without tensor or sequence parallelism::
 
         recompute="none":       s b h (34 + 5 a s / h)
         recompute="selective":  34 s b h     (the a s^2 b score matrices are recomputed)

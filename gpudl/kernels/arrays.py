@@ -1,9 +1,9 @@
 """Kernel arrays in and out: host or device arrays in, outputs allocated on the device and
 filled there, NaN ("poisoned") by default.
 
-Book section: Chapter 2, "Correct before fast" (every kernel writes into a poisoned output, so
-an element it forgets stays NaN and the test catches it). Filling on the device needs no host
-copy, so timings of the kernels that use these outputs include no upload.
+Book section: Chapter 1, "Threads, blocks, grids and warps" (every kernel writes into a poisoned
+output, so an element it forgets stays NaN and the test catches it). Filling on the device needs
+no host copy, so timings of the kernels that use these outputs include no upload.
 
 Every kernel module's host functions take NumPy arrays (and return NumPy arrays) or numba
 device arrays (and return device arrays): :func:`check_arrays` checks the inputs and says

@@ -1,8 +1,9 @@
 """Attention, from three kernels that store the scores to one fused kernel with online softmax.
 
-Book section: Chapter 8, "Attention from the book's kernels" (the variants, the bytes each
-moves) and "How accurate is float32 attention?" (the bound below); the backward pass is
-Chapter 8's exercise (``gpudl.solutions.ch08``).
+Book section: *Chapter 8*, "v1: three kernels and the scores in memory", "v2: one fused
+kernel with online softmax" and "The bytes each variant moves" (the variants), and "How
+accurate is float32 attention?" (the bound below); the backward pass is Chapter 8's exercise
+(``gpudl.solutions.ch08``).
 
 Every variant computes, for each head ``z`` of float32 ``q``, ``k``, ``v`` of shape
 ``(heads, s, d)``, ``o = softmax(q k^T / sqrt(d)) v``, optionally causal (query ``i`` sees

@@ -1,7 +1,7 @@
 """``torch.optim`` optimizers whose ``step()`` runs the book's kernels: SGD, Adam and AdamW.
 
-Book section: Chapter 4, "Kernels on a framework's tensors", "One launch for the whole model"
-and "What a launch costs".
+Book section: Chapter 4, "Kernels on a framework's tensors", "Multi-tensor: one launch for the
+whole model" and "What a launch costs".
 
 :class:`SGD`, :class:`Adam` and :class:`AdamW` are :class:`torch.optim.Optimizer` subclasses with
 torch's constructor signatures and checks, used exactly as torch's are (parameter groups,

@@ -1,7 +1,8 @@
 """``torch.optim.Adam`` and ``AdamW`` whose step runs the book's Adam kernels, per tensor or in
 one launch per parameter group over flat buffers.
 
-Book section: *Chapter 4, "One launch for the whole model"* and *"What a launch costs"*.
+Book section: *Chapter 4, "Multi-tensor: one launch for the whole model"* and *"What a launch
+costs"*.
 
 ``multi_tensor`` (the default variant) launches one kernel per parameter group: at its first
 step it moves the group's parameters, gradients and moments into flat buffers, one per kind,
