@@ -2,9 +2,10 @@
 checked exactly.
 
 Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect), *Chapter 2, "Past
-one GPU: send and receive"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the ring all-reduce
-cost model against measurement). The model is :func:`gpudl.estimate.allreduce_time`; the
-messages and their checks are :mod:`gpudl.parallel.messages`'s.
+one GPU: send and receive"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the
+ring all-reduce cost model against measurement). The model is
+:func:`gpudl.estimate.allreduce_time`; the messages and their checks are
+:mod:`gpudl.parallel.messages`'s.
 
 Three ways to run the all-reduce benchmark:
 
