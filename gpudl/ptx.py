@@ -42,9 +42,9 @@ from pathlib import Path
 from gpudl import backend
 from gpudl.checks import check_compute_capability
 
-__all__ = ["KERNELS", "ToolkitMissing", "find_libdevice", "find_tool", "available",
-           "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas", "sass", "body",
-           "memory_instructions", "main"]
+__all__ = ["KERNELS", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
+           "find_tool", "available", "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas",
+           "sass", "body", "memory_instructions", "main"]
 
 #: A compile job: the kernel's module, its name, its signature, and the arguments of the
 #: factory that builds it (None for a kernel defined at module level).
@@ -141,7 +141,7 @@ def sass(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
                               capture_output=True, text=True).stdout
 
 
-def _prepare_compiler() -> None:
+def prepare_compiler() -> None:
     """Point numba-cuda's driver- and NVRTC-dependent lookups at the toolkit's files."""
     from numba.cuda.cudadrv import libs, nvrtc, nvvm
 
@@ -164,7 +164,7 @@ def _prepare_compiler() -> None:
         libs.open_libdevice = nvvm.open_libdevice = path.read_bytes
 
 
-class _Device:
+class CompileTarget:
     """What numba-cuda asks of the current device when it compiles a device function."""
 
     def __init__(self, cc: tuple[int, int]) -> None:
@@ -182,7 +182,7 @@ def _compile(job: Job, cc: tuple[int, int]) -> str:
     from numba.cuda import dispatcher
 
     if backend.name() == "compile":  # no driver to ask which device device functions target
-        dispatcher.get_current_device = lambda: _Device(cc)
+        dispatcher.get_current_device = lambda: CompileTarget(cc)
     module, function, signature, args = job
     kernel = getattr(importlib.import_module(module), function)
     if args is not None:
@@ -199,7 +199,7 @@ def compile_many(jobs: list[Job], cc: tuple[int, int] = _DEFAULT_CC,
     cc = check_compute_capability("cc", cc)
     jobs = [(m, n, s, None if a is None else tuple(a)) for m, n, s, a in jobs]
     if not backend.is_simulator():
-        _prepare_compiler()
+        prepare_compiler()
         return [_compile(job, cc) for job in jobs]
     env = {**os.environ, "GPUDL_BACKEND": "compile"}
     root = str(Path(__file__).resolve().parent.parent)

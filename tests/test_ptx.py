@@ -174,9 +174,9 @@ def test_the_vector_intrinsics_refuse_what_is_not_a_float32_vector(texts):
         "def bad(x):\n"
         "    wide.load4(x, 0)\n"
         "try:\n"
-        "    ptx._prepare_compiler()\n"
+        "    ptx.prepare_compiler()\n"
         "    from numba.cuda import dispatcher\n"
-        "    dispatcher.get_current_device = lambda: ptx._Device((9, 0))\n"
+        "    dispatcher.get_current_device = lambda: ptx.CompileTarget((9, 0))\n"
         "    cuda.compile_ptx(bad, 'void(float64[::1])', cc=(9, 0))\n"
         "except Exception as error:\n"
         "    print(type(error).__name__, error)\n")

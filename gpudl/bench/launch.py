@@ -237,8 +237,8 @@ def _fake_device_objects() -> tuple[Callable, Callable, Callable]:
 
     from gpudl import ptx
 
-    ptx._prepare_compiler()
-    dispatcher.get_current_device = lambda: ptx._Device((9, 0))
+    ptx.prepare_compiler()
+    dispatcher.get_current_device = lambda: ptx.CompileTarget((9, 0))
     codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0)
     codegen.CUDACodeLibrary.get_cufunc = lambda self: SimpleNamespace(kernel=None)
     dispatcher._Kernel.bind = lambda self: None
