@@ -112,7 +112,8 @@ class ParallelSelfAttention(torch.nn.Module):
                  group: torch.distributed.ProcessGroup | None = None) -> None:
         super().__init__()
         heads = attn.q.out_features // attn.head_dim
-        ParallelDegrees(tensor=dist.get_world_size(group)).check_divides("tensor", "heads", heads)
+        degrees = ParallelDegrees(tensor=dist.get_world_size(group))
+        degrees.check_divides("tensor", "heads", heads)
         self.head_dim = attn.head_dim
         self.qkv = ColumnParallelLinear([attn.q, attn.k, attn.v], group)
         self.out = RowParallelLinear(attn.out, group)
