@@ -44,7 +44,7 @@ class ParallelDegrees:
 
     @property
     def world_size(self) -> int:
-        """The number of ranks the degrees need: ``data x tensor x pipeline``."""
+        """How many ranks the degrees need, ``data x tensor x pipeline``."""
         return self.data * self.tensor * self.pipeline
 
     def check_world_size(self, world_size: int) -> None:

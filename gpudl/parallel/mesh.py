@@ -12,7 +12,7 @@ parallelism with sharded state, ZeRO stage 3).
 :func:`mesh_2d_worker` arranges the ranks in a grid of ``data x tensor`` (a
 :class:`ParallelDegrees` whose sharding degree is its data degree):
 the ranks of a row share a batch slice and split every block with
-:data:`DTENSOR_PLAN`; the ranks of a column hold the same shards
+:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`; the ranks of a column hold the same shards
 and average their gradients, by FSDP2 over the mesh's ``"data"`` dimension, which also
 shards the state.
 
@@ -107,7 +107,7 @@ def mesh_2d_worker(rank: int, world_size: int, degrees: ParallelDegrees,
                    config: EncoderConfig, batch: int, steps: int, lr: float,
                    dtype: torch.dtype) -> dict:
     """``steps`` SGD steps on a ``degrees.data x degrees.tensor`` mesh: tensor parallelism
-    (:data:`DTENSOR_PLAN`) along ``"tensor"``, FSDP2 along
+    (:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`) along ``"tensor"``, FSDP2 along
     ``"data"``, each data-parallel row on its slice of the batch. Returns ``losses``,
     ``grads`` (whole, as one process names them) and ``coords``, this rank's
     ``(data, tensor)`` place in the grid."""
@@ -142,7 +142,8 @@ def run_fsdp(world_size: int = 2, config: EncoderConfig = MESH_CONFIG, batch: in
     return spawn(fsdp_worker, world_size, config, batch, steps, lr, dtype, timeout=timeout)
 
 
-#: The 2 x 2 mesh: two data-parallel rows, each sharding the state (FSDP2), two tensor shards.
+#: The 2 x 2 mesh of the book, two data-parallel rows (each sharding the state, FSDP2) of two
+#: tensor shards.
 MESH_2X2 = ParallelDegrees(data=2, tensor=2, sharding=2)
 
 

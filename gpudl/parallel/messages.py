@@ -12,7 +12,7 @@ import torch
 
 __all__ = ["ITEMSIZE", "check_allreduce", "check_p2p", "expected_sum", "rank_input"]
 
-#: Bytes per element of a message: the messages are float32.
+#: Bytes per element of a message (the messages are float32).
 ITEMSIZE = 4
 
 

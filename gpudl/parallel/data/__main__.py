@@ -3,4 +3,5 @@ checked step by step against one process (:func:`main`)."""
 
 from gpudl.parallel.data.training import main
 
-main()
+if __name__ == "__main__":  # not when a documentation tool imports it
+    main()

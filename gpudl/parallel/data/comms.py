@@ -104,7 +104,7 @@ def _check_numels(numels: list[int]) -> None:
 def ring_all_reduce_worker(rank: int, world_size: int, numels: list[int]) -> list[dict]:
     """For each length in ``numels``, all-reduce this rank's :func:`rank_input` with
     :func:`ring_all_reduce` and with ``dist.all_reduce``, and check both against
-    :func:`expected_sum` exactly.
+    :func:`gpudl.parallel.messages.expected_sum` exactly.
 
     Rows: ``numel``, ``bytes`` (of the tensor), ``bytes_sent`` (by this rank, counted by the
     ring) and ``equal`` (the two results are identical).

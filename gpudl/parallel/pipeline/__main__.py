@@ -3,4 +3,5 @@ schedule, timed (:func:`main`)."""
 
 from gpudl.parallel.pipeline.training import main
 
-main()
+if __name__ == "__main__":  # not when a documentation tool imports it
+    main()

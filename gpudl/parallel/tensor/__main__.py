@@ -3,4 +3,5 @@ against one process (:func:`main`)."""
 
 from gpudl.parallel.tensor.training import main
 
-main()
+if __name__ == "__main__":  # not when a documentation tool imports it
+    main()

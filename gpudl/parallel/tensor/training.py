@@ -1,5 +1,5 @@
 """Tensor parallelism in training: the encoder split by hand (:mod:`gpudl.parallel.tensor.layers`)
-or by DTensor's ``parallelize_module`` (:data:`DTENSOR_PLAN`),
+or by DTensor's ``parallelize_module`` (:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`),
 every rank on the whole batch, against one process.
 
 Book section: *Chapter 6, "The same with DTensor"*.
@@ -49,7 +49,7 @@ class TensorParallelRun:
     """``steps`` SGD steps of the encoder of ``config`` on a batch of ``batch``, every rank on
     the whole batch, tensor-parallel by ``engine``: ``"hand"`` (:func:`parallelize_block`;
     ``fused``, the default, uses the float32 bias + GeLU kernel, ``fused=False`` torch's GeLU)
-    or ``"dtensor"`` (:data:`DTENSOR_PLAN`, torch's GeLU)."""
+    or ``"dtensor"`` (:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`, torch's GeLU)."""
 
     engine: str = "hand"
     fused: bool | None = None

@@ -3,4 +3,5 @@ process's Adam (:func:`main`)."""
 
 from gpudl.parallel.zero.training import main
 
-main()
+if __name__ == "__main__":  # not when a documentation tool imports it
+    main()

@@ -15,8 +15,20 @@ __all__ = ["all_gather_flat", "all_gather_shards", "all_reduce_mean_then_slice",
 # torch 2.13 named the collectives on flat tensors reduce_scatter_single and all_gather_single;
 # earlier releases (a GPU machine may have one) call them reduce_scatter_tensor and
 # all_gather_into_tensor. Both take (output, input).
-reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_flat(output: torch.Tensor, flat: torch.Tensor) -> None:
+    """Write into ``output`` this rank's slice of the sum over the ranks of ``flat``
+    (torch's reduce-scatter of one flat tensor, under either of its names)."""
+    _REDUCE_SCATTER(output, flat)
+
+
+def all_gather_flat(output: torch.Tensor, shard: torch.Tensor) -> None:
+    """Fill ``output`` with every rank's ``shard``, in rank order (torch's all-gather into one
+    flat tensor, under either of its names)."""
+    _ALL_GATHER(output, shard)
 
 
 def reduce_scatter_mean(flat: torch.Tensor, shard: torch.Tensor) -> None:

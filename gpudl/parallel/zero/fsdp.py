@@ -4,7 +4,7 @@ a training step, with the model replicated or sharded by FSDP2.
 Book section: *Chapter 2, "Memory across GPUs"*. The formula is
 :func:`gpudl.estimate.model_state_memory` (ZeRO's accounting); this module counts the bytes in
 the tensors a step leaves on each rank, to hold the formula to, on the MLP of
-:data:`SHARDING_DIMS`.
+:data:`~gpudl.parallel.reference.SHARDING_DIMS`.
 
 FSDP2 (``torch.distributed.fsdp.fully_shard``) shards every parameter along dim 0: with
 ``N`` ranks and ``d0`` rows, each rank owns a chunk of ``c = ceil(d0 / N)`` rows, so rank ``r``
