@@ -1,10 +1,16 @@
 """gpudl: the code of the book *How deep learning runs on GPUs*.
 
 Importing :mod:`gpudl` first decides the backend (:mod:`gpudl.backend`): a real CUDA GPU, or
-Numba's CUDA simulator on the CPU. Import it before anything imports numba.
+Numba's CUDA simulator on the CPU, to which it adds what the simulator lacks
+(:mod:`gpudl.simulator`). Import it before anything imports numba.
 """
 
 from gpudl import backend
+
+if backend.is_simulator():
+    from gpudl import simulator
+
+    simulator.install()
 
 __all__ = ["backend"]
 __version__ = "0.1.0"

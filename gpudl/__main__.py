@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p_ptx = sub.add_parser("ptx", help="print a kernel's PTX for sm_90 (--list: the kernels)",
                            add_help=False)
     p_ptx.add_argument("args", nargs=argparse.REMAINDER)
-    from gpudl import estimate_cli  # python -m gpudl estimate ... (Chapter 7's calculators)
+    from gpudl.estimate import cli as estimate_cli  # python -m gpudl estimate ... (Chapter 7)
 
     estimate_cli.add_parser(sub)
     argv = sys.argv[1:] if argv is None else argv

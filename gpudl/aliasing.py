@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from gpudl.checks import is_device_array
+
 __all__ = ["AliasedArgumentsError", "written_parameters", "check_launch"]
 
 
@@ -141,7 +143,7 @@ def _memories(arg: Any) -> list[tuple[np.ndarray, bool]]:
     if isinstance(arg, np.ndarray) and arg.ndim > 0:
         return [(arg, True)]
     inner = getattr(arg, "_ary", None)
-    if getattr(arg, "__cuda_ndarray__", False) and isinstance(inner, np.ndarray):
+    if is_device_array(arg) and isinstance(inner, np.ndarray):
         return [(inner, False)]
     if isinstance(arg, tuple | list):
         return [(m, False) for item in arg for m, _ in _memories(item)]

@@ -40,10 +40,11 @@ import tempfile
 from pathlib import Path
 
 from gpudl import backend
+from gpudl.checks import check_compute_capability
 
-__all__ = ["KERNELS", "ToolkitMissing", "find_libdevice", "find_tool", "available",
-           "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas", "sass", "body",
-           "memory_instructions", "main"]
+__all__ = ["KERNELS", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
+           "find_tool", "available", "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas",
+           "sass", "body", "memory_instructions", "main"]
 
 #: A compile job: the kernel's module, its name, its signature, and the arguments of the
 #: factory that builds it (None for a kernel defined at module level).
@@ -69,17 +70,17 @@ KERNELS: dict[str, tuple[str, str, str]] = {
                  f"void(float32, {_F1}, {_F1}, {_F1})"),
     "saxpy_v2_k_loads": ("gpudl.kernels.elementwise", "saxpy_k_loads",
                          f"void(float32, {_F1}, {_F1}, {_F1})"),
-    "transpose_padded": ("gpudl.kernels.memory", "v3_padded", f"void({_F2}, {_F2})"),
-    "transpose_padded_loads_first": ("gpudl.kernels.memory", "v4_padded_loads_first",
+    "transpose_padded": ("gpudl.kernels.transpose", "v3_padded", f"void({_F2}, {_F2})"),
+    "transpose_padded_loads_first": ("gpudl.kernels.transpose", "v4_padded_loads_first",
                                      f"void({_F2}, {_F2})"),
     "reduce_v6": ("gpudl.kernels.reduction", "v6_one_pass_atomic", f"void({_F1}, {_F1})"),
     "reduce_v7_last_block": ("gpudl.kernels.reduction", "v7_last_block",
                              f"void({_F1}, {_F1}, {_F1}, int32[::1])"),
-    "adam_fused": ("gpudl.kernels.optim", "v2_fused",
+    "adam_fused": ("gpudl.kernels.optim.adam", "v2_fused",
                    f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
-    "adam_multi_tensor": ("gpudl.kernels.optim", "v4_multi_tensor",
+    "adam_multi_tensor": ("gpudl.kernels.optim.adam", "v4_multi_tensor",
                           f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
-    "timing_hold": ("gpudl.bench.timing", "_hold", "void(int64)"),
+    "timing_hold": ("gpudl.bench.timing", "hold_kernel", "void(int64)"),
     "warp_mma": ("gpudl.kernels.mma", "warp_mma",
                  "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1])"),
 }
@@ -125,7 +126,7 @@ def find_tool(name: str) -> Path | None:
 def sass(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """The machine code (SASS) that ``ptxas`` makes of the PTX ``text`` for ``cc``, as
     ``nvdisasm`` prints it. ``ToolkitMissing`` if either tool is not installed."""
-    major, minor = _check_cc(cc)
+    major, minor = check_compute_capability("cc", cc)
     tools = {name: find_tool(name) for name in ("ptxas", "nvdisasm")}
     missing = [name for name, path in tools.items() if path is None]
     if missing:
@@ -140,7 +141,7 @@ def sass(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
                               capture_output=True, text=True).stdout
 
 
-def _prepare_compiler() -> None:
+def prepare_compiler() -> None:
     """Point numba-cuda's driver- and NVRTC-dependent lookups at the toolkit's files."""
     from numba.cuda.cudadrv import libs, nvrtc, nvvm
 
@@ -163,7 +164,7 @@ def _prepare_compiler() -> None:
         libs.open_libdevice = nvvm.open_libdevice = path.read_bytes
 
 
-class _Device:
+class CompileTarget:
     """What numba-cuda asks of the current device when it compiles a device function."""
 
     def __init__(self, cc: tuple[int, int]) -> None:
@@ -181,7 +182,7 @@ def _compile(job: Job, cc: tuple[int, int]) -> str:
     from numba.cuda import dispatcher
 
     if backend.name() == "compile":  # no driver to ask which device device functions target
-        dispatcher.get_current_device = lambda: _Device(cc)
+        dispatcher.get_current_device = lambda: CompileTarget(cc)
     module, function, signature, args = job
     kernel = getattr(importlib.import_module(module), function)
     if args is not None:
@@ -190,22 +191,15 @@ def _compile(job: Job, cc: tuple[int, int]) -> str:
     return text
 
 
-def _check_cc(cc: tuple[int, int]) -> tuple[int, int]:
-    if (not isinstance(cc, tuple) or len(cc) != 2
-            or not all(isinstance(c, int) and c >= 0 for c in cc)):
-        raise ValueError(f"cc must be a (major, minor) pair of ints, got {cc!r}")
-    return cc
-
-
 def compile_many(jobs: list[Job], cc: tuple[int, int] = _DEFAULT_CC,
                  timeout: float = 600) -> list[str]:
     """The PTX of each ``(module, name, signature, factory arguments)`` job for compute
     capability ``cc``. On the simulator one child process compiles them all, on numba's
     real CUDA target. ``ToolkitMissing`` without NVVM or libdevice."""
-    cc = _check_cc(cc)
+    cc = check_compute_capability("cc", cc)
     jobs = [(m, n, s, None if a is None else tuple(a)) for m, n, s, a in jobs]
     if not backend.is_simulator():
-        _prepare_compiler()
+        prepare_compiler()
         return [_compile(job, cc) for job in jobs]
     env = {**os.environ, "GPUDL_BACKEND": "compile"}
     root = str(Path(__file__).resolve().parent.parent)
@@ -246,7 +240,7 @@ def ptxas(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """Assemble the PTX ``text`` for ``sm_<cc>`` with ``ptxas -v`` and return its report
     (registers, shared memory, spills). ``ToolkitMissing`` without ``ptxas``;
     ``RuntimeError`` if it refuses the PTX."""
-    major, minor = _check_cc(cc)
+    major, minor = check_compute_capability("cc", cc)
     exe = find_tool("ptxas")
     if exe is None:
         raise ToolkitMissing("ptxas not found (the nvidia-cuda-nvcc wheel, or a CUDA toolkit, "

@@ -46,6 +46,8 @@ from gpudl import backend
 # isort: split
 import numpy as np
 
+from gpudl.checks import is_device_array
+
 __all__ = [
     "Access", "Request", "RequestStats", "Trace", "trace", "SECTOR_BYTES", "BANKS", "BANK_BYTES",
     "KINDS", "OPS", "on_simulator",
@@ -353,7 +355,7 @@ def trace(
     log: list[Access] = []
     wrapped = []
     for position, (name, arg) in enumerate(zip(parameters, args, strict=True)):
-        ary = arg._ary if getattr(arg, "__cuda_ndarray__", False) else arg
+        ary = arg._ary if is_device_array(arg) else arg
         if isinstance(ary, np.ndarray) and ary.ndim > 0:
             offsets = _byte_offsets(ary, (position + 1) << 32)  # 4 GiB apart, 256-aligned
             wrapped.append(_Recorder(ary, "global", name, offsets, log))

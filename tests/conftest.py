@@ -11,14 +11,38 @@ import pytest
 import gpudl  # noqa: F401  (gpudl.backend must run before the first `import numba`)
 from gpudl import backend
 
+# isort: split
+import numpy as np
+
+#: float32's machine epsilon, 2**-23: the unit of the tests' error bounds.
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def random_float32(shape: int | tuple[int, ...], seed: int, scale: float | None = None
+                   ) -> np.ndarray:
+    """float32 standard normals from ``numpy.random.default_rng(seed)``, times ``scale``; with
+    no scale, times one power of ten from 1e-3 to 1e3 drawn for the whole array (mixed signs,
+    one magnitude per array)."""
+    rng = np.random.default_rng(seed)
+    if scale is None:
+        scale = 10.0 ** rng.integers(-3, 4)
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
 
 def pytest_collection_modifyitems(config, items):
-    if backend.name() == "cuda":
-        return
-    skip = pytest.mark.skip(reason="needs a real CUDA GPU (running on the simulator)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    """The markers of pyproject.toml: ``gpu`` tests skip on the simulator, ``simulator_only``
+    tests skip on a GPU, ``compiler`` tests skip where no CUDA compiler is installed."""
+    on_gpu = backend.name() == "cuda"
+    skips = {"gpu": (not on_gpu, "needs a real CUDA GPU (running on the simulator)"),
+             "simulator_only": (on_gpu, "runs on the simulator only (running on a GPU)")}
+    if any("compiler" in item.keywords for item in items):
+        from gpudl import ptx
+        skips["compiler"] = (not ptx.available(), "no CUDA compiler (libNVVM, libdevice) here")
+    for marker, (skip, reason) in skips.items():
+        if skip:
+            for item in items:
+                if marker in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="module")

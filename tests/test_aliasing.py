@@ -15,15 +15,12 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 # isort: split
 from numba import cuda
 
-from gpudl import interop
-from gpudl import optim as go
+from gpudl import interop, optim
 from gpudl.aliasing import AliasedArgumentsError, check_launch, written_parameters
 from gpudl.kernels import bias_gelu
 from gpudl.kernels import buckets as bucket_kernels
 from gpudl.kernels import memory as memory_kernels
-
-simulator_only = pytest.mark.skipif(not backend.is_simulator(),
-                                    reason="the simulator's copies are what is checked")
+from gpudl.kernels import optim as optim_kernels
 
 # ------------------------------------------------------------------------------------------
 # Which parameters a kernel writes, read from its source
@@ -64,7 +61,7 @@ def test_written_parameters_are_read_from_the_source():
                                                                             "e"}
     fn = getattr(_reads_only, "py_func", None) or _reads_only.fn
     assert written_parameters(fn) == {"out"}
-    fn = getattr(_writes_through_a_device_function, "py_func", None) or \
+    fn = getattr(_writes_through_a_device_function, "py_func", None) or\
         _writes_through_a_device_function.fn
     assert written_parameters(fn) == {"b"}  # _store_first writes its first parameter only
 
@@ -75,8 +72,8 @@ def _fn(kernel):
 
 def test_the_book_kernels_write_what_their_names_say():
     assert written_parameters(_fn(memory_kernels.copy_kernel)) == {"out"}
-    assert written_parameters(_fn(go.ko.sgd_momentum_kernel)) == {"p", "buf"}
-    assert written_parameters(_fn(go.ko.v2_fused)) == {"p", "m", "v"}
+    assert written_parameters(_fn(optim_kernels.sgd_momentum_kernel)) == {"p", "buf"}
+    assert written_parameters(_fn(optim_kernels.v2_fused)) == {"p", "m", "v"}
     assert written_parameters(_fn(bucket_kernels._unpack_multi)) == {"grads"}
 
 
@@ -85,7 +82,7 @@ def test_the_book_kernels_write_what_their_names_say():
 # ------------------------------------------------------------------------------------------
 
 
-@simulator_only
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("first", "second"), [
     (slice(None), slice(None)),  # the same array twice
     (slice(0, 40), slice(10, 50)),  # overlapping views
@@ -99,23 +96,23 @@ def test_a_writing_kernel_given_one_memory_twice_is_refused(first, second):
     np.testing.assert_array_equal(x, before)  # refused before it ran
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_the_old_sgd_launch_is_refused():
     # gpudl.optim.SGD without momentum used to pass p as an unused momentum buffer too
     p, g = np.ones(8, np.float32), np.ones(8, np.float32)
-    k = go.ko.sgd_scalars(True, lr=0.1, momentum=0.9)
+    k = optim_kernels.sgd_scalars(True, lr=0.1, momentum=0.9)
     with pytest.raises(AliasedArgumentsError, match="'sgd_momentum_kernel'.*'p'.*'buf'"):
-        go.ko.sgd_momentum_kernel[1, 32](p, g, p, *[k[i] for i in (0, 1, 3, 4, 5, 6, 7)])
+        optim_kernels.sgd_momentum_kernel[1, 32](p, g, p, *[k[i] for i in (0, 1, 3, 4, 5, 6, 7)])
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_an_array_inside_a_tuple_is_guarded_too():
     bucket = np.zeros(8, np.float32)
     with pytest.raises(AliasedArgumentsError, match="'_unpack_multi'.*'bucket'.*'grads'"):
         bucket_kernels._unpack_multi[1, 32](bucket, np.array([0], np.int64), (bucket[:8],))
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_reading_one_memory_twice_is_allowed():
     a = np.arange(40, dtype=np.float32)
     out = np.full(40, np.nan, np.float32)
@@ -123,7 +120,7 @@ def test_reading_one_memory_twice_is_allowed():
     np.testing.assert_array_equal(out, 2 * a)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_device_arrays_are_one_memory_as_on_a_gpu():
     # Simulated device arrays are passed as they are (not copied): aliasing them behaves as
     # on a GPU, so it is not refused.
@@ -185,11 +182,12 @@ def _train_steps(make_optimizer, dtype=torch.float32, steps=3):
 
 
 OPTIMIZERS = {
-    "sgd": lambda ps: go.SGD(ps, lr=0.1),
-    "sgd-nesterov": lambda ps: go.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-    **{f"adam-{v}": (lambda ps, v=v: go.Adam(ps, lr=0.01, variant=v)) for v in go.ko.VARIANTS},
-    "adamw-bf16-multi_tensor": lambda ps: go.AdamW(ps, lr=0.01),
-    "adam-fp16-fused": lambda ps: go.Adam(ps, lr=0.01, variant="fused"),
+    "sgd": lambda ps: optim.SGD(ps, lr=0.1),
+    "sgd-nesterov": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    **{f"adam-{v}": (lambda ps, v=v: optim.Adam(ps, lr=0.01, variant=v))
+       for v in optim_kernels.VARIANTS},
+    "adamw-bf16-multi_tensor": lambda ps: optim.AdamW(ps, lr=0.01),
+    "adam-fp16-fused": lambda ps: optim.Adam(ps, lr=0.01, variant="fused"),
 }
 DTYPES = {"adamw-bf16-multi_tensor": torch.bfloat16, "adam-fp16-fused": torch.float16}
 

@@ -12,15 +12,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
 from numba import cuda
 
 from gpudl import ptx
-from gpudl.kernels import attention as at
+from gpudl.kernels import attention, attention_error
 
-VARIANTS = list(at.VARIANTS)
+VARIANTS = list(attention.VARIANTS)
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
@@ -33,8 +31,8 @@ def assert_within_bound(o, lse, q, k, v, causal: bool) -> None:
     """o and lse within error_bound of the float64 reference (NaN exactly where it has NaN),
     and o within twice the bound of torch's SDPA (both are within the bound of the exact
     result, if torch's float32 kernel rounds no worse than the kernels here)."""
-    ref_o, ref_lse = at.reference(q, k, v, causal)
-    bound_o, bound_lse = at.error_bound(q, k, v, causal)
+    ref_o, ref_lse = attention.reference(q, k, v, causal)
+    bound_o, bound_lse = attention_error.error_bound(q, k, v, causal)
     for got, ref, bound, name in ((o, ref_o, bound_o, "o"), (lse, ref_lse, bound_lse, "lse")):
         assert isinstance(got, np.ndarray) and got.dtype == np.float32
         assert got.shape == ref.shape
@@ -57,7 +55,7 @@ def assert_within_bound(o, lse, q, k, v, causal: bool) -> None:
 @pytest.mark.parametrize(("heads", "s", "d", "causal"), [(2, 17, 5, False), (1, 20, 17, True)])
 def test_variants_match_the_reference_and_torch(variant, heads, s, d, causal):
     q, k, v = qkv(heads, s, d, seed=s + d)
-    o, lse = at.forward(q, k, v, causal, variant)
+    o, lse = attention.forward(q, k, v, causal, variant)
     assert_within_bound(o, lse, q, k, v, causal)
     if causal:  # row 0 sees key 0 only: weight exp(0) / 1 = 1 exactly, in any variant
         np.testing.assert_array_equal(o[:, 0], v[:, 0])
@@ -68,21 +66,21 @@ def test_variants_match_the_reference_and_torch(variant, heads, s, d, causal):
        scale=st.sampled_from([1e-2, 1.0, 4.0]), seed=st.integers(0, 2**32 - 1))
 def test_fused_on_random_shapes_and_scales(s, d, causal, scale, seed):
     q, k, v = qkv(1, s, d, seed, scale)
-    assert_within_bound(*at.forward(q, k, v, causal), q, k, v, causal)
+    assert_within_bound(*attention.forward(q, k, v, causal), q, k, v, causal)
 
 
 def test_fused_with_a_large_head_and_large_scores():
     # d = 128 (the largest), scores up to about 60: online softmax rescales many times
-    q, k, v = qkv(1, 18, at.MAX_HEAD_DIM, seed=3)
+    q, k, v = qkv(1, 18, attention.MAX_HEAD_DIM, seed=3)
     q *= 8
-    assert_within_bound(*at.forward(q, k, v, True), q, k, v, True)
+    assert_within_bound(*attention.forward(q, k, v, True), q, k, v, True)
 
 
 def test_the_bound_catches_one_key_left_out():
     q, k, v = qkv(1, 17, 6, seed=4)
-    o, lse = at.forward(q, k, v)
+    o, lse = attention.forward(q, k, v)
     assert_within_bound(o, lse, q, k, v, False)
-    ref_without_last, _ = at.reference(q, k[:, :16], v[:, :16])  # as if a tile were cut
+    ref_without_last, _ = attention.reference(q, k[:, :16], v[:, :16])  # as if a tile were cut
     with pytest.raises(AssertionError, match="outside the bound"):
         assert_within_bound(ref_without_last.astype(np.float32), lse, q, k, v, False)
 
@@ -98,7 +96,7 @@ def test_nan_propagates_as_in_the_reference(variant):
     q[0, 2, 1] = np.nan  # all of row 2
     k[0, 9, 0] = np.nan  # all of rows 9 and later (causal: the rows that see key 9)
     v[0, 5, 3] = np.nan  # column 3 of rows 5 and later
-    o, lse = at.forward(q, k, v, True, variant)
+    o, lse = attention.forward(q, k, v, True, variant)
     whole_rows = np.isin(np.arange(18), [2, *range(9, 18)])
     np.testing.assert_array_equal(np.isnan(o[0]).all(-1), whole_rows)
     np.testing.assert_array_equal(np.isnan(lse[0]), whole_rows)
@@ -108,7 +106,7 @@ def test_nan_propagates_as_in_the_reference(variant):
 
 def test_a_nan_where_the_reference_has_none_fails_the_check():
     q, k, v = qkv(1, 5, 3, seed=7)
-    o, lse = at.reference(q, k, v)
+    o, lse = attention.reference(q, k, v)
     o = o.astype(np.float32)
     o[0, 1, 2] = np.nan
     with pytest.raises(AssertionError, match="o: NaN"):
@@ -118,12 +116,13 @@ def test_a_nan_where_the_reference_has_none_fails_the_check():
 def test_poisoned_outputs_catch_a_launcher_that_skips_a_block(monkeypatch):
     def last_block_skipped(q, k, v, o, lse, causal, launch=None):
         heads, s, d = q.shape
-        at.fused_kernel(d, causal)[(s // at.TILE, heads), (at.TILE, at.TILE)](
-            q, k, v, o, lse, np.float32(d ** -0.5))
+        attention.fused_kernel(d, causal)[
+            (s // attention.TILE, heads), (attention.TILE, attention.TILE)
+        ](q, k, v, o, lse, np.float32(d**-0.5))
 
-    monkeypatch.setitem(at.VARIANTS, "broken", last_block_skipped)
+    monkeypatch.setitem(attention.VARIANTS, "broken", last_block_skipped)
     q, k, v = qkv(1, 20, 2, seed=8)
-    o, lse = at.forward(q, k, v, variant="broken")
+    o, lse = attention.forward(q, k, v, variant="broken")
     assert np.isnan(o[0, 16:]).all() and not np.isnan(o[0, :16]).any()
     assert np.isnan(lse[0, 16:]).all()
     with pytest.raises(AssertionError):
@@ -138,7 +137,7 @@ def test_poisoned_outputs_catch_a_launcher_that_skips_a_block(monkeypatch):
 def test_device_arrays_in_give_device_arrays_out_and_are_left_alone():
     q, k, v = qkv(1, 9, 3, seed=9)
     arrays = [cuda.to_device(x) for x in (q, k, v)]
-    o, lse = at.forward(*arrays, causal=True)
+    o, lse = attention.forward(*arrays, causal=True)
     assert not isinstance(o, np.ndarray) and hasattr(lse, "copy_to_host")
     assert_within_bound(o.copy_to_host(), lse.copy_to_host(), q, k, v, True)
     for device, host in zip(arrays, (q, k, v), strict=True):
@@ -147,9 +146,9 @@ def test_device_arrays_in_give_device_arrays_out_and_are_left_alone():
 
 @pytest.mark.parametrize("shape", [(0, 5, 3), (2, 0, 3)])
 def test_empty_inputs_need_no_launch(monkeypatch, shape):
-    monkeypatch.setitem(at.VARIANTS, "v2_fused", lambda *args: pytest.fail("launched"))
+    monkeypatch.setitem(attention.VARIANTS, "v2_fused", lambda *args: pytest.fail("launched"))
     x = np.ones(shape, np.float32)
-    o, lse = at.forward(x, x, x)
+    o, lse = attention.forward(x, x, x)
     assert o.shape == shape and lse.shape == shape[:2]
 
 
@@ -173,7 +172,7 @@ GOOD = np.ones((2, 5, 4), np.float32)
 )
 def test_bad_input_gets_a_clear_error(args, kwargs, error, match):
     with pytest.raises(error, match=match):
-        at.attention(*args, **kwargs)
+        attention.attention(*args, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -181,32 +180,35 @@ def test_bad_input_gets_a_clear_error(args, kwargs, error, match):
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="tracing runs on the simulator")
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("variant", "causal"), [("v1_three_kernels", False),
                                                  ("v1_three_kernels", True),
                                                  ("v2_fused", False), ("v2_fused", True)])
 def test_traced_bytes_equal_the_formula(variant, causal):
     heads, s, d = 1, 17, 2
-    traced = at.traced_traffic(variant, *qkv(heads, s, d, seed=10), causal=causal)
-    assert traced == at.traffic(variant, heads, s, d, causal)
+    traced = attention.traced_traffic(variant, *qkv(heads, s, d, seed=10), causal=causal)
+    assert traced == attention.traffic(variant, heads, s, d, causal)
 
 
 def test_the_formula_by_hand():
     # s = 20, d = 3, 2 tiles of 16 per side, one head, in float32 values:
     # v1: q, k 2*20*3 each, S 400 + 1,200, P 400 + 400, v 120, o 60, lse 20
-    v1 = at.traffic("v1_three_kernels", 1, 20, 3)
+    v1 = attention.traffic("v1_three_kernels", 1, 20, 3)
     assert sum(v1.values()) == 4 * (120 + 120 + 1600 + 800 + 120 + 60 + 20)
     # v2: q 60, k and v 2*20*3 each (causal: (16 + 20) * 3), o 60, lse 20
-    assert sum(at.traffic("v2_fused", 1, 20, 3).values()) == 4 * (60 + 240 + 80)
-    assert sum(at.traffic("v2_fused", 1, 20, 3, True).values()) == 4 * (60 + 216 + 80)
-    assert at.traffic("v2_fused", 3, 20, 3)[("q", "load")] == 3 * 4 * 60
+    assert sum(attention.traffic("v2_fused", 1, 20, 3).values()) == 4 * (60 + 240 + 80)
+    assert sum(attention.traffic("v2_fused", 1, 20, 3, True).values()) == 4 * (60 + 216 + 80)
+    assert attention.traffic("v2_fused", 3, 20, 3)[("q", "load")] == 3 * 4 * 60
     with pytest.raises(ValueError, match="variant must be one of"):
-        at.traffic("v9", 1, 2, 3)
+        attention.traffic("v9", 1, 2, 3)
 
 
 def test_the_fused_kernel_writes_no_s_by_s_matrix():
     for s in (1024, 4096):
-        v1, v2 = at.traffic("v1_three_kernels", 8, s, 64), at.traffic("v2_fused", 8, s, 64)
+        v1, v2 = (
+            attention.traffic("v1_three_kernels", 8, s, 64),
+            attention.traffic("v2_fused", 8, s, 64),
+        )
         assert not any(name in ("scores", "probs") for name, _ in v2)
         assert sum(v1.values()) - sum(v2.values()) >= 4 * 8 * 9 * s * s
 
@@ -218,7 +220,7 @@ def test_the_fused_kernel_writes_no_s_by_s_matrix():
 F3 = "float32[:, :, ::1]"
 
 
-@pytest.mark.skipif(not ptx.available(), reason="no CUDA compiler (libNVVM, libdevice) here")
+@pytest.mark.compiler
 def test_kernel_ptx_has_no_float64_and_assembles():
     # The simulator accepts shapes Numba cannot compile (TILE + 1 written in a kernel) and
     # float64 constants: compiling for a GPU catches both.
@@ -250,4 +252,4 @@ def test_kernel_ptx_has_no_float64_and_assembles():
 @pytest.mark.parametrize(("s", "d", "causal"), [(1000, 64, True), (513, 127, False)])
 def test_long_sequences_on_the_gpu(variant, s, d, causal):
     q, k, v = qkv(4, s, d, seed=11)
-    assert_within_bound(*at.forward(q, k, v, causal, variant), q, k, v, causal)
+    assert_within_bound(*attention.forward(q, k, v, causal, variant), q, k, v, causal)

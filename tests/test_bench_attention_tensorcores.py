@@ -37,7 +37,7 @@ def check_shape(body: dict, bar_names: list[str]) -> None:
             assert bar["denominator"] in names
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the simulator's tiny run")
+@pytest.mark.simulator_only
 def test_attention_rows_and_bars_on_the_simulator():
     body = attention_bench.run()
     check_shape(body, [b["name"] for b in attention_bench.BARS])
@@ -48,7 +48,7 @@ def test_attention_rows_and_bars_on_the_simulator():
     assert rows["v2_fused s=20"]["tflops"] is None  # a simulated kernel's time means nothing
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the simulator's tiny run")
+@pytest.mark.simulator_only
 def test_tensorcore_rows_and_bars_on_the_simulator():
     body = tensorcore_bench.run()
     check_shape(body, [b["name"] for b in tensorcore_bench.BARS])

@@ -44,7 +44,7 @@ def test_a_missing_compiler_is_a_note_not_a_failure(monkeypatch):
         assert result["note"] == "not measured: no NVVM"
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="a GPU measures the full launch")
+@pytest.mark.simulator_only
 def test_the_launch_path_without_the_driver_call():
     rows = launch_cost._without_driver(calls=50, repeats=2)
     if isinstance(rows, str):

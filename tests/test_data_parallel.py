@@ -1,4 +1,4 @@
-"""Data parallelism (gpudl.parallel.data_parallel): every strategy equals one process on the
+"""Data parallelism (gpudl.parallel.data): every strategy equals one process on the
 global batch at every step, at world sizes 1, 2 and 4, with gradient accumulation, uneven
 data and replicas that start apart; the sampler's padding and dropping; clear errors."""
 
@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from gpudl.bench import dataparallel as bench
 from gpudl.bench import find_bar, load_or_run
 from gpudl.estimate import allreduce_time, data_parallel_step_time
-from gpudl.parallel import data_parallel as dp
-from gpudl.parallel.grad_timeline import expected_buckets
+from gpudl.kernels import buckets as bucket_kernels
+from gpudl.parallel import data as data_parallel
 from gpudl.parallel.launch import WorkerError, default_backend, run_under_torchrun, spawn
-from gpudl.parallel.sharding import make_mlp
+from gpudl.parallel.reference import make_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = dp.Setup(epochs=2)  # 12 steps
+BASE = data_parallel.Setup(epochs=2)  # 12 steps
 JOBS = {  # name: (strategy, setup); all run in one group of processes per world size
     "manual": ("manual", BASE),
     "bucketed": ("bucketed", BASE),  # gradients as views of the buckets
@@ -44,14 +44,14 @@ JOBS = {  # name: (strategy, setup); all run in one group of processes per world
 
 
 def test_sampler_pads_by_repeating_the_start():
-    plan = dp.sampler_plan(10, 4)
+    plan = data_parallel.sampler_plan(10, 4)
     assert plan["samples_per_rank"] == 3
     assert plan["per_rank"] == [[0, 4, 8], [1, 5, 9], [2, 6, 0], [3, 7, 1]]
     assert plan["padding"] == [0, 1] and plan["dropped"] == []
 
 
 def test_sampler_with_drop_last_cuts_the_tail():
-    plan = dp.sampler_plan(10, 4, drop_last=True)
+    plan = data_parallel.sampler_plan(10, 4, drop_last=True)
     assert plan["samples_per_rank"] == 2
     assert plan["per_rank"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert plan["padding"] == [] and plan["dropped"] == [8, 9]
@@ -63,9 +63,9 @@ def test_sampler_with_drop_last_cuts_the_tail():
 def test_sampler_plan_accounts_for_every_sample(n, world_size, drop_last, epoch):
     if world_size > n:
         with pytest.raises(ValueError, match="above the number of samples"):
-            dp.sampler_plan(n, world_size, drop_last)
+            data_parallel.sampler_plan(n, world_size, drop_last)
         return
-    plan = dp.sampler_plan(n, world_size, drop_last, shuffle=True, epoch=epoch)
+    plan = data_parallel.sampler_plan(n, world_size, drop_last, shuffle=True, epoch=epoch)
     rows = plan["per_rank"]
     assert all(len(row) == plan["samples_per_rank"] for row in rows)
     seen = [i for row in rows for i in row]
@@ -82,9 +82,9 @@ def test_sampler_plan_accounts_for_every_sample(n, world_size, drop_last, epoch)
 def test_the_global_batches_are_the_union_of_the_ranks_batches():
     setup = replace(BASE, n_samples=45)
     for world_size in (2, 4):
-        order = dp.global_order(setup, world_size, epoch=1)
+        order = data_parallel.global_order(setup, world_size, epoch=1)
         share = setup.global_batch // world_size
-        ranks = [dp.rank_indices(setup, world_size, r, 1) for r in range(world_size)]
+        ranks = [data_parallel.rank_indices(setup, world_size, r, 1) for r in range(world_size)]
         for step, start in enumerate(range(0, len(order), setup.global_batch)):
             union = sorted(i for row in ranks for i in row[step * share:(step + 1) * share])
             assert union == sorted(order[start:start + setup.global_batch])
@@ -95,16 +95,17 @@ def test_the_global_batches_are_the_union_of_the_ranks_batches():
 
 @pytest.mark.parametrize(
     "setup, world_size, match",
-    [(replace(BASE, global_batch=18), 4, "global batch 18 must be a multiple of the world "
-                                         "size = 4"),
-     (replace(BASE, accumulation=3), 2, "world size x accumulation = 2 x 3"),
+    [(replace(BASE, global_batch=18), 4, r"global batch \(18\) must be divisible by the "
+                                         r"data-parallel degree \(4\)"),
+     (replace(BASE, accumulation=3), 2, r"share of the global batch \(8 samples\) must split "
+                                        "into accumulation = 3"),
      (replace(BASE, n_samples=3), 4, "world size 4 is above the number of samples 3")],
 )
 def test_plans_the_ranks_cannot_share_evenly_are_refused(setup, world_size, match):
     with pytest.raises(ValueError, match=match):
-        dp.check_plan(setup, world_size)
+        data_parallel.check_plan(setup, world_size)
     with pytest.raises(ValueError, match=match):  # before any process starts
-        dp.run("ddp", world_size, setup)
+        data_parallel.run("ddp", world_size, setup)
 
 
 @pytest.mark.parametrize(
@@ -118,26 +119,26 @@ def test_plans_the_ranks_cannot_share_evenly_are_refused(setup, world_size, matc
 )
 def test_bad_setups_are_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
-        dp.Setup(**kwargs)
+        data_parallel.Setup(**kwargs)
 
 
 def test_bad_strategies_are_refused():
     with pytest.raises(ValueError, match="strategy must be one of"):
-        dp.run("allgather", 2)
+        data_parallel.run("allgather", 2)
     with pytest.raises(ValueError, match="runs in this process"):
-        dp.run_many([("single", BASE)], 2)
+        data_parallel.run_many([("single", BASE)], 2)
     with pytest.raises(ValueError, match="runs in one process"):
-        dp.train_worker(0, 2, "single", BASE)
+        data_parallel.train_worker(0, 2, "single", BASE)
     with pytest.raises(TypeError, match="Setup"):
-        dp.check_plan({"n_samples": 4}, 2)
+        data_parallel.check_plan({"n_samples": 4}, 2)
 
 
 def test_gradient_buckets_refuse_what_they_cannot_pack():
     with pytest.raises(TypeError, match="float32"):
-        dp.GradientBuckets(make_mlp((3, 2)).double().parameters(), 1.0, 2)
+        data_parallel.GradientBuckets(make_mlp((3, 2)).double().parameters(), 1.0, 2)
     with pytest.raises(ValueError, match="at least one"):
-        dp.GradientBuckets([], 1.0, 2)
-    buckets = dp.GradientBuckets(make_mlp((3, 4, 2)).parameters(), 1.0, 2)
+        data_parallel.GradientBuckets([], 1.0, 2)
+    buckets = data_parallel.GradientBuckets(make_mlp((3, 4, 2)).parameters(), 1.0, 2)
     buckets.arm()
     with pytest.raises(RuntimeError, match=r"buckets \[0\] never received"):
         buckets.wait()  # no backward pass ran
@@ -149,7 +150,7 @@ def test_gradient_buckets_refuse_what_they_cannot_pack():
 @pytest.fixture(scope="module")
 def singles():
     """The one-process reference of every job, for the data plans of 1, 2 and 4 ranks."""
-    return {(name, n): dp.run("single", n, setup)[0]
+    return {(name, n): data_parallel.run("single", n, setup)[0]
             for name, (_, setup) in JOBS.items() for n in (1, 2, 4)}
 
 
@@ -157,16 +158,17 @@ def test_the_tolerance_tells_a_sum_from_a_mean(singles):
     """Summing the gradients of 2 ranks instead of averaging them is SGD with twice the
     learning rate: far outside the tolerance, as is training on one rank's share alone."""
     reference = singles["manual", 2]
-    summed = dp.run("single", 2, replace(BASE, lr=2 * BASE.lr))[0]
-    assert dp.compare([summed], reference)["params"] > 100 * dp.TOLERANCE
+    summed = data_parallel.run("single", 2, replace(BASE, lr=2 * BASE.lr))[0]
+    assert data_parallel.compare([summed], reference)["params"] > 100 * data_parallel.TOLERANCE
     # a rank that trains on its half of the first batch alone takes another first step
-    alone = dp.run("single", 2, replace(BASE, global_batch=8))[0]
+    alone = data_parallel.run("single", 2, replace(BASE, global_batch=8))[0]
     scale = np.abs(reference["params"][0]).max()
-    assert np.abs(alone["params"][0] - reference["params"][0]).max() > 100 * dp.TOLERANCE * scale
+    worst = np.abs(alone["params"][0] - reference["params"][0]).max()
+    assert worst > 100 * data_parallel.TOLERANCE * scale
 
 
 def test_single_learns():
-    losses = dp.run("single", 2)[0]["losses"]  # the default setup
+    losses = data_parallel.run("single", 2)[0]["losses"]  # the default setup
     assert len(losses) == 18  # 3 epochs of 96 samples in batches of 16
     assert np.mean(losses[-3:]) < 0.5 * np.mean(losses[:3])
 
@@ -177,7 +179,7 @@ def test_single_learns():
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"world{n}")
 def runs(request):
     world_size = request.param
-    records = dp.run_many(list(JOBS.values()), world_size, timeout=300)
+    records = data_parallel.run_many(list(JOBS.values()), world_size, timeout=300)
     return world_size, dict(zip(JOBS, records, strict=True))
 
 
@@ -186,7 +188,7 @@ def runs(request):
 @pytest.mark.parametrize("name", list(JOBS))
 def test_every_strategy_equals_one_process_at_every_step(runs, singles, name):
     world_size, records = runs
-    diff = dp.compare(records[name], singles[name, world_size])
+    diff = data_parallel.compare(records[name], singles[name, world_size])
     assert diff["equal"], diff
     assert diff["steps"] == len(singles[name, world_size]["losses"])
     for record in records[name]:
@@ -214,7 +216,7 @@ def test_one_allreduce_per_parameter_or_per_bucket(runs):
     _, records = runs
     n_params = len(list(make_mlp(BASE.dims).parameters()))
     sizes = [p.numel() * 4 for p in make_mlp(BASE.dims).parameters()][::-1]
-    n_buckets = len(expected_buckets(sizes, BASE.bucket_cap_mb))
+    n_buckets = len(data_parallel.expected_buckets(sizes, BASE.bucket_cap_mb))
     assert n_buckets == 2  # so the tests exercise more than one bucket
     assert set(records["manual"][0]["allreduces"]) == {n_params}
     assert set(records["bucketed"][0]["allreduces"]) == {n_buckets}
@@ -227,7 +229,7 @@ def test_one_allreduce_per_parameter_or_per_bucket(runs):
 def test_gradient_views_copy_nothing_where_packing_copies_every_bucket_twice(runs):
     _, records = runs
     sizes = [p.numel() * 4 for p in make_mlp(BASE.dims).parameters()][::-1]
-    n_buckets = len(expected_buckets(sizes, BASE.bucket_cap_mb))
+    n_buckets = len(data_parallel.expected_buckets(sizes, BASE.bucket_cap_mb))
     for name in ("bucketed", "bucketed_accumulate", "bucketed_dropped", "bucketed_apart"):
         for record in records[name]:
             assert set(record["grad_copies"]) == {0}, name
@@ -242,7 +244,7 @@ def test_gradient_views_copy_nothing_where_packing_copies_every_bucket_twice(run
 def test_replicas_that_start_apart_are_caught_when_verified():
     setup = replace(BASE, rank_seed_step=1, start="verify")
     with pytest.raises(WorkerError, match="replicas start from different weights"):
-        spawn(dp.train_worker, 2, "bucketed", setup, timeout=150)
+        spawn(data_parallel.train_worker, 2, "bucketed", setup, timeout=150)
 
 
 def test_world_size_one_equals_one_process(monkeypatch, singles):
@@ -250,9 +252,9 @@ def test_world_size_one_equals_one_process(monkeypatch, singles):
     trivial, the packing and the hooks are not."""
     monkeypatch.delenv("RANK", raising=False)
     names = ["manual", "bucketed", "ddp", "bucketed_accumulate", "bucketed_pack"]
-    records = run_under_torchrun(dp.run_worker, [JOBS[n] for n in names])
+    records = run_under_torchrun(data_parallel.run_worker, [JOBS[n] for n in names])
     for name, record in zip(names, records, strict=True):
-        assert dp.compare([record], singles[name, 1])["equal"], name
+        assert data_parallel.compare([record], singles[name, 1])["equal"], name
 
 
 def test_gradient_views_never_call_the_pack_kernels(monkeypatch, singles):
@@ -261,21 +263,21 @@ def test_gradient_views_never_call_the_pack_kernels(monkeypatch, singles):
     def forbidden(*args, **kwargs):
         raise AssertionError("the views version packed or unpacked a bucket")
 
-    monkeypatch.setattr(dp.bk, "pack", forbidden)
-    monkeypatch.setattr(dp.bk, "unpack", forbidden)
-    [record] = run_under_torchrun(dp.run_worker, [JOBS["bucketed_accumulate"]])
-    assert dp.compare([record], singles["bucketed_accumulate", 1])["equal"]
+    monkeypatch.setattr(bucket_kernels, "pack", forbidden)
+    monkeypatch.setattr(bucket_kernels, "unpack", forbidden)
+    [record] = run_under_torchrun(data_parallel.run_worker, [JOBS["bucketed_accumulate"]])
+    assert data_parallel.compare([record], singles["bucketed_accumulate", 1])["equal"]
     assert set(record["grad_copies"]) == {0}
 
 
 def _replaced_gradient_worker(rank: int, world_size: int) -> dict:
     """One step of the views version after a gradient was replaced by a new tensor."""
-    device, _ = dp.rank_device()
+    device, _ = data_parallel.rank_device()
     model = make_mlp(BASE.dims).to(device)
-    buckets = dp.GradientBuckets(model.parameters(), BASE.bucket_cap_mb, world_size)
+    buckets = data_parallel.GradientBuckets(model.parameters(), BASE.bucket_cap_mb, world_size)
     params = list(model.parameters())
     params[0].grad = torch.zeros_like(params[0])  # not its view: backward accumulates there
-    x, y = (t.to(device) for t in dp.make_dataset(BASE))
+    x, y = (t.to(device) for t in data_parallel.make_dataset(BASE))
     buckets.arm()
     torch.nn.functional.mse_loss(model(x), y).backward()
     buckets.wait()
@@ -295,18 +297,18 @@ def test_a_replaced_gradient_is_copied_into_its_bucket_once(monkeypatch):
 
 def test_main_prints_the_comparison(monkeypatch, capsys):
     monkeypatch.delenv("RANK", raising=False)
-    dp.main(["--strategy", "bucketed", "--accumulation", "2", "--epochs", "1"])
+    data_parallel.main(["--strategy", "bucketed", "--accumulation", "2", "--epochs", "1"])
     out = capsys.readouterr().out
-    assert "bucketed on 1 rank(s)" in out and f"within {dp.TOLERANCE:g}: True" in out
+    assert "bucketed on 1 rank(s)" in out and f"within {data_parallel.TOLERANCE:g}: True" in out
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(200)
 def test_torchrun_runs_a_strategy_and_rank_0_compares(torchrun):
-    done = torchrun("gpudl.parallel.data_parallel", "--strategy", "bucketed", "--accumulation",
+    done = torchrun("gpudl.parallel.data", "--strategy", "bucketed", "--accumulation",
                     "2", "--drop-last", "--epochs", "1", timeout=180)
     assert done.stdout.count("bucketed on 2 rank(s) (gloo)") == 1  # rank 0 only
-    assert f"within {dp.TOLERANCE:g}: True" in done.stdout
+    assert f"within {data_parallel.TOLERANCE:g}: True" in done.stdout
 
 
 # --- step times -----------------------------------------------------------------------------
@@ -358,3 +360,14 @@ def test_bucketed_steps_within_10_percent_of_ddp_on_gpus():
     bars = [b for b in stored["bars"] if b["name"].startswith("bucketed_vs_ddp_x")]
     assert bars and all(b["verdict"] for b in bars), bars
     assert find_bar(stored, "bucketed_vs_ddp_x1")["compare"] == "<="
+
+
+def test_rank_device_on_a_gpu_is_the_current_cuda_device(monkeypatch):
+    # On the simulator rank_device is the CPU; on a GPU it names torch's current device (a
+    # misspelt torch function there would only fail on a GPU).
+    from gpudl.parallel.data import buckets
+
+    monkeypatch.setattr(buckets.backend, "is_simulator", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    device, sync = data_parallel.rank_device()
+    assert device == torch.device("cuda", 3) and sync is torch.cuda.synchronize

@@ -1,5 +1,5 @@
-"""gpudl.kernels.elementwise: every kernel against its reference, poisoning, bad input,
-the divergence demo, and the elementwise benchmark (gpudl.bench.elementwise)."""
+"""gpudl.kernels.elementwise: every kernel against its reference, poisoning, bad input, and
+the elementwise benchmark (gpudl.bench.elementwise)."""
 
 import json
 import math
@@ -16,7 +16,7 @@ from numba import cuda
 
 from gpudl.bench import elementwise as bench
 from gpudl.bench import find_bar, load_or_run, write_results
-from gpudl.kernels import elementwise as ew
+from gpudl.kernels import elementwise as elementwise_kernels
 
 # Sizes that are not multiples of a block (1, 31, 33, 255, 257, primes) up to ~3000: the
 # simulator runs each GPU thread as a Python thread (about 0.1 ms each).
@@ -35,7 +35,7 @@ def random_vectors(n: int, seed: int, count: int = 2) -> list[np.ndarray]:
 
 def assert_saxpy_close(got, alpha, x, y):
     # One float32 rounding of alpha * x and one of the sum (or a single one, fused).
-    expected = ew.reference_saxpy(alpha, x, y)
+    expected = elementwise_kernels.reference_saxpy(alpha, x, y)
     bound = 4 * np.finfo(np.float32).eps * (np.abs(alpha * x.astype(np.float64)) + np.abs(y))
     np.testing.assert_allclose(got, expected, rtol=0, atol=float(bound.max()) + 1e-30)
 
@@ -45,7 +45,7 @@ def assert_saxpy_close(got, alpha, x, y):
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", sorted(ew.VARIANTS))
+@pytest.mark.parametrize("variant", sorted(elementwise_kernels.VARIANTS))
 @few
 @given(n=sizes, threads_per_block=blocks, seed=seeds)
 @example(n=1, threads_per_block=32, seed=0)
@@ -53,22 +53,26 @@ def assert_saxpy_close(got, alpha, x, y):
 @example(n=257, threads_per_block=256, seed=2)
 def test_vector_add_matches_reference(variant, n, threads_per_block, seed):
     a, b = random_vectors(n, seed)
-    out = ew.vector_add(a, b, variant=variant, threads_per_block=threads_per_block)
+    out = elementwise_kernels.vector_add(a, b, variant=variant, threads_per_block=threads_per_block)
     assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (n,)
     # float32 a + b is the exact sum rounded once: within half an ulp of the float64 sum.
-    np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24, atol=0)
+    np.testing.assert_allclose(
+        out, elementwise_kernels.reference_vector_add(a, b), rtol=2**-24, atol=0
+    )
 
 
-@pytest.mark.parametrize("variant", sorted(ew.VARIANTS))
+@pytest.mark.parametrize("variant", sorted(elementwise_kernels.VARIANTS))
 def test_vector_add_edge_sizes(variant):
     for n in EDGE_SIZES:
         a, b = random_vectors(n, seed=n)
         np.testing.assert_allclose(
-            ew.vector_add(a, b, variant=variant), ew.reference_vector_add(a, b), rtol=2**-24
+            elementwise_kernels.vector_add(a, b, variant=variant),
+            elementwise_kernels.reference_vector_add(a, b),
+            rtol=2**-24,
         )
 
 
-@pytest.mark.parametrize("variant", sorted(ew.SAXPY_VARIANTS))
+@pytest.mark.parametrize("variant", sorted(elementwise_kernels.SAXPY_VARIANTS))
 @few
 @given(n=sizes, seed=seeds, alpha=st.floats(-100, 100, allow_nan=False))
 @example(n=255, seed=3, alpha=-2.0)
@@ -76,13 +80,15 @@ def test_vector_add_edge_sizes(variant):
 def test_saxpy_matches_reference_and_leaves_y_alone(variant, n, seed, alpha):
     x, y = random_vectors(n, seed)
     y_before = y.copy()
-    out = ew.saxpy(alpha, x, y, threads_per_block=64, variant=variant)
+    out = elementwise_kernels.saxpy(alpha, x, y, threads_per_block=64, variant=variant)
     np.testing.assert_array_equal(y, y_before)
     assert out.dtype == np.float32 and out is not y
     assert_saxpy_close(out, np.float32(alpha), x, y)
 
 
-@pytest.mark.parametrize("cpu_saxpy", [ew.saxpy_numpy, ew.saxpy_numba_cpu])
+@pytest.mark.parametrize(
+    "cpu_saxpy", [elementwise_kernels.saxpy_numpy, elementwise_kernels.saxpy_numba_cpu]
+)
 @pytest.mark.parametrize("n", [1, 1000, 4099])
 def test_cpu_saxpy_matches_reference(cpu_saxpy, n):
     x, y = random_vectors(n, seed=n)
@@ -96,11 +102,11 @@ def test_cpu_saxpy_matches_reference(cpu_saxpy, n):
 def test_nan_in_the_input_propagates_to_the_same_places():
     a, b = random_vectors(100, seed=7)
     a[[0, 41, 99]] = np.nan
-    for variant in ew.VARIANTS:
-        out = ew.vector_add(a, b, variant=variant, threads_per_block=32)
+    for variant in elementwise_kernels.VARIANTS:
+        out = elementwise_kernels.vector_add(a, b, variant=variant, threads_per_block=32)
         np.testing.assert_array_equal(np.isnan(out), np.isnan(a))
-        np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24)
-    np.testing.assert_array_equal(np.isnan(ew.saxpy(2.0, a, b)), np.isnan(a))
+        np.testing.assert_allclose(out, elementwise_kernels.reference_vector_add(a, b), rtol=2**-24)
+    np.testing.assert_array_equal(np.isnan(elementwise_kernels.saxpy(2.0, a, b)), np.isnan(a))
 
 
 # Around the edges of the new variants' layouts with 32-thread blocks: a block of v3 covers
@@ -112,22 +118,22 @@ BLOCK_EDGES = [1, 2, 3, 4, 5, 7, 8, 255, 256, 257, 259, 512, 515, 3 * 256 + 127]
 def test_k_loads_and_vector_variants_at_the_edges_of_their_blocks(variant):
     for n in BLOCK_EDGES:
         a, b = random_vectors(n, seed=n)
-        out = ew.vector_add(a, b, variant=variant, threads_per_block=32)
+        out = elementwise_kernels.vector_add(a, b, variant=variant, threads_per_block=32)
         np.testing.assert_array_equal(out, (a + b).astype(np.float32), err_msg=f"n={n}")
     for n in (255, 257):
         x, y = random_vectors(n, seed=n + 1)
-        assert_saxpy_close(ew.saxpy(1.5, x, y, threads_per_block=32, variant="v2"),
+        assert_saxpy_close(elementwise_kernels.saxpy(1.5, x, y, threads_per_block=32, variant="v2"),
                            np.float32(1.5), x, y)
 
 
 def test_a_k_loads_launch_one_block_short_leaves_its_elements_poisoned(monkeypatch):
     def one_block_short(a, b, out, threads_per_block):
-        blocks = math.ceil(out.size / (ew.K * threads_per_block)) - 1
-        ew.v3_k_loads[blocks, threads_per_block](a, b, out)
+        blocks = math.ceil(out.size / (elementwise_kernels.K * threads_per_block)) - 1
+        elementwise_kernels.v3_k_loads[blocks, threads_per_block](a, b, out)
 
-    monkeypatch.setitem(ew.VARIANTS, "short", one_block_short)
+    monkeypatch.setitem(elementwise_kernels.VARIANTS, "short", one_block_short)
     a, b = random_vectors(600, seed=13)  # 3 blocks of 256
-    out = ew.vector_add(a, b, variant="short", threads_per_block=32)
+    out = elementwise_kernels.vector_add(a, b, variant="short", threads_per_block=32)
     assert not np.isnan(out[:512]).any() and np.isnan(out[512:]).all()
 
 
@@ -136,34 +142,38 @@ def test_the_vector_variant_refuses_arrays_off_a_16_byte_boundary():
     on_device = [cuda.to_device(x) for x in (a, b)]
     shifted = [x[1:] for x in on_device]  # views that start 4 bytes in
     with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
-        ew.vector_add(*shifted, variant="v4")
+        elementwise_kernels.vector_add(*shifted, variant="v4")
     # host arrays are copied to new (aligned) device arrays, views or not
-    np.testing.assert_array_equal(ew.vector_add(a[1:], b[1:], variant="v4"), a[1:] + b[1:])
-    out = ew.vector_add(*shifted, variant="v3")  # scalar loads do not care
+    np.testing.assert_array_equal(
+        elementwise_kernels.vector_add(a[1:], b[1:], variant="v4"), a[1:] + b[1:]
+    )
+    out = elementwise_kernels.vector_add(*shifted, variant="v3")  # scalar loads do not care
     np.testing.assert_array_equal(out.copy_to_host(), a[1:] + b[1:])
 
 
 def test_a_nan_where_the_reference_has_none_fails_the_comparison():
     a, b = random_vectors(10, seed=8)
-    out = ew.vector_add(a, b)
+    out = elementwise_kernels.vector_add(a, b)
     out[3] = np.nan
     with pytest.raises(AssertionError):
-        np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24)
+        np.testing.assert_allclose(out, elementwise_kernels.reference_vector_add(a, b), rtol=2**-24)
 
 
 def test_poisoned_output_catches_a_launcher_that_writes_only_half(monkeypatch):
     def first_half_only(a, b, out, threads_per_block):
         blocks = math.ceil(out.size / 2 / threads_per_block)
-        ew.v1_naive[blocks, threads_per_block](a, b, out)
+        elementwise_kernels.v1_naive[blocks, threads_per_block](a, b, out)
 
-    monkeypatch.setitem(ew.VARIANTS, "broken", first_half_only)
-    monkeypatch.setitem(ew.VARIANTS, "nothing", lambda a, b, out, threads_per_block: None)
+    monkeypatch.setitem(elementwise_kernels.VARIANTS, "broken", first_half_only)
+    monkeypatch.setitem(
+        elementwise_kernels.VARIANTS, "nothing", lambda a, b, out, threads_per_block: None
+    )
     a, b = random_vectors(600, seed=9)
-    out = ew.vector_add(a, b, variant="broken", threads_per_block=32)
+    out = elementwise_kernels.vector_add(a, b, variant="broken", threads_per_block=32)
     assert np.isnan(out[320:]).all() and not np.isnan(out[:320]).any()
     with pytest.raises(AssertionError):
-        np.testing.assert_allclose(out, ew.reference_vector_add(a, b), rtol=2**-24)
-    assert np.isnan(ew.vector_add(a, b, variant="nothing")).all()
+        np.testing.assert_allclose(out, elementwise_kernels.reference_vector_add(a, b), rtol=2**-24)
+    assert np.isnan(elementwise_kernels.vector_add(a, b, variant="nothing")).all()
 
 
 # ------------------------------------------------------------------------------------------
@@ -174,11 +184,13 @@ def test_poisoned_output_catches_a_launcher_that_writes_only_half(monkeypatch):
 def test_device_arrays_in_give_device_arrays_out():
     a, b = random_vectors(300, seed=10)
     a_d, b_d = cuda.to_device(a), cuda.to_device(b)
-    for variant in ew.VARIANTS:
-        out = ew.vector_add(a_d, b_d, variant=variant)
+    for variant in elementwise_kernels.VARIANTS:
+        out = elementwise_kernels.vector_add(a_d, b_d, variant=variant)
         assert not isinstance(out, np.ndarray) and hasattr(out, "copy_to_host")
-        np.testing.assert_allclose(out.copy_to_host(), ew.reference_vector_add(a, b), rtol=2**-24)
-    out = ew.saxpy(3.0, a_d, b_d)
+        np.testing.assert_allclose(
+            out.copy_to_host(), elementwise_kernels.reference_vector_add(a, b), rtol=2**-24
+        )
+    out = elementwise_kernels.saxpy(3.0, a_d, b_d)
     assert not isinstance(out, np.ndarray)
     assert_saxpy_close(out.copy_to_host(), np.float32(3.0), a, b)
     np.testing.assert_array_equal(b_d.copy_to_host(), b)
@@ -188,10 +200,14 @@ def test_device_arrays_in_give_device_arrays_out():
 def test_empty_inputs_give_empty_outputs_without_a_launch(on_device):
     empty = np.empty(0, dtype=np.float32)
     args = (cuda.to_device(empty), cuda.to_device(empty)) if on_device else (empty, empty)
-    for out in (ew.vector_add(*args, variant="v1"), ew.vector_add(*args), ew.saxpy(2.0, *args)):
+    for out in (
+        elementwise_kernels.vector_add(*args, variant="v1"),
+        elementwise_kernels.vector_add(*args),
+        elementwise_kernels.saxpy(2.0, *args),
+    ):
         assert out.shape == (0,) and out.dtype == np.float32
         assert isinstance(out, np.ndarray) != on_device
-    assert ew.saxpy_numba_cpu(2.0, empty, empty).shape == (0,)
+    assert elementwise_kernels.saxpy_numba_cpu(2.0, empty, empty).shape == (0,)
 
 
 # ------------------------------------------------------------------------------------------
@@ -217,18 +233,20 @@ GOOD = np.ones(8, dtype=np.float32)
 )
 def test_bad_vectors_are_rejected(a, b, error, match):
     with pytest.raises(error, match=match):
-        ew.vector_add(a, b)
+        elementwise_kernels.vector_add(a, b)
     with pytest.raises(error, match=match.replace("a must", "x must").replace("b must", "y must")):
-        ew.saxpy(1.0, a, b)
+        elementwise_kernels.saxpy(1.0, a, b)
 
 
 def test_strided_device_array_is_rejected():
     strided = cuda.to_device(np.ones(16, np.float32))[::2]
     with pytest.raises(ValueError, match="a must be C-contiguous"):
-        ew.vector_add(strided, cuda.to_device(GOOD))
+        elementwise_kernels.vector_add(strided, cuda.to_device(GOOD))
 
 
-@pytest.mark.parametrize("cpu_saxpy", [ew.saxpy_numpy, ew.saxpy_numba_cpu])
+@pytest.mark.parametrize(
+    "cpu_saxpy", [elementwise_kernels.saxpy_numpy, elementwise_kernels.saxpy_numba_cpu]
+)
 def test_cpu_saxpy_rejects_device_and_bad_arrays(cpu_saxpy):
     with pytest.raises(TypeError, match="x must be a NumPy array, got"):
         cpu_saxpy(1.0, cuda.to_device(GOOD), GOOD)
@@ -241,76 +259,42 @@ def test_cpu_saxpy_rejects_device_and_bad_arrays(cpu_saxpy):
 @pytest.mark.parametrize("alpha", ["2", None, True, 1 + 2j, GOOD])
 def test_saxpy_alpha_must_be_real(alpha):
     with pytest.raises(TypeError, match="alpha must be a real number"):
-        ew.saxpy(alpha, GOOD, GOOD)
+        elementwise_kernels.saxpy(alpha, GOOD, GOOD)
 
 
 def test_saxpy_accepts_numpy_and_integer_alphas():
     for alpha in (np.float32(0.5), np.float64(-1.25), 3, np.int64(2)):
-        assert_saxpy_close(ew.saxpy(alpha, GOOD, GOOD), np.float32(alpha), GOOD, GOOD)
+        assert_saxpy_close(
+            elementwise_kernels.saxpy(alpha, GOOD, GOOD), np.float32(alpha), GOOD, GOOD
+        )
 
 
 def test_unknown_variant_lists_the_variants():
     with pytest.raises(ValueError, match=r"must be one of \['v1', 'v2', 'v3', 'v4'\], got 'v9'"):
-        ew.vector_add(GOOD, GOOD, variant="v9")
+        elementwise_kernels.vector_add(GOOD, GOOD, variant="v9")
     with pytest.raises(ValueError, match=r"variant must be one of \['v1', 'v2'\], got 'v3'"):
-        ew.saxpy(1.0, GOOD, GOOD, variant="v3")
+        elementwise_kernels.saxpy(1.0, GOOD, GOOD, variant="v3")
 
 
-@pytest.mark.parametrize("threads_per_block", [0, -32, 48, 2048, 256.0, True, "256"])
+@pytest.mark.parametrize("threads_per_block", [0, -32, 48, 2048])
 def test_threads_per_block_must_be_a_multiple_of_32_up_to_1024(threads_per_block):
     with pytest.raises(ValueError, match="multiple of 32 between 32 and 1024"):
-        ew.vector_add(GOOD, GOOD, threads_per_block=threads_per_block)
+        elementwise_kernels.vector_add(GOOD, GOOD, threads_per_block=threads_per_block)
     with pytest.raises(ValueError, match="multiple of 32 between 32 and 1024"):
-        ew.saxpy(1.0, GOOD, GOOD, threads_per_block=threads_per_block)
+        elementwise_kernels.saxpy(1.0, GOOD, GOOD, threads_per_block=threads_per_block)
+
+
+@pytest.mark.parametrize("threads_per_block", [256.0, True, "256"])
+def test_threads_per_block_must_be_an_int(threads_per_block):
+    with pytest.raises(TypeError, match="threads_per_block must be an int"):
+        elementwise_kernels.vector_add(GOOD, GOOD, threads_per_block=threads_per_block)
+    with pytest.raises(TypeError, match="threads_per_block must be an int"):
+        elementwise_kernels.saxpy(1.0, GOOD, GOOD, threads_per_block=threads_per_block)
 
 
 def test_largest_block_works():
-    out = ew.vector_add(GOOD, GOOD, variant="v1", threads_per_block=1024)
+    out = elementwise_kernels.vector_add(GOOD, GOOD, variant="v1", threads_per_block=1024)
     np.testing.assert_array_equal(out, 2)
-
-
-# ------------------------------------------------------------------------------------------
-# Divergence
-# ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("mode", "paths"), [("parity", 2), ("warp", 1)])
-@pytest.mark.parametrize(("n_threads", "threads_per_block"), [(256, 128), (100, 64), (64, 32)])
-def test_divergence_paths_per_warp(mode, paths, n_threads, threads_per_block):
-    per_warp = ew.divergence_paths(mode, n_threads, threads_per_block)
-    assert per_warp.shape == (math.ceil(n_threads / 32),)
-    assert (per_warp == paths).all()
-
-
-@pytest.mark.parametrize("mode", ew.MODES)
-@pytest.mark.parametrize(("n", "threads_per_block"), [(1, 32), (300, 64), (517, 256)])
-def test_divergence_matches_reference(mode, n, threads_per_block):
-    out = ew.divergence(n, mode, work=8, threads_per_block=threads_per_block)
-    assert out.dtype == np.int64 and (out >= 0).all()
-    np.testing.assert_array_equal(out, ew.reference_divergence(n, mode, 8, threads_per_block))
-
-
-def test_the_two_modes_take_different_paths_for_the_same_thread():
-    # Same work, different assignment of paths: threads 1 (odd lane, warp 0) and 32 (even
-    # lane, warp 1) swap paths between the modes, so the outputs differ there and only there.
-    parity, warp = (ew.divergence(64, mode, work=4, threads_per_block=64) for mode in ew.MODES)
-    lane = np.arange(64)
-    swapped = (lane % 2) != (lane // 32) % 2
-    np.testing.assert_array_equal(parity != warp, swapped)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"n": 10, "mode": "lanes"}, r"mode must be one of \('parity', 'warp'\)"),
-        ({"n": 0, "mode": "warp"}, "n must be an integer >= 1, got 0"),
-        ({"n": 10, "mode": "warp", "work": 0}, "work must be an integer >= 1"),
-        ({"n": 10, "mode": "warp", "threads_per_block": 33}, "multiple of 32"),
-    ],
-)
-def test_divergence_rejects_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        ew.divergence(**kwargs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -323,7 +307,11 @@ def test_bench_elementwise_checks_and_records_every_kernel(tmp_path, capsys):
     assert path == tmp_path / f"elementwise-{backend.name()}.json"
     record = json.loads(path.read_text())
     rows = {r["name"]: r for r in record["rows"]}
-    bandwidth = {f"vector_add {v}" for v in ew.VARIANTS} | {"saxpy", "saxpy v2", "torch copy"}
+    bandwidth = {f"vector_add {v}" for v in elementwise_kernels.VARIANTS} | {
+        "saxpy",
+        "saxpy v2",
+        "torch copy",
+    }
     assert {n for n, r in rows.items() if r["group"] == "bandwidth"} == bandwidth
     for r in rows.values():  # a rate exactly where the timing means something
         assert (r["gbps"] is not None) == (r["meaningful"] and r["bytes"] is not None)
@@ -360,23 +348,9 @@ def test_parity_divergence_is_slower_than_by_warp(stored):
     assert find_bar(stored, "parity_divergence_over_warp")["verdict"], stored["bars"]
 
 
-def test_thread_ids_match_the_index_formulas():
-    rows = ew.thread_ids(3, 40)
-    block, thread, grid, warp, lane = rows.T
-    assert rows.shape == (120, 5)
-    assert (grid == np.arange(120)).all()
-    assert (grid == block * 40 + thread).all()
-    assert (warp == thread // 32).all() and (lane == thread % 32).all()
-    assert sorted(set(block.tolist())) == [0, 1, 2]
-
-
-@pytest.mark.parametrize("args", [(0, 32), (1, 0), (1, 1025), (1.5, 32)])
-def test_thread_ids_rejects_bad_launches(args):
-    with pytest.raises(ValueError):
-        ew.thread_ids(*args)
-
-
-@pytest.mark.parametrize("cpu_saxpy", [ew.saxpy_numpy, ew.saxpy_numba_cpu])
+@pytest.mark.parametrize(
+    "cpu_saxpy", [elementwise_kernels.saxpy_numpy, elementwise_kernels.saxpy_numba_cpu]
+)
 def test_cpu_saxpy_writes_into_out(cpu_saxpy):
     x = np.arange(5, dtype=np.float32)
     y = np.ones(5, dtype=np.float32)
@@ -385,26 +359,3 @@ def test_cpu_saxpy_writes_into_out(cpu_saxpy):
     np.testing.assert_array_equal(out, 2 * x + 1)
     with pytest.raises(ValueError):
         cpu_saxpy(2.0, x, y, np.empty(4, dtype=np.float32))
-
-
-def test_resident_blocks_reads_device_attributes_the_driver_has(monkeypatch):
-    # On a GPU, numba reads device.NAME as CU_DEVICE_ATTRIBUTE_NAME from cuda.bindings: a
-    # misspelt NAME only fails there. Check the names against the bindings' enum here.
-    from cuda.bindings import driver
-
-    known = {n.removeprefix("CU_DEVICE_ATTRIBUTE_") for n in dir(driver.CUdevice_attribute)}
-
-    class FakeDevice:
-        def __getattr__(self, name):
-            if name not in known:
-                raise AttributeError(f"no device attribute {name}")
-            return {"MULTIPROCESSOR_COUNT": 132, "MAX_THREADS_PER_MULTIPROCESSOR": 2048}[name]
-
-    monkeypatch.setattr(ew.backend, "is_simulator", lambda: False)
-    monkeypatch.setattr(ew.cuda, "get_current_device", FakeDevice, raising=False)
-    ew._resident_blocks.cache_clear()
-    try:
-        assert ew.grid_stride_blocks(10**9, 256) == 132 * 8
-        assert ew.grid_stride_blocks(1000, 256) == 4
-    finally:
-        ew._resident_blocks.cache_clear()

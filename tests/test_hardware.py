@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from gpudl import backend
 from gpudl.hardware import (
     FP32_CORES_PER_SM,
     SM_LIMITS,
@@ -20,7 +19,6 @@ from gpudl.hardware import (
 BIB = Path(__file__).resolve().parents[1] / "book" / "references.bib"
 KIB = 1024
 
-gpu_only = pytest.mark.skipif(backend.name() != "cuda", reason="needs a real CUDA GPU")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -28,7 +26,7 @@ gpu_only = pytest.mark.skipif(backend.name() != "cuda", reason="needs a real CUD
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="simulator only")
+@pytest.mark.simulator_only
 def test_describe_on_the_simulator_reports_no_device():
     info = describe()
     assert info.backend == "simulator"
@@ -79,7 +77,7 @@ def test_device_info_is_frozen():
 
 
 @pytest.mark.gpu
-@gpu_only
+@pytest.mark.gpu
 def test_describe_on_a_gpu_reads_the_driver():
     info = describe()
     assert info.backend == "cuda"

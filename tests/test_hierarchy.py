@@ -13,9 +13,9 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 from numba import cuda
 
 from gpudl import hardware
-from gpudl.bench import hierarchy as bh
+from gpudl.bench import hierarchy as hierarchy_bench
 from gpudl.bench import load_or_run
-from gpudl.kernels import hierarchy as hi
+from gpudl.kernels import hierarchy as hierarchy_kernels
 
 few = settings(max_examples=8, deadline=None, database=None)
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
@@ -47,7 +47,7 @@ def small_ints(n: int, seed: int) -> np.ndarray:
 @example(n=5, stride=8, seed=0)  # one slot: a cycle of length 1
 @example(n=4096, stride=32, seed=0)
 def test_chain_is_one_cycle_over_all_slots(n, stride, seed):
-    chain = hi.make_chain(n, stride, seed=seed)
+    chain = hierarchy_kernels.make_chain(n, stride, seed=seed)
     slots = list(range(0, n, stride))
     assert chain.dtype == np.int32 and chain.shape == (n,)
     visited = follow(chain, 0, len(slots))
@@ -59,12 +59,12 @@ def test_chain_is_one_cycle_over_all_slots(n, stride, seed):
 
 
 def test_chain_order_is_random():
-    chain = hi.make_chain(4096, 32, seed=0)
+    chain = hierarchy_kernels.make_chain(4096, 32, seed=0)
     slots = np.arange(0, 4096, 32)
     to_next_slot = np.mean(chain[slots] == (slots + 32) % 4096)
     assert to_next_slot < 0.1  # a sequential chain would give 1.0
-    assert not np.array_equal(chain, hi.make_chain(4096, 32, seed=1))
-    np.testing.assert_array_equal(chain, hi.make_chain(4096, 32, seed=0))
+    assert not np.array_equal(chain, hierarchy_kernels.make_chain(4096, 32, seed=1))
+    np.testing.assert_array_equal(chain, hierarchy_kernels.make_chain(4096, 32, seed=0))
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_chain_order_is_random():
 )
 def test_make_chain_bad_input(args, error):
     with pytest.raises(error):
-        hi.make_chain(*args)
+        hierarchy_kernels.make_chain(*args)
 
 
 # ------------------------------------------------------------------------------------------
@@ -88,32 +88,34 @@ def test_make_chain_bad_input(args, error):
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_chase_ends_where_the_host_does(shared):
-    chain = hi.make_chain(1000, 8, seed=3)  # 125 slots
+    chain = hierarchy_kernels.make_chain(1000, 8, seed=3)  # 125 slots
     for steps in (1, 2, 7, 124, 125, 126, 300):
         expected = follow(chain, 0, steps)[-1]
-        assert hi.reference_chase(chain, steps) == expected
-        assert hi.pointer_chase(chain, steps, shared=shared) == expected
+        assert hierarchy_kernels.reference_chase(chain, steps) == expected
+        assert hierarchy_kernels.pointer_chase(chain, steps, shared=shared) == expected
 
 
 def test_chase_bad_input():
-    chain = hi.make_chain(64, 4)
+    chain = hierarchy_kernels.make_chain(64, 4)
     with pytest.raises(ValueError, match="steps"):
-        hi.pointer_chase(chain, 0)
+        hierarchy_kernels.pointer_chase(chain, 0)
     with pytest.raises(ValueError, match="start"):
-        hi.reference_chase(chain, 3, start=1)  # not a slot
+        hierarchy_kernels.reference_chase(chain, 3, start=1)  # not a slot
     with pytest.raises(TypeError, match="int32"):
-        hi.pointer_chase(chain.astype(np.float32), 3)
+        hierarchy_kernels.pointer_chase(chain.astype(np.float32), 3)
     with pytest.raises(TypeError, match="NumPy"):
-        hi.pointer_chase(list(chain), 3)
+        hierarchy_kernels.pointer_chase(list(chain), 3)
     with pytest.raises(ValueError, match="fit"):
-        hi.pointer_chase(hi.make_chain(13_000, 32), 3, shared=True)  # 52 KB > 48 KiB
+        hierarchy_kernels.pointer_chase(
+            hierarchy_kernels.make_chain(13_000, 32), 3, shared=True
+        )  # 52 KB > 48 KiB
 
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_latency_result(shared):
-    result = bh.latency(2048, steps=16, shared=shared)
+    result = hierarchy_bench.latency(2048, steps=16, shared=shared)
     assert result["memory"] == ("shared" if shared else "global")
-    assert result["slots"] == 2048 // hi.LINE_BYTES
+    assert result["slots"] == 2048 // hierarchy_kernels.LINE_BYTES
     assert result["steps"] == (16, 32)
     assert len(result["timings"]) == 2
     assert result["meaningful"] == (not backend.is_simulator())
@@ -127,12 +129,12 @@ def test_latency_result(shared):
         ({"working_set_bytes": 3}, "at least one 4-byte element"),
         ({"working_set_bytes": 1024, "steps": 0}, "steps"),
         ({"working_set_bytes": 1024, "stride_bytes": 0}, "stride_bytes"),
-        ({"working_set_bytes": 64 * hi.KiB, "shared": True}, "fit"),
+        ({"working_set_bytes": 64 * hierarchy_kernels.KiB, "shared": True}, "fit"),
     ],
 )
 def test_latency_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        bh.latency(**kwargs)
+        hierarchy_bench.latency(**kwargs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -152,61 +154,67 @@ def test_latency_bad_input(kwargs, match):
 @example(n=4 * 96 + 5, reps=3, blocks=3, threads=32, seed=1)  # unrolled loop and tail
 def test_read_sums_match_numpy(n, reps, blocks, threads, seed):
     a = small_ints(n, seed)
-    got = hi.read_sums(a, reps=reps, blocks=blocks, threads_per_block=threads)
+    got = hierarchy_kernels.read_sums(a, reps=reps, blocks=blocks, threads_per_block=threads)
     assert got.dtype == np.float32 and got.shape == (blocks * threads,)
-    np.testing.assert_array_equal(got, hi.reference_read_sums(a, reps, blocks, threads))
+    np.testing.assert_array_equal(
+        got, hierarchy_kernels.reference_read_sums(a, reps, blocks, threads)
+    )
 
 
 def test_read_sums_rotate_between_repetitions():
     # With reps=2, thread g also sums what thread g + 32 summed in the first repetition.
     a = np.zeros(64, dtype=np.float32)
     a[40] = 1.0
-    got = hi.read_sums(a, reps=2, blocks=2, threads_per_block=32)
+    got = hierarchy_kernels.read_sums(a, reps=2, blocks=2, threads_per_block=32)
     np.testing.assert_array_equal(np.flatnonzero(got), [8, 40])
 
 
 def test_read_sums_on_device_arrays():
     a = small_ints(500, seed=5)
-    out = hi.read_sums(cuda.to_device(a), reps=2, blocks=1, threads_per_block=32)
+    out = hierarchy_kernels.read_sums(cuda.to_device(a), reps=2, blocks=1, threads_per_block=32)
     assert not isinstance(out, np.ndarray)
-    np.testing.assert_array_equal(out.copy_to_host(), hi.reference_read_sums(a, 2, 1, 32))
+    np.testing.assert_array_equal(
+        out.copy_to_host(), hierarchy_kernels.reference_read_sums(a, 2, 1, 32)
+    )
 
 
 @pytest.mark.parametrize("iters, blocks", [(1, 1), (3, 2), (40, 1)])  # 40: the base wraps
 def test_shared_sums_match_numpy(iters, blocks):
-    src = small_ints(hi.SHARED_WORDS, seed=iters)
-    got = hi.shared_sums(src, iters, blocks=blocks)
+    src = small_ints(hierarchy_kernels.SHARED_WORDS, seed=iters)
+    got = hierarchy_kernels.shared_sums(src, iters, blocks=blocks)
     assert got.dtype == np.float32
-    np.testing.assert_array_equal(got, hi.reference_shared_sums(src, iters, blocks))
+    np.testing.assert_array_equal(got, hierarchy_kernels.reference_shared_sums(src, iters, blocks))
 
 
 def test_bandwidth_kernels_bad_input():
     a = np.ones(100, dtype=np.float32)
     with pytest.raises(TypeError, match="float32"):
-        hi.read_sums(a.astype(np.float64))
+        hierarchy_kernels.read_sums(a.astype(np.float64))
     with pytest.raises(ValueError, match="reps"):
-        hi.read_sums(a, reps=0)
+        hierarchy_kernels.read_sums(a, reps=0)
     with pytest.raises(ValueError, match="multiple of 32"):
-        hi.read_sums(a, threads_per_block=48)
+        hierarchy_kernels.read_sums(a, threads_per_block=48)
     with pytest.raises(ValueError, match="contiguous"):
-        hi.read_sums(np.ones(200, dtype=np.float32)[::2])
-    with pytest.raises(ValueError, match=str(hi.SHARED_WORDS)):
-        hi.shared_sums(a, 1)
+        hierarchy_kernels.read_sums(np.ones(200, dtype=np.float32)[::2])
+    with pytest.raises(ValueError, match=str(hierarchy_kernels.SHARED_WORDS)):
+        hierarchy_kernels.shared_sums(a, 1)
     with pytest.raises(ValueError, match="iters"):
-        hi.shared_sums(np.ones(hi.SHARED_WORDS, dtype=np.float32), 0)
+        hierarchy_kernels.shared_sums(np.ones(hierarchy_kernels.SHARED_WORDS, dtype=np.float32), 0)
     with pytest.raises(ValueError, match="level"):
-        bh.bandwidth("L3")
+        hierarchy_bench.bandwidth("L3")
 
 
-@pytest.mark.parametrize("level", bh.BANDWIDTH_LEVELS)
+@pytest.mark.parametrize("level", hierarchy_bench.BANDWIDTH_LEVELS)
 def test_bandwidth_result(level):
-    result = bh.bandwidth(level)
+    result = hierarchy_bench.bandwidth(level)
     assert result["level"] == level
     assert result["gbs"] > 0
     if level == "HBM":  # read once
         assert result["bytes_read"] == result["working_set_bytes"]
     if level == "L2":  # read over and over, from a working set that fits in L2
-        assert result["bytes_read"] > result["working_set_bytes"] == bh.WORKING_SETS["L2"]
+        assert (
+            result["bytes_read"] > result["working_set_bytes"] == hierarchy_bench.WORKING_SETS["L2"]
+        )
     assert result["meaningful"] == (not backend.is_simulator())
 
 
@@ -220,8 +228,11 @@ def test_register_file_bandwidth_is_derived_from_the_device():
         backend="cuda", name="H100", sm_count=132, fp32_cores_per_sm=128, sm_clock_khz=1_980_000
     )
     # 16,896 cores x 3 operands x 4 bytes x 1.98 GHz
-    assert hi.register_file_bandwidth_gbs(h100) == pytest.approx(401_448.96)
-    assert hi.register_file_bandwidth_gbs(hardware.DeviceInfo("cuda", "no clock")) is None
+    assert hierarchy_kernels.register_file_bandwidth_gbs(h100) == pytest.approx(401_448.96)
+    assert (
+        hierarchy_kernels.register_file_bandwidth_gbs(hardware.DeviceInfo("cuda", "no clock"))
+        is None
+    )
 
 
 def fake_results(meaningful: bool) -> dict:
@@ -239,7 +250,7 @@ def fake_results(meaningful: bool) -> dict:
 
 
 def test_table_ratios():
-    text = bh.table(fake_results(meaningful=True))
+    text = hierarchy_bench.table(fake_results(meaningful=True))
     shared_row = next(line for line in text.splitlines() if line.startswith("shared vs"))
     register_row = next(line for line in text.splitlines() if line.startswith("registers vs"))
     assert shared_row.split()[3:] == ["2-10x", "20.0x", "10.0x"]
@@ -248,19 +259,19 @@ def test_table_ratios():
 
 
 def test_table_on_simulator_results():
-    text = bh.table(fake_results(meaningful=False))
+    text = hierarchy_bench.table(fake_results(meaningful=False))
     assert text.count("not measured (simulator)") == 3
     assert "2-10x" in text and "20-30x" in text and "Table 1" in text
 
 
 def test_table_from_measure():
-    text = bh.table(bh.measure(steps=8))
+    text = hierarchy_bench.table(hierarchy_bench.measure(steps=8))
     assert ("not measured (simulator)" in text) == backend.is_simulator()
 
 
 def test_table_bad_input():
     with pytest.raises(ValueError, match="measure"):
-        bh.table({"latency": {}})
+        hierarchy_bench.table({"latency": {}})
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""The package's import graph, read from the source (imports inside functions included): the
-kernel and parallel modules import nothing that measures (gpudl.bench, its timing), and no
-module of gpudl imports itself back through others."""
+"""The package's import graph, read from the source (imports inside functions included): no
+module of gpudl imports itself back through others, no module imports from a floor above its
+own (the kernels never import parallel, bench or optim; nothing but the top imports bench),
+and the parallel strategies are siblings: each imports the shared floor of gpudl.parallel,
+never another strategy."""
 
 import ast
 from pathlib import Path
@@ -65,9 +67,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_graph_is_read():
-    assert "gpudl.kernels.optim" in GRAPH["gpudl.optim"]
+    assert "gpudl.kernels.optim" in GRAPH["gpudl.optim.adam"]
     assert "gpudl.bench.timing" in GRAPH["gpudl.bench.elementwise"]
-    assert "gpudl.parallel.launch" in GRAPH["gpudl.parallel.comms"]
+    assert "gpudl.parallel.launch" in GRAPH["gpudl.parallel.data.comms"]
 
 
 @pytest.mark.parametrize("name", [n for n in MODULES
@@ -75,6 +77,90 @@ def test_the_graph_is_read():
 def test_kernels_and_workers_import_nothing_that_measures(name):
     measuring = {m for m in GRAPH[name] if m == "gpudl.bench" or m.startswith("gpudl.bench.")}
     assert not measuring, f"{name} imports {sorted(measuring)}: measurement lives in gpudl.bench"
+
+
+#: The floors of the package, lowest first: a module imports from its own floor and those below.
+FLOORS = [
+    ("gpudl.backend", "gpudl.checks"),
+    ("gpudl", "gpudl.aliasing", "gpudl.simulator", "gpudl.interop", "gpudl.trace", "gpudl.ptx",
+     "gpudl.hardware"),
+    ("gpudl.estimate", "gpudl.kernels"),
+    ("gpudl.models", "gpudl.optim"),
+    ("gpudl.parallel",),
+    ("gpudl.bench",),
+    ("gpudl.plots", "gpudl.solutions", "gpudl.__main__"),
+]
+
+
+def floor(name: str) -> int:
+    """The floor of module ``name``: that of the longest package prefix listed (the root
+    package ``gpudl`` only by its own name)."""
+    matches = [(len(prefix), level) for level, prefixes in enumerate(FLOORS)
+               for prefix in prefixes
+               if name == prefix or (prefix != "gpudl" and name.startswith(prefix + "."))]
+    assert matches, f"{name} is on no floor: add it to FLOORS"
+    return max(matches)[1]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_import_from_a_higher_floor(name):
+    higher = sorted(m for m in GRAPH[name] if floor(m) > floor(name))
+    assert not higher, f"{name} (floor {floor(name)}) imports {higher} from a floor above it"
+
+
+def test_floors_are_read_by_the_longest_prefix():
+    assert floor("gpudl.backend") == 0 and floor("gpudl") == 1
+    assert floor("gpudl.kernels.optim.adam") < floor("gpudl.optim.adam")
+    assert floor("gpudl.optim.adam") < floor("gpudl.parallel.zero.training")
+    assert floor("gpudl.parallel.data") < floor("gpudl.bench.dataparallel") < floor(
+        "gpudl.plots.ch05")
+    with pytest.raises(AssertionError, match="on no floor"):
+        floor("gpudl_other.module")
+
+
+def test_the_kernels_import_no_parallel_bench_or_optim():
+    for name in (n for n in MODULES if n.startswith("gpudl.kernels")):
+        above = {m for m in GRAPH[name]
+                 if m.startswith(("gpudl.parallel", "gpudl.bench", "gpudl.optim"))}
+        assert not above, f"{name} imports {sorted(above)}"
+
+
+#: The shared floor of gpudl.parallel, and its sibling strategies.
+PARALLEL_FLOOR = {"gpudl.parallel", "gpudl.parallel.launch", "gpudl.parallel.messages",
+                  "gpudl.parallel.degrees", "gpudl.parallel.reference",
+                  "gpudl.parallel.encoder_plan"}
+STRATEGIES = ("data", "zero", "pipeline", "tensor", "mesh")
+
+
+def strategy(name: str) -> str | None:
+    """The strategy module ``name`` belongs to (``gpudl.parallel.<strategy>[.<module>]``)."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["gpudl", "parallel"] and parts[
+        2] in STRATEGIES else None
+
+
+def test_every_parallel_module_is_on_the_floor_or_in_a_strategy():
+    parallel = {n for n in MODULES if n.startswith("gpudl.parallel")}
+    assert {n for n in parallel if strategy(n) is None} == PARALLEL_FLOOR
+    assert {strategy(n) for n in parallel} - {None} == set(STRATEGIES)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if strategy(n)))
+def test_a_strategy_imports_the_floor_and_itself_never_another_strategy(name):
+    others = sorted(m for m in GRAPH[name] if m.startswith("gpudl.parallel")
+                    and m not in PARALLEL_FLOOR and strategy(m) != strategy(name))
+    assert not others, f"{name} imports another strategy: {others}"
+
+
+@pytest.mark.parametrize("which", STRATEGIES)
+def test_every_strategy_starts_its_workers_through_launch(which):
+    imported = set().union(*(GRAPH[n] for n in MODULES if strategy(n) == which))
+    assert "gpudl.parallel.launch" in imported
+
+
+def test_the_floor_imports_no_strategy():
+    for name in PARALLEL_FLOOR:
+        assert not [m for m in GRAPH[name] if strategy(m)], name
 
 
 def test_no_import_cycle():

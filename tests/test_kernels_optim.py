@@ -14,14 +14,13 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 # isort: split
 from numba import cuda
 
-from gpudl.kernels import optim as ko
+from gpudl.kernels import optim
 
-VARIANTS = list(ko.VARIANTS)
+VARIANTS = list(optim.VARIANTS)
 few = settings(max_examples=4, deadline=None, database=None)
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 # The tracer that counts bytes and launches runs kernels on the simulator only.
-simulator_only = pytest.mark.skipif(not backend.is_simulator(), reason="needs the simulator")
 
 # Adam hyperparameters as hypothesis draws them: betas across [0, 1), both lerp branches.
 hyper = st.fixed_dictionaries({
@@ -86,10 +85,10 @@ def assert_within(got, ref, bound, what):
 def test_adam_variant_matches_torch_and_the_float64_reference(variant, n, seed, step, hp):
     p, g, m, v = adam_state(n, seed)
     kw = {"step": step, **hp}
-    refs = ko.reference_adam(p, g, m, v, **kw)
-    bounds = ko.adam_error_bound(p, g, m, v, **kw)
+    refs = optim.reference_adam(p, g, m, v, **kw)
+    bounds = optim.adam_error_bound(p, g, m, v, **kw)
     theirs = torch_adam_step(p, g, m, v, step, hp)
-    ko.adam_step(p, g, m, v, variant=variant, **kw)
+    optim.adam_step(p, g, m, v, variant=variant, **kw)
     for name, ours, torch_value, ref, bound in zip("pmv", (p, m, v), theirs, refs, bounds,
                                                    strict=True):
         assert_within(ours, ref, bound, f"{variant} {name}")
@@ -101,10 +100,10 @@ def test_the_bound_is_not_vacuous():
     # outside the bound almost everywhere, or the bound would prove nothing.
     p, g, m, v = adam_state(64, 2)
     kw = {"lr": 1e-2, "weight_decay": 0.1}
-    bound_p, bound_m, _ = ko.adam_error_bound(p, g, m, v, step=3, **kw)
-    right_p, right_m, _ = ko.reference_adam(p, g, m, v, step=3, **kw)
-    next_p, _, _ = ko.reference_adam(p, g, m, v, step=4, **kw)
-    _, no_l2_m, _ = ko.reference_adam(p, g, m, v, step=3, lr=1e-2)
+    bound_p, bound_m, _ = optim.adam_error_bound(p, g, m, v, step=3, **kw)
+    right_p, right_m, _ = optim.reference_adam(p, g, m, v, step=3, **kw)
+    next_p, _, _ = optim.reference_adam(p, g, m, v, step=4, **kw)
+    _, no_l2_m, _ = optim.reference_adam(p, g, m, v, step=3, lr=1e-2)
     assert (np.abs(next_p - right_p) > bound_p).mean() > 0.9
     assert (np.abs(no_l2_m - right_m) > bound_m).mean() > 0.9
 
@@ -117,10 +116,10 @@ def test_nan_and_inf_gradients_as_torch(variant, beta1):
     g[[1, 5, 9]] = [np.nan, np.inf, -np.inf]
     hp = {"lr": 1e-2, "betas": (beta1, 0.999), "eps": 1e-8, "weight_decay": 0.1,
           "decoupled": False, "maximize": False}
-    refs = ko.reference_adam(p, g, m, v, step=2, **hp)
-    bounds = ko.adam_error_bound(p, g, m, v, step=2, **hp)
+    refs = optim.reference_adam(p, g, m, v, step=2, **hp)
+    bounds = optim.adam_error_bound(p, g, m, v, step=2, **hp)
     theirs = torch_adam_step(p, g, m, v, 2, hp)
-    ko.adam_step(p, g, m, v, variant=variant, step=2, **hp)
+    optim.adam_step(p, g, m, v, variant=variant, step=2, **hp)
     for name, ours, torch_value, ref, bound in zip("pmv", (p, m, v), theirs, refs, bounds,
                                                    strict=True):
         assert_within(ours, ref, bound, name)  # NaN and infinities exactly where torch's
@@ -133,8 +132,8 @@ def test_nan_and_inf_gradients_as_torch(variant, beta1):
 def test_device_arrays_are_updated_in_place_like_host_arrays(variant):
     host = adam_state(70, 4)
     dev = [cuda.to_device(x) for x in host]
-    ko.adam_step(*host, step=5, lr=1e-2, weight_decay=0.01, variant=variant)
-    ko.adam_step(*dev, step=5, lr=1e-2, weight_decay=0.01, variant=variant)
+    optim.adam_step(*host, step=5, lr=1e-2, weight_decay=0.01, variant=variant)
+    optim.adam_step(*dev, step=5, lr=1e-2, weight_decay=0.01, variant=variant)
     for name, h, d in zip("pgmv", host, dev, strict=True):
         np.testing.assert_array_equal(d.copy_to_host(), h, err_msg=name)
 
@@ -146,7 +145,7 @@ def test_the_variants_agree_with_each_other_bit_for_bit_on_the_simulator():
     results = []
     for variant in VARIANTS:
         arrays = adam_state(50, 5)
-        ko.adam_step(*arrays, step=2, lr=1e-2, variant=variant)
+        optim.adam_step(*arrays, step=2, lr=1e-2, variant=variant)
         results.append(arrays)
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
@@ -155,11 +154,11 @@ def test_the_variants_agree_with_each_other_bit_for_bit_on_the_simulator():
 
 def test_empty_arrays_need_no_launch():
     empty = [np.zeros(0, np.float32) for _ in range(4)]
-    ko.adam_step(*empty, step=1)
+    optim.adam_step(*empty, step=1)
     if not backend.is_simulator():
         return
-    with ko.traffic() as t:
-        ko.adam_step(*[np.zeros(0, np.float32) for _ in range(4)], step=1, variant="fused")
+    with optim.traffic() as t:
+        optim.adam_step(*[np.zeros(0, np.float32) for _ in range(4)], step=1, variant="fused")
     assert t.launches == 0
 
 
@@ -172,8 +171,8 @@ def test_empty_arrays_need_no_launch():
 def _bf16_round_trip(x, bits, back):
     i = cuda.grid(1)
     if i < x.size:
-        bits[i] = ko._f32_to_bf16(x[i])
-        back[i] = ko._bf16_to_f32(bits[i])
+        bits[i] = optim.f32_to_bf16(x[i])
+        back[i] = optim.bf16_to_f32(bits[i])
 
 
 SPECIAL = np.array([0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 3.3895314e38, 3.4e38,
@@ -209,9 +208,9 @@ def test_mixed_precision_step(low, decoupled):
     view = (lambda t: t.view(torch.int16).numpy()) if low == "bfloat16" else (lambda t: t.numpy())
     p_low, g_low = view(p_low_t.clone()), view(g_low_t)
     kw = {"step": 4, "lr": 1e-2, "weight_decay": 0.1, "decoupled": decoupled}
-    refs = ko.reference_adam(master, g, m, v, **kw)
-    bounds = ko.adam_error_bound(master, g, m, v, **kw)
-    ko.adam_step_mixed(p_low, g_low, master, m, v, **kw)
+    refs = optim.reference_adam(master, g, m, v, **kw)
+    bounds = optim.adam_error_bound(master, g, m, v, **kw)
+    optim.adam_step_mixed(p_low, g_low, master, m, v, **kw)
     for name, ours, ref, bound in zip(("master", "m", "v"), (master, m, v), refs, bounds,
                                       strict=True):
         assert_within(ours, ref, bound, name)
@@ -223,11 +222,11 @@ def test_mixed_precision_rejects_wrong_dtypes():
     p32, g32, m, v = adam_state(5, 7)
     half = p32.astype(np.float16)
     with pytest.raises(TypeError, match="float16, or int16"):
-        ko.adam_step_mixed(p32, g32, p32.copy(), m, v, step=1)
+        optim.adam_step_mixed(p32, g32, p32.copy(), m, v, step=1)
     with pytest.raises(TypeError, match="same dtype"):
-        ko.adam_step_mixed(half, half.view(np.int16).copy(), p32, m, v, step=1)
+        optim.adam_step_mixed(half, half.view(np.int16).copy(), p32, m, v, step=1)
     with pytest.raises(TypeError, match="float32"):
-        ko.adam_step_mixed(half, half.copy(), p32.astype(np.float64), m, v, step=1)
+        optim.adam_step_mixed(half, half.copy(), p32.astype(np.float64), m, v, step=1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -267,13 +266,13 @@ def test_sgd_matches_torch_and_the_float64_reference(n, seed, first, hp):
         hp = hp | {"nesterov": False}
     p, g, buf, _ = adam_state(n, seed)
     start = None if first or hp["momentum"] == 0 else buf.copy()
-    ref_p, ref_buf = ko.reference_sgd(p, g, start, **hp)
-    bound_p, bound_buf = ko.sgd_error_bound(p, g, start, **{k: v for k, v in hp.items()
+    ref_p, ref_buf = optim.reference_sgd(p, g, start, **hp)
+    bound_p, bound_buf = optim.sgd_error_bound(p, g, start, **{k: v for k, v in hp.items()
                                                             if k != "maximize"})
     torch_p, torch_buf = torch_sgd_step(p, g, start, hp)
     kernel_buf = None if hp["momentum"] == 0 else (
         np.full(n, np.nan, np.float32) if start is None else start.copy())  # poisoned
-    ko.sgd_step(p, g, kernel_buf, first=start is None, **hp)
+    optim.sgd_step(p, g, kernel_buf, first=start is None, **hp)
     assert_within(p, ref_p, bound_p, "p")
     assert_within(torch_p, ref_p, bound_p, "torch p")
     if hp["momentum"] == 0:
@@ -290,13 +289,13 @@ def test_sgd_matches_torch_and_the_float64_reference(n, seed, first, hp):
 N_TRAFFIC = 40
 
 
-def counted(fn, *args, **kwargs) -> ko.Traffic:
-    with ko.traffic() as t:
+def counted(fn, *args, **kwargs) -> optim.Traffic:
+    with optim.traffic() as t:
         fn(*args, **kwargs)
     return t
 
 
-@simulator_only
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("variant", "hp", "launches", "device_bytes", "shared_bytes"), [
     # lerp m (12), v *= b2 (8), v += w g g (12), sqrt (8), / bc2 (8), + eps (8), addcdiv (16)
     ("unfused", {}, 7, 72, 0),
@@ -309,22 +308,22 @@ def counted(fn, *args, **kwargs) -> ko.Traffic:
 ])
 def test_launches_and_bytes_per_parameter(variant, hp, launches, device_bytes, shared_bytes):
     arrays = adam_state(N_TRAFFIC, 8)
-    t = counted(ko.adam_step, *arrays, step=2, variant=variant, **hp)
+    t = counted(optim.adam_step, *arrays, step=2, variant=variant, **hp)
     assert t.launches == launches
     assert t.total("global") == device_bytes * N_TRAFFIC
     assert t.total("shared") == shared_bytes * N_TRAFFIC
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_mixed_precision_moves_as_many_bytes_as_fp32():
     p32, g32, m, v = adam_state(N_TRAFFIC, 9)
     half = p32.astype(np.float16)
-    t = counted(ko.adam_step_mixed, half, g32.astype(np.float16), p32, m, v, step=1)
+    t = counted(optim.adam_step_mixed, half, g32.astype(np.float16), p32, m, v, step=1)
     # read g (2), master, m, v (12); write master, m, v (12), p (2)
     assert (t.launches, t.total("global")) == (1, 28 * N_TRAFFIC)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("momentum", "first", "per_param"), [
     (0.0, True, 12),  # read p, g; write p
     (0.9, True, 16),  # the buffer is written, not read
@@ -332,17 +331,18 @@ def test_mixed_precision_moves_as_many_bytes_as_fp32():
 ])
 def test_sgd_bytes_per_parameter(momentum, first, per_param):
     p, g, buf, _ = adam_state(N_TRAFFIC, 10)
-    t = counted(ko.sgd_step, p, g, buf if momentum else None, first=first, lr=0.1,
+    t = counted(optim.sgd_step, p, g, buf if momentum else None, first=first, lr=0.1,
                 momentum=momentum)
     assert (t.launches, t.total("global")) == (1, per_param * N_TRAFFIC)
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_traffic_cannot_nest_and_is_off_afterwards():
-    with ko.traffic(), pytest.raises(RuntimeError, match="already"):
-        with ko.traffic():
+    with optim.traffic(), pytest.raises(RuntimeError, match="already"):
+        with optim.traffic():
             pass
-    assert ko._traffic is None
+    with optim.traffic() as t:  # off afterwards: it starts again, from zero
+        assert t.launches == 0
 
 
 # ------------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def test_traffic_cannot_nest_and_is_off_afterwards():
 def test_bad_hyperparameters_give_torchs_errors(kwargs, error, match):
     arrays = adam_state(3, 11)
     with pytest.raises(error, match=match):
-        ko.adam_step(*arrays, step=1, **kwargs)
+        optim.adam_step(*arrays, step=1, **kwargs)
     with pytest.raises(error, match=match):  # torch says the same
         torch.optim.Adam([torch.zeros(1, requires_grad=True)], **kwargs)
 
@@ -369,31 +369,31 @@ def test_bad_hyperparameters_give_torchs_errors(kwargs, error, match):
 def test_bad_arrays_and_arguments():
     p, g, m, v = adam_state(6, 12)
     with pytest.raises(TypeError, match="float32"):
-        ko.adam_step(p.astype(np.float64), g, m, v, step=1)
+        optim.adam_step(p.astype(np.float64), g, m, v, step=1)
     with pytest.raises(ValueError, match="same size"):
-        ko.adam_step(p, g[:5].copy(), m, v, step=1)
+        optim.adam_step(p, g[:5].copy(), m, v, step=1)
     with pytest.raises(ValueError, match="1-D"):
-        ko.adam_step(p.reshape(2, 3), g, m, v, step=1)
+        optim.adam_step(p.reshape(2, 3), g, m, v, step=1)
     with pytest.raises(ValueError, match="contiguous"):
-        ko.adam_step(np.zeros(12, np.float32)[::2], g, m, v, step=1)
+        optim.adam_step(np.zeros(12, np.float32)[::2], g, m, v, step=1)
     with pytest.raises(TypeError, match="NumPy array"):
-        ko.adam_step(list(p), g, m, v, step=1)
+        optim.adam_step(list(p), g, m, v, step=1)
     with pytest.raises(TypeError, match="mix"):
-        ko.adam_step(cuda.to_device(p), g, m, v, step=1)
+        optim.adam_step(cuda.to_device(p), g, m, v, step=1)
     with pytest.raises(ValueError, match="step must be >= 1"):
-        ko.adam_step(p, g, m, v, step=0)
+        optim.adam_step(p, g, m, v, step=0)
     with pytest.raises(ValueError, match="variant must be one of"):
-        ko.adam_step(p, g, m, v, step=1, variant="fastest")
+        optim.adam_step(p, g, m, v, step=1, variant="fastest")
     with pytest.raises(TypeError, match="pair"):
-        ko.adam_step(p, g, m, v, step=1, betas=0.9)
+        optim.adam_step(p, g, m, v, step=1, betas=0.9)
     with pytest.raises(TypeError, match="real number"):
-        ko.adam_step(p, g, m, v, step=1, lr="0.1")
+        optim.adam_step(p, g, m, v, step=1, lr="0.1")
     with pytest.raises(ValueError, match="Nesterov momentum requires"):
-        ko.sgd_step(p, g, None, first=True, momentum=0.0, nesterov=True)
+        optim.sgd_step(p, g, None, first=True, momentum=0.0, nesterov=True)
     with pytest.raises(ValueError, match="momentum buffer"):
-        ko.sgd_step(p, g, None, first=True, momentum=0.9)
+        optim.sgd_step(p, g, None, first=True, momentum=0.9)
     with pytest.raises(ValueError, match="Invalid momentum"):
-        ko.sgd_step(p, g, None, first=True, momentum=-0.9)
+        optim.sgd_step(p, g, None, first=True, momentum=-0.9)
 
 
 # ------------------------------------------------------------------------------------------
@@ -406,9 +406,9 @@ def test_large_odd_size_on_the_gpu():
     for variant in VARIANTS:
         arrays = [cuda.to_device(x) for x in adam_state((1 << 22) + 7, 13)]
         host = [a.copy_to_host() for a in arrays]
-        refs = ko.reference_adam(*host, step=3, lr=1e-3)
-        bounds = ko.adam_error_bound(*host, step=3, lr=1e-3)
-        ko.adam_step(*arrays, step=3, lr=1e-3, variant=variant)
+        refs = optim.reference_adam(*host, step=3, lr=1e-3)
+        bounds = optim.adam_error_bound(*host, step=3, lr=1e-3)
+        optim.adam_step(*arrays, step=3, lr=1e-3, variant=variant)
         for name, a, ref, bound in zip("pmv", (arrays[0], arrays[2], arrays[3]), refs, bounds,
                                        strict=True):
             assert_within(a.copy_to_host(), ref, bound, f"{variant} {name}")

@@ -113,7 +113,7 @@ def test_concurrent_spawns_do_not_collide():
 
 @pytest.mark.parametrize("world_size", [0, -1])
 def test_world_size_below_one_is_rejected(world_size):
-    with pytest.raises(ValueError, match="world_size must be at least 1"):
+    with pytest.raises(ValueError, match="world_size must be >= 1"):
         spawn(hello, world_size)
 
 

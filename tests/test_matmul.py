@@ -16,9 +16,9 @@ from numba import cuda
 
 from gpudl.bench import find_bar, load_or_run
 from gpudl.bench import matmul as bench
-from gpudl.kernels import matmul as mm
+from gpudl.kernels import matmul as matmul_kernels
 
-VARIANTS = list(mm.VARIANTS)
+VARIANTS = list(matmul_kernels.VARIANTS)
 # Each example costs up to a few seconds on the simulator (every GPU thread is a Python
 # thread), so few random shapes, plus the edges: 1, primes, TILE + 1 = 17, 33 = 32 + 1.
 dims = st.integers(min_value=1, max_value=40)
@@ -38,11 +38,11 @@ def assert_within_bound(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     """|C - C_ref| <= K * eps32 * (|A| @ |B|) elementwise (derived in the module docstring),
     NaN exactly where the reference has NaN."""
     assert isinstance(c, np.ndarray) and c.dtype == np.float32
-    ref = mm.reference(a, b)
+    ref = matmul_kernels.reference(a, b)
     assert c.shape == ref.shape
     np.testing.assert_array_equal(np.isnan(c), np.isnan(ref), err_msg="NaN pattern differs")
     with np.errstate(invalid="ignore"):
-        ok = (np.abs(c - ref) <= mm.error_bound(a, b)) | np.isnan(ref)
+        ok = (np.abs(c - ref) <= matmul_kernels.error_bound(a, b)) | np.isnan(ref)
     assert ok.all(), f"{(~ok).sum()} elements outside the bound, first at {np.argwhere(~ok)[0]}"
 
 
@@ -59,29 +59,29 @@ def assert_within_bound(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 @example(m=40, k=17, n=1, seed=2)
 def test_matmul_matches_reference_within_the_bound(variant, m, k, n, seed):
     a, b = random_matrix((m, k), seed), random_matrix((k, n), seed + 1)
-    assert_within_bound(mm.matmul(a, b, variant=variant), a, b)
+    assert_within_bound(matmul_kernels.matmul(a, b, variant=variant), a, b)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fixed_odd_shape(variant):
     a, b = random_matrix((33, 17), 3), random_matrix((17, 29), 4)
-    assert_within_bound(mm.matmul(a, b, variant=variant), a, b)
+    assert_within_bound(matmul_kernels.matmul(a, b, variant=variant), a, b)
 
 
-@pytest.mark.parametrize(("variant", "tile"), [("v4_register_1d", mm.V4_BM),
-                                               ("v5_register_2d", mm.V5_BM)])
+@pytest.mark.parametrize(("variant", "tile"), [("v4_register_1d", matmul_kernels.V4_BM),
+                                               ("v5_register_2d", matmul_kernels.V5_BM)])
 @pytest.mark.parametrize("rows_over", [True, False])
 def test_v4_and_v5_with_two_blocks_along_one_dimension(variant, tile, rows_over):
     # Shapes up to 40 fit in one block of v4 and v5; this checks how the grid is indexed.
     # K = 2 keeps the cost at one slab.
     m, n = (tile + 1, 3) if rows_over else (3, tile + 1)
     a, b = random_matrix((m, 2), 19), random_matrix((2, n), 20)
-    assert_within_bound(mm.matmul(a, b, variant=variant), a, b)
+    assert_within_bound(matmul_kernels.matmul(a, b, variant=variant), a, b)
 
 
 def test_a_full_64_cube_with_the_default_variant():
     a, b = random_matrix((64, 64), 5), random_matrix((64, 64), 6)
-    assert_within_bound(mm.matmul(a, b), a, b)
+    assert_within_bound(matmul_kernels.matmul(a, b), a, b)
 
 
 def test_exact_on_small_integers():
@@ -89,12 +89,12 @@ def test_exact_on_small_integers():
     a = np.arange(-12, 12, dtype=np.float32).reshape(4, 6)
     b = np.arange(30, dtype=np.float32).reshape(6, 5) % 7
     for variant in VARIANTS:
-        np.testing.assert_array_equal(mm.matmul(a, b, variant=variant), a @ b)
+        np.testing.assert_array_equal(matmul_kernels.matmul(a, b, variant=variant), a @ b)
 
 
 def test_the_bound_catches_one_lost_term():
     a, b = random_matrix((20, 30), 7), random_matrix((30, 10), 8)
-    c = mm.matmul(a, b)
+    c = matmul_kernels.matmul(a, b)
     assert_within_bound(c, a, b)
     c[3, 4] -= a[3, 29] * b[29, 4]  # as if a kernel stopped one step of k short
     with pytest.raises(AssertionError, match="outside the bound"):
@@ -102,13 +102,13 @@ def test_the_bound_catches_one_lost_term():
 
 
 def test_flops_counts_a_multiply_and_an_add_per_term():
-    assert mm.flops(2, 3, 4) == 48
-    assert mm.flops(4096, 4096, 4096) == 2 * 4096**3
-    assert mm.flops(0, 5, 5) == 0
+    assert matmul_kernels.flops(2, 3, 4) == 48
+    assert matmul_kernels.flops(4096, 4096, 4096) == 2 * 4096**3
+    assert matmul_kernels.flops(0, 5, 5) == 0
     with pytest.raises(ValueError, match="k must be >= 0, got -1"):
-        mm.flops(1, -1, 1)
+        matmul_kernels.flops(1, -1, 1)
     with pytest.raises(TypeError, match="n must be an int"):
-        mm.flops(1, 1, 2.0)
+        matmul_kernels.flops(1, 1, 2.0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def test_nan_propagates_to_its_row_and_column(variant):
     a, b = random_matrix((9, 20), 9), random_matrix((20, 11), 10)
     a[2, 19] = np.nan
     b[0, 7] = np.nan
-    c = mm.matmul(a, b, variant=variant)
+    c = matmul_kernels.matmul(a, b, variant=variant)
     expected = np.zeros(c.shape, bool)
     expected[2, :] = expected[:, 7] = True
     np.testing.assert_array_equal(np.isnan(c), expected)
@@ -130,7 +130,7 @@ def test_nan_propagates_to_its_row_and_column(variant):
 
 def test_a_nan_where_the_reference_has_none_fails_the_check():
     a, b = random_matrix((5, 7), 11), random_matrix((7, 3), 12)
-    c = mm.matmul(a, b)
+    c = matmul_kernels.matmul(a, b)
     c[1, 2] = np.nan
     with pytest.raises(AssertionError, match="NaN pattern"):
         assert_within_bound(c, a, b)
@@ -138,17 +138,20 @@ def test_a_nan_where_the_reference_has_none_fails_the_check():
 
 def test_poisoned_output_catches_a_launcher_that_skips_a_tile(monkeypatch):
     def last_tile_column_skipped(a, b, c):
-        (grid_x, grid_y), block = mm.launch_config("v3_tiled", *c.shape)
-        mm.v3_tiled[(grid_x - 1, grid_y), block](a, b, c)
+        (grid_x, grid_y), block = matmul_kernels.launch_config("v3_tiled", *c.shape)
+        matmul_kernels.v3_tiled[(grid_x - 1, grid_y), block](a, b, c)
 
-    monkeypatch.setitem(mm.VARIANTS, "broken", last_tile_column_skipped)
-    monkeypatch.setitem(mm.VARIANTS, "nothing", lambda a, b, c: None)
+    monkeypatch.setitem(matmul_kernels.VARIANTS, "broken", last_tile_column_skipped)
+    monkeypatch.setitem(matmul_kernels.VARIANTS, "nothing", lambda a, b, c: None)
     a, b = random_matrix((20, 9), 13), random_matrix((9, 20), 14)  # 2 x 2 tiles of 16
-    c = mm.matmul(a, b, variant="broken")
-    assert np.isnan(c[:, mm.TILE:]).all() and not np.isnan(c[:, :mm.TILE]).any()
+    c = matmul_kernels.matmul(a, b, variant="broken")
+    assert (
+        np.isnan(c[:, matmul_kernels.TILE :]).all()
+        and not np.isnan(c[:, : matmul_kernels.TILE]).any()
+    )
     with pytest.raises(AssertionError):
         assert_within_bound(c, a, b)
-    assert np.isnan(mm.matmul(a, b, variant="nothing")).all()
+    assert np.isnan(matmul_kernels.matmul(a, b, variant="nothing")).all()
 
 
 # ------------------------------------------------------------------------------------------
@@ -160,7 +163,7 @@ def test_device_arrays_in_give_a_device_array_out_and_are_left_alone():
     a, b = random_matrix((19, 23), 15), random_matrix((23, 18), 16)
     a_d, b_d = cuda.to_device(a), cuda.to_device(b)
     for args in [(a_d, b_d), (a, b_d), (a_d, b)]:
-        out = mm.matmul(*args, variant="v4_register_1d")
+        out = matmul_kernels.matmul(*args, variant="v4_register_1d")
         assert not isinstance(out, np.ndarray) and hasattr(out, "copy_to_host")
         assert_within_bound(out.copy_to_host(), a, b)
     np.testing.assert_array_equal(a_d.copy_to_host(), a)
@@ -174,11 +177,11 @@ def test_empty_dimensions_need_no_launch(monkeypatch, on_device, m, k, n):
         raise AssertionError("launched a kernel for an empty product")
 
     for variant in VARIANTS:
-        monkeypatch.setitem(mm.VARIANTS, variant, boom)
+        monkeypatch.setitem(matmul_kernels.VARIANTS, variant, boom)
     a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
     if on_device:
         a, b = cuda.to_device(a), cuda.to_device(b)
-    out = mm.matmul(a, b)
+    out = matmul_kernels.matmul(a, b)
     assert isinstance(out, np.ndarray) != on_device
     host = out.copy_to_host() if on_device else out
     assert host.shape == (m, n) and host.dtype == np.float32
@@ -209,37 +212,37 @@ GOOD = np.ones((4, 6), np.float32)
 def test_bad_arrays_are_rejected_by_name(x, error, match):
     # Each array is checked before the shapes are compared.
     with pytest.raises(error, match="a " + match):
-        mm.matmul(x, GOOD)
+        matmul_kernels.matmul(x, GOOD)
     with pytest.raises(error, match="b " + match):
-        mm.matmul(GOOD, x)
+        matmul_kernels.matmul(GOOD, x)
 
 
 def test_a_transposed_view_is_not_contiguous():
     with pytest.raises(ValueError, match="a must be C-contiguous"):
-        mm.matmul(GOOD.T, GOOD)
+        matmul_kernels.matmul(GOOD.T, GOOD)
 
 
 def test_inner_dimensions_must_match():
     with pytest.raises(ValueError, match=r"a has shape \(4, 6\) and b has shape \(4, 6\)"):
-        mm.matmul(GOOD, GOOD)
+        matmul_kernels.matmul(GOOD, GOOD)
     with pytest.raises(ValueError, match=r"inner dimensions do not match.*\(3, 0\).*\(1, 2\)"):
-        mm.matmul(np.ones((3, 0), np.float32), np.ones((1, 2), np.float32))
+        matmul_kernels.matmul(np.ones((3, 0), np.float32), np.ones((1, 2), np.float32))
 
 
 def test_unknown_variant_lists_the_variants():
     with pytest.raises(ValueError, match=r"one of \['v1_naive', 'v2_coalesced', .*, got 'v9'"):
-        mm.matmul(GOOD, GOOD.T.copy(), variant="v9")
+        matmul_kernels.matmul(GOOD, GOOD.T.copy(), variant="v9")
     with pytest.raises(ValueError, match="variant must be one of"):
-        mm.launch_config("cublas", 4, 4)
+        matmul_kernels.launch_config("cublas", 4, 4)
 
 
 def test_launch_configs_cover_the_output_with_one_block_per_tile():
-    assert mm.launch_config("v1_naive", 33, 9) == ((2, 2), (32, 8))  # x runs over rows
-    assert mm.launch_config("v2_coalesced", 33, 9) == ((1, 5), (32, 8))
-    assert mm.launch_config("v3_tiled", 33, 16) == ((1, 3), (16, 16))
-    assert mm.launch_config("v4_register_1d", 1, 65) == ((2, 1), (512,))
-    assert mm.launch_config("v5_register_2d", 129, 128) == ((1, 2), (256,))
-    assert mm.launch_config("v5_register_2d", 4096, 4096) == ((32, 32), (256,))
+    assert matmul_kernels.launch_config("v1_naive", 33, 9) == ((2, 2), (32, 8))  # x runs over rows
+    assert matmul_kernels.launch_config("v2_coalesced", 33, 9) == ((1, 5), (32, 8))
+    assert matmul_kernels.launch_config("v3_tiled", 33, 16) == ((1, 3), (16, 16))
+    assert matmul_kernels.launch_config("v4_register_1d", 1, 65) == ((2, 1), (512,))
+    assert matmul_kernels.launch_config("v5_register_2d", 129, 128) == ((1, 2), (256,))
+    assert matmul_kernels.launch_config("v5_register_2d", 4096, 4096) == ((32, 32), (256,))
 
 
 # ------------------------------------------------------------------------------------------
@@ -271,7 +274,7 @@ def test_bench_refuses_a_wrong_output(monkeypatch):
     import torch
 
     before = torch.backends.cuda.matmul.allow_tf32
-    monkeypatch.setattr(bench.mm, "VARIANTS", {"nothing": lambda a, b, c: None})
+    monkeypatch.setattr(matmul_kernels, "VARIANTS", {"nothing": lambda a, b, c: None})
     with pytest.raises(RuntimeError, match="nothing at 8: .* nan times its error bound"):
         bench.bench_matmul(sizes=(8,))
     assert torch.backends.cuda.matmul.allow_tf32 == before
@@ -293,7 +296,7 @@ def test_bench_sizes_must_be_positive_integers(sizes):
 @pytest.mark.parametrize(("m", "k", "n"), [(1024, 1024, 1024), (1021, 1031, 1033)])
 def test_large_products_on_the_gpu(variant, m, k, n):
     a, b = random_matrix((m, k), 17), random_matrix((k, n), 18)
-    assert_within_bound(mm.matmul(a, b, variant=variant), a, b)
+    assert_within_bound(matmul_kernels.matmul(a, b, variant=variant), a, b)
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
-"""gpudl.kernels.memory: the copies and the transposes against their references, poisoning,
-bad input, host and device arrays, and (on a GPU) the speed goals of the stored memory
-benchmark."""
+"""gpudl.kernels.memory: the copies against their references, poisoning, bad input, host and
+device arrays (with the transposes of gpudl.kernels.transpose where both are checked alike),
+and (on a GPU) the speed goals of the stored memory benchmark."""
 
 import numpy as np
 import pytest
@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from gpudl import backend  # noqa: F401  (first: chooses GPU or simulator before numba is imported)
 
 # isort: split
+from conftest import random_float32
 from numba import cuda
 
 from gpudl.bench import find_bar, load_or_run
-from gpudl.kernels import memory
+from gpudl.kernels import memory, transpose
 
 # Up to 70 x 70 (3 x 3 tiles of 256 threads): the simulator runs each GPU thread as a Python
 # thread (about 0.1 ms each). 1 x N, N x 1, primes and sizes that are not multiples of 32.
@@ -22,39 +23,9 @@ seeds = st.integers(min_value=0, max_value=2**32 - 1)
 few = settings(max_examples=3, deadline=None, database=None)
 
 
-def random_array(shape, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return (10.0 ** rng.integers(-3, 4) * rng.standard_normal(shape)).astype(np.float32)
-
-
-def assert_transposed(got: np.ndarray, x: np.ndarray) -> None:
-    """Exact equality with x.T; NaN counts as equal to NaN only where x.T has one too."""
-    assert isinstance(got, np.ndarray) and got.dtype == np.float32
-    assert got.shape == (x.shape[1], x.shape[0])
-    np.testing.assert_array_equal(got, memory.reference_transpose(x))
-
-
 # ------------------------------------------------------------------------------------------
 # Correctness against the references
 # ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("variant", sorted(memory.VARIANTS))
-@few
-@given(rows=dims, cols=dims, seed=seeds)
-@example(rows=1, cols=70, seed=0)
-@example(rows=67, cols=1, seed=1)
-@example(rows=37, cols=61, seed=2)
-def test_transpose_matches_reference(variant, rows, cols, seed):
-    x = random_array((rows, cols), seed)
-    assert_transposed(memory.transpose(x, variant=variant), x)
-
-
-def test_transpose_default_is_padded_and_keeps_the_input():
-    x = random_array((20, 40), seed=3)
-    before = x.copy()
-    assert_transposed(memory.transpose(x), x)
-    np.testing.assert_array_equal(x, before)
 
 
 @few
@@ -63,7 +34,7 @@ def test_transpose_default_is_padded_and_keeps_the_input():
 @example(n=257, stride=2, offset=1, seed=1)
 @example(n=1000, stride=1000, offset=999, seed=2)
 def test_copies_match_references(n, stride, offset, seed):
-    x = random_array(n, seed)
+    x = random_float32(n, seed)
     offset = min(offset, n - 1)
     for got, expected in [
         *((memory.copy(x, variant=v), memory.reference_copy(x)) for v in memory.COPY_VARIANTS),
@@ -76,7 +47,7 @@ def test_copies_match_references(n, stride, offset, seed):
 
 
 def test_stride_larger_than_the_array_copies_one_element():
-    x = random_array(10, seed=4)
+    x = random_float32(10, seed=4)
     np.testing.assert_array_equal(memory.copy_strided(x, 11), x[:1])
 
 
@@ -85,40 +56,13 @@ def test_stride_larger_than_the_array_copies_one_element():
 # ------------------------------------------------------------------------------------------
 
 
-def test_nan_in_the_input_lands_in_the_transposed_places():
-    x = random_array((20, 35), seed=5)
+def test_nan_in_the_input_lands_in_the_same_places_of_the_copies():
+    x = random_float32((20, 35), seed=5)
     x[[0, 7, 19], [34, 0, 20]] = np.nan
-    for variant in memory.VARIANTS:
-        out = memory.transpose(x, variant=variant)
-        np.testing.assert_array_equal(np.isnan(out), np.isnan(x).T)
-        assert_transposed(out, x)
     v = x.ravel()
     np.testing.assert_array_equal(np.isnan(memory.copy(v)), np.isnan(v))
     np.testing.assert_array_equal(np.isnan(memory.copy_strided(v, 3)), np.isnan(v[::3]))
     np.testing.assert_array_equal(np.isnan(memory.copy_offset(v, 5)), np.isnan(v[5:]))
-
-
-def test_a_nan_where_the_reference_has_none_fails_the_check():
-    x = random_array((5, 7), seed=6)
-    out = memory.transpose(x)
-    out[2, 3] = np.nan
-    with pytest.raises(AssertionError):
-        assert_transposed(out, x)
-
-
-def test_poisoned_output_catches_a_launcher_that_skips_tiles(monkeypatch):
-    def first_tile_column_only(x, out):
-        (_, grid_y), block = memory.transpose_grid(x.shape)
-        memory.v3_padded[(1, grid_y), block](x, out)
-
-    monkeypatch.setitem(memory.VARIANTS, "broken", first_tile_column_only)
-    monkeypatch.setitem(memory.VARIANTS, "nothing", lambda x, out: None)
-    x = random_array((20, 45), seed=7)
-    out = memory.transpose(x, variant="broken")
-    assert not np.isnan(out[:32]).any() and np.isnan(out[32:]).all()
-    with pytest.raises(AssertionError):
-        assert_transposed(out, x)
-    assert np.isnan(memory.transpose(x, variant="nothing")).all()
 
 
 def test_poisoned_output_catches_a_copy_that_stops_short(monkeypatch):
@@ -130,10 +74,10 @@ def test_poisoned_output_catches_a_copy_that_stops_short(monkeypatch):
 
     monkeypatch.setitem(memory.COPY_VARIANTS, "v1", first_block_only)
     monkeypatch.setitem(memory.COPY_VARIANTS, "v2", k_loads_first_block_only)
-    x = random_array(300, seed=8)
+    x = random_float32(300, seed=8)
     out = memory.copy(x)
     assert np.isnan(out[256:]).all() and not np.isnan(out[:256]).any()
-    x = random_array(2100, seed=8)  # a block of copy v2 covers K x 256 = 2048 elements
+    x = random_float32(2100, seed=8)  # a block of copy v2 covers K x 256 = 2048 elements
     out = memory.copy(x, variant="v2")
     assert np.isnan(out[2048:]).all() and not np.isnan(out[:2048]).any()
 
@@ -142,12 +86,12 @@ def test_poisoned_output_catches_a_copy_that_stops_short(monkeypatch):
 def test_new_copies_at_the_edges_of_their_blocks(variant):
     per_block = 8 * memory.THREADS_PER_BLOCK  # K loads, or VECTORS x 4 floats, per thread
     for n in (1, 2, 3, 4, 5, per_block - 1, per_block, per_block + 1, per_block + 6):
-        x = random_array(n, seed=n)
+        x = random_float32(n, seed=n)
         np.testing.assert_array_equal(memory.copy(x, variant=variant), x, err_msg=f"n={n}")
 
 
 def test_the_vector_copy_refuses_a_view_off_a_16_byte_boundary():
-    x = cuda.to_device(random_array(21, seed=12))
+    x = cuda.to_device(random_float32(21, seed=12))
     with pytest.raises(ValueError, match="x must start on a 16-byte boundary"):
         memory.copy(x[3:], variant="v3")
     got = memory.copy(x[4:], variant="v3")  # 16 bytes in: aligned
@@ -160,13 +104,7 @@ def test_the_vector_copy_refuses_a_view_off_a_16_byte_boundary():
 
 
 def test_device_arrays_in_give_device_arrays_out():
-    x = random_array((33, 17), seed=9)
-    x_d = cuda.to_device(x)
-    for variant in memory.VARIANTS:
-        out = memory.transpose(x_d, variant=variant)
-        assert not isinstance(out, np.ndarray) and hasattr(out, "copy_to_host")
-        assert_transposed(out.copy_to_host(), x)
-    v = x.ravel()
+    v = random_float32((33, 17), seed=9).ravel()
     v_d = cuda.to_device(v)
     for got, expected in [
         (memory.copy(v_d), v),
@@ -175,7 +113,7 @@ def test_device_arrays_in_give_device_arrays_out():
     ]:
         assert not isinstance(got, np.ndarray)
         np.testing.assert_array_equal(got.copy_to_host(), expected)
-    np.testing.assert_array_equal(x_d.copy_to_host(), x)
+    np.testing.assert_array_equal(v_d.copy_to_host(), v)
 
 
 @pytest.mark.parametrize("on_device", [False, True])
@@ -185,7 +123,7 @@ def test_empty_inputs_give_empty_outputs_without_a_launch(monkeypatch, on_device
 
     for name in ("launch_copy_strided", "launch_copy_offset"):
         monkeypatch.setattr(memory, name, boom)
-    for table in (memory.VARIANTS, memory.COPY_VARIANTS):
+    for table in (transpose.VARIANTS, memory.COPY_VARIANTS):
         for variant in table:
             monkeypatch.setitem(table, variant, boom)
 
@@ -193,8 +131,8 @@ def test_empty_inputs_give_empty_outputs_without_a_launch(monkeypatch, on_device
         return cuda.to_device(x) if on_device else x
 
     results = [
-        (memory.transpose(put(np.empty((0, 5), np.float32))), (5, 0)),
-        (memory.transpose(put(np.empty((3, 0), np.float32)), variant="naive"), (0, 3)),
+        (transpose.transpose(put(np.empty((0, 5), np.float32))), (5, 0)),
+        (transpose.transpose(put(np.empty((3, 0), np.float32)), variant="naive"), (0, 3)),
         *((memory.copy(put(np.empty(0, np.float32)), variant=v), (0,))
           for v in memory.COPY_VARIANTS),
         (memory.copy_strided(put(np.empty(0, np.float32)), 3), (0,)),
@@ -217,26 +155,6 @@ MATRIX = np.ones((4, 6), dtype=np.float32)
 VECTOR = np.ones(8, dtype=np.float32)
 
 
-@pytest.mark.parametrize(
-    ("x", "error", "match"),
-    [
-        ([[1.0, 2.0]], TypeError, "x must be a NumPy array or a numba device array, got list"),
-        (None, TypeError, "got NoneType"),
-        (MATRIX.astype(np.float64), TypeError, "x must have dtype float32, got float64"),
-        (MATRIX.astype(np.int32), TypeError, "x must have dtype float32, got int32"),
-        (VECTOR, ValueError, r"x must be 2-D, got 1-D with shape \(8,\)"),
-        (np.ones((2, 3, 4), np.float32), ValueError, r"must be 2-D, got 3-D with shape \(2, 3, 4"),
-        (np.float32(1.0), TypeError, "got float32"),
-        (MATRIX[:, ::2], ValueError, "x must be C-contiguous"),
-        (MATRIX.T, ValueError, "x must be C-contiguous"),
-        (cuda.to_device(MATRIX)[:, ::2], ValueError, "x must be C-contiguous"),
-    ],
-)
-def test_transpose_rejects_bad_arrays(x, error, match):
-    with pytest.raises(error, match=match):
-        memory.transpose(x)
-
-
 @pytest.mark.parametrize("copy", [memory.copy, lambda x: memory.copy_strided(x, 2),
                                   lambda x: memory.copy_offset(x, 1)])
 @pytest.mark.parametrize(
@@ -253,29 +171,33 @@ def test_copies_reject_bad_arrays(copy, x, error, match):
         copy(x)
 
 
-@pytest.mark.parametrize("stride", [0, -2, 1.5, True, "2", None])
-def test_stride_must_be_a_positive_integer(stride):
-    with pytest.raises(ValueError, match="stride must be an integer >= 1"):
+@pytest.mark.parametrize(("stride", "error", "match"), [
+    (0, ValueError, "stride must be >= 1"), (-2, ValueError, "stride must be >= 1"),
+    (1.5, TypeError, "stride must be an int"), (True, TypeError, "stride must be an int"),
+    ("2", TypeError, "stride must be an int"), (None, TypeError, "stride must be an int"),
+])
+def test_stride_must_be_a_positive_integer(stride, error, match):
+    with pytest.raises(error, match=match):
         memory.copy_strided(VECTOR, stride)
 
 
 @pytest.mark.parametrize(
-    ("offset", "match"),
+    ("offset", "error", "match"),
     [
-        (-1, "offset must be an integer >= 0, got -1"),
-        (2.0, "offset must be an integer >= 0, got 2.0"),
-        (False, "offset must be an integer >= 0"),
-        (8, r"offset must be < len\(x\) = 8, got 8"),
-        (100, r"offset must be < len\(x\) = 8, got 100"),
+        (-1, ValueError, "offset must be >= 0, got -1"),
+        (2.0, TypeError, "offset must be an int, got float 2.0"),
+        (False, TypeError, "offset must be an int"),
+        (8, ValueError, r"offset must be < len\(x\) = 8, got 8"),
+        (100, ValueError, r"offset must be < len\(x\) = 8, got 100"),
     ],
 )
-def test_offset_must_be_inside_the_array(offset, match):
-    with pytest.raises(ValueError, match=match):
+def test_offset_must_be_inside_the_array(offset, error, match):
+    with pytest.raises(error, match=match):
         memory.copy_offset(VECTOR, offset)
 
 
 def test_numpy_integers_are_accepted_as_stride_and_offset():
-    x = random_array(50, seed=10)
+    x = random_float32(50, seed=10)
     np.testing.assert_array_equal(memory.copy_strided(x, np.int64(3)), x[::3])
     np.testing.assert_array_equal(memory.copy_offset(x, np.int32(7)), x[7:])
 
@@ -283,15 +205,9 @@ def test_numpy_integers_are_accepted_as_stride_and_offset():
 def test_unknown_variant_lists_the_variants():
     with pytest.raises(ValueError, match=r"one of \['naive', 'padded', 'padded_loads_first', "
                                          r"'shared'\], got 'v9'"):
-        memory.transpose(MATRIX, variant="v9")
+        transpose.transpose(MATRIX, variant="v9")
     with pytest.raises(ValueError, match=r"one of \['v1', 'v2', 'v3'\], got 'v9'"):
         memory.copy(VECTOR, variant="v9")
-
-
-def test_transpose_grid_covers_every_tile():
-    assert memory.transpose_grid((64, 64)) == ((2, 2), (32, 8))
-    assert memory.transpose_grid((1, 70)) == ((3, 1), (32, 8))
-    assert memory.transpose_grid((33, 1)) == ((1, 2), (32, 8))
 
 
 # ------------------------------------------------------------------------------------------

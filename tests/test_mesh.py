@@ -1,17 +1,19 @@
 """Sharding and combining (gpudl.parallel.mesh): FSDP2 on the encoder and the 2 x 2 data x
-tensor mesh equal to one process, the bytes each rank keeps, and the degrees' checks."""
+tensor mesh equal to one process, the bytes each rank keeps, and the sizes checked before
+spawning."""
 
 import pytest
 import torch
 
 from gpudl.models import EncoderConfig, make_encoder
 from gpudl.parallel import mesh
-from gpudl.parallel.pipeline_parallel import reference_steps
-from gpudl.parallel.sharding import shard_numel
+from gpudl.parallel.degrees import ParallelDegrees
+from gpudl.parallel.reference import encoder_sgd_run
+from gpudl.parallel.zero.fsdp import shard_numel
 
 
 def assert_equal_to_one_process(ranks, batch=8, steps=2, lr=0.05):
-    reference = reference_steps(mesh.SMALL, batch, steps, lr, torch.float64)
+    reference = encoder_sgd_run(mesh.MESH_CONFIG, batch, steps, lr, torch.float64)
     for r in ranks:
         assert r["losses"] == pytest.approx(reference["losses"], rel=1e-12)
     for step, grads in enumerate(reference["grads"]):
@@ -22,21 +24,7 @@ def assert_equal_to_one_process(ranks, batch=8, steps=2, lr=0.05):
                 assert (r["grads"][step][name] - g).abs().max().item() <= 1e-12 * scale, name
 
 
-# --- the degrees -----------------------------------------------------------------------------
-
-
-def test_degrees_multiply_to_the_world_size():
-    assert mesh.ParallelDegrees(2, 2).world_size == 4
-    mesh.ParallelDegrees(2, 2).check(4)
-    with pytest.raises(ValueError, match=r"data 2 x tensor 2 = 4, but the world size is 8"):
-        mesh.ParallelDegrees(2, 2).check(8)
-
-
-@pytest.mark.parametrize("args, error", [((0, 2), ValueError), ((2.0, 2), TypeError),
-                                         ((True, 2), TypeError), ((2, -1), ValueError)])
-def test_degrees_must_be_positive_ints(args, error):
-    with pytest.raises(error):
-        mesh.ParallelDegrees(*args)
+# --- sizes ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("call, match", [
@@ -55,6 +43,13 @@ def test_degrees_must_be_a_parallel_degrees():
         mesh.run_mesh_2d((2, 2))
 
 
+@pytest.mark.parametrize("degrees", [ParallelDegrees(data=2, tensor=2),
+                                     ParallelDegrees(data=2, tensor=1, pipeline=2, sharding=2)])
+def test_the_mesh_is_data_by_tensor_with_the_state_sharded_over_data(degrees):
+    with pytest.raises(ValueError, match="sharding = data"):
+        mesh.run_mesh_2d(degrees)
+
+
 # --- distributed ------------------------------------------------------------------------------
 
 
@@ -63,7 +58,7 @@ def test_degrees_must_be_a_parallel_degrees():
 def test_fsdp2_equals_one_process_and_keeps_a_shard_per_rank(world_size):
     ranks = mesh.run_fsdp(world_size, dtype=torch.float64, timeout=300)
     assert_equal_to_one_process(ranks)
-    shapes = [p.shape for p in make_encoder(mesh.SMALL).parameters()]
+    shapes = [p.shape for p in make_encoder(mesh.MESH_CONFIG).parameters()]
     for rank, r in enumerate(ranks):
         assert r["param_bytes"] == 8 * sum(shard_numel(s, world_size, rank) for s in shapes)
         assert r["full_param_bytes"] == 8 * sum(s.numel() for s in shapes)
@@ -72,7 +67,7 @@ def test_fsdp2_equals_one_process_and_keeps_a_shard_per_rank(world_size):
 
 @pytest.mark.distributed
 def test_data_by_tensor_mesh_equals_one_process():
-    ranks = mesh.run_mesh_2d(mesh.ParallelDegrees(2, 2), dtype=torch.float64, timeout=300)
+    ranks = mesh.run_mesh_2d(mesh.MESH_2X2, dtype=torch.float64, timeout=300)
     assert_equal_to_one_process(ranks)
     assert [r["coords"] for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
 

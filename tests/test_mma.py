@@ -10,16 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
 from numba import cuda
 
 from gpudl import ptx
-from gpudl.kernels import mma
-from gpudl.kernels import tensor_core_matmul as tc
+from gpudl.kernels import mma, tensor_core_matmul
 
-VARIANTS = list(tc.VARIANTS)
+VARIANTS = list(tensor_core_matmul.VARIANTS)
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
@@ -77,7 +74,7 @@ def test_mma_tile_rejects_bad_input():
         mma.mma_tile(good, good[:, :8].copy(), [[0.0] * 8] * 16)
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the simulator's shim")
+@pytest.mark.simulator_only
 def test_the_shim_refuses_a_partial_warp():
     with pytest.raises(Exception, match="needs all 32 lanes"):
         mma.warp_mma[1, 16](*(cuda.to_device(x) for x in (
@@ -85,7 +82,7 @@ def test_the_shim_refuses_a_partial_warp():
             np.zeros((16, 8), np.float32), np.zeros((16, 8), np.float32))))
 
 
-@pytest.mark.skipif(not ptx.available(), reason="no CUDA compiler (libNVVM, libdevice) here")
+@pytest.mark.compiler
 def test_ptx_for_sm80_has_the_mma_instruction():
     words = "uint32[:, ::1], uint32[:, ::1], float32[:, ::1]"
     codes = ptx.compile_many([
@@ -117,7 +114,7 @@ def test_device_packing_rounds_as_torch_does(transpose):
     x = random((5, 21), 7)
     x[0, :7] = [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), np.inf, -np.inf, -0.0, 3e38]  # ties
     x[1, 0] = np.nan
-    got = tc.packed(cuda.to_device(x), transpose).copy_to_host()
+    got = tensor_core_matmul.packed(cuda.to_device(x), transpose).copy_to_host()
     source = x.T.copy() if transpose else x
     expected = mma.bf16_words(source)
     rows, k = source.shape
@@ -137,35 +134,37 @@ def test_device_packing_rounds_as_torch_does(transpose):
 
 
 def assert_within_bound(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
-    ref = tc.reference(a, b)
+    ref = tensor_core_matmul.reference(a, b)
     assert isinstance(c, np.ndarray) and c.dtype == np.float32 and c.shape == ref.shape
     np.testing.assert_array_equal(np.isnan(c), np.isnan(ref), err_msg="NaN pattern differs")
     with np.errstate(invalid="ignore"):
-        ok = (np.abs(c - ref) <= tc.error_bound(a, b)) | np.isnan(ref)
+        ok = (np.abs(c - ref) <= tensor_core_matmul.error_bound(a, b)) | np.isnan(ref)
     assert ok.all(), f"{(~ok).sum()} elements outside the bound"
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_matmul_within_its_bound_at_odd_sizes(variant):
     a, b = random((19, 20), 8, 1e2), random((20, 13), 9, 1e-3)
-    assert_within_bound(tc.matmul(a, b, variant), a, b)
+    assert_within_bound(tensor_core_matmul.matmul(a, b, variant), a, b)
 
 
 def test_v2_with_a_second_block_row_and_nan():
     a, b = random((66, 5), 10), random((5, 3), 11)
     a[65, 4] = np.nan  # row 65 of C, in the second block of 64 rows
-    c = tc.matmul(a, b)
+    c = tensor_core_matmul.matmul(a, b)
     assert np.isnan(c[65]).all() and not np.isnan(c[:65]).any()
     assert_within_bound(c, a, b)
 
 
 def test_poisoned_output_catches_a_kernel_that_skips_warps(monkeypatch):
     def first_block_column_only(a_words, bt_words, c):
-        tc.v1_warp_tiles[(1, 2), tc.THREADS](a_words, bt_words, c)  # columns 0..31
+        tensor_core_matmul.v1_warp_tiles[(1, 2), tensor_core_matmul.THREADS](
+            a_words, bt_words, c
+        )  # columns 0..31
 
-    monkeypatch.setitem(tc.VARIANTS, "broken", first_block_column_only)
+    monkeypatch.setitem(tensor_core_matmul.VARIANTS, "broken", first_block_column_only)
     a, b = random((17, 4), 12), random((4, 33), 13)
-    c = tc.matmul(a, b, "broken")
+    c = tensor_core_matmul.matmul(a, b, "broken")
     assert np.isnan(c[:, 32]).all() and not np.isnan(c[:, :32]).any()
     with pytest.raises(AssertionError):
         assert_within_bound(c, a, b)
@@ -174,19 +173,21 @@ def test_poisoned_output_catches_a_kernel_that_skips_warps(monkeypatch):
 def test_matmul_rejects_bad_input_and_needs_no_launch_when_empty(monkeypatch):
     good = np.ones((4, 6), np.float32)
     with pytest.raises(TypeError, match="a must have dtype float32, got float16"):
-        tc.matmul(good.astype(np.float16), good.T.copy())
+        tensor_core_matmul.matmul(good.astype(np.float16), good.T.copy())
     with pytest.raises(ValueError, match="inner dimensions do not match"):
-        tc.matmul(good, good)
+        tensor_core_matmul.matmul(good, good)
     with pytest.raises(ValueError, match=r"variant must be one of \['v1_warp_tiles'"):
-        tc.matmul(good, good.T.copy(), "v3")
-    monkeypatch.setitem(tc.VARIANTS, "v2_shared_tiles", lambda *a: pytest.fail("launched"))
-    np.testing.assert_array_equal(tc.matmul(np.ones((3, 0), np.float32),
+        tensor_core_matmul.matmul(good, good.T.copy(), "v3")
+    monkeypatch.setitem(
+        tensor_core_matmul.VARIANTS, "v2_shared_tiles", lambda *a: pytest.fail("launched")
+    )
+    np.testing.assert_array_equal(tensor_core_matmul.matmul(np.ones((3, 0), np.float32),
                                             np.ones((0, 2), np.float32)), np.zeros((3, 2)))
 
 
 def test_launch_configs():
-    assert tc.launch_config("v1_warp_tiles", 17, 33) == ((2, 2), 128)
-    assert tc.launch_config("v2_shared_tiles", 65, 64) == ((1, 2), 128)
+    assert tensor_core_matmul.launch_config("v1_warp_tiles", 17, 33) == ((2, 2), 128)
+    assert tensor_core_matmul.launch_config("v2_shared_tiles", 65, 64) == ((1, 2), 128)
 
 
 # ------------------------------------------------------------------------------------------
@@ -198,4 +199,4 @@ def test_launch_configs():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_large_products_on_tensor_cores(variant):
     a, b = random((1021, 1031), 14), random((1031, 1033), 15)
-    assert_within_bound(tc.matmul(a, b, variant), a, b)
+    assert_within_bound(tensor_core_matmul.matmul(a, b, variant), a, b)

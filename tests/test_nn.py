@@ -4,6 +4,7 @@ outputs, host and device arrays, bad input."""
 import numpy as np
 import pytest
 import torch
+from conftest import EPS32
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,6 @@ from numba import cuda
 
 from gpudl.kernels import nn
 
-EPS32 = float(np.finfo(np.float32).eps)
 # Odd shapes (batch, in, out), none a multiple of a block or a tile, and a size-1 edge.
 SHAPES = [(1, 1, 1), (3, 5, 7), (13, 17, 11), (33, 9, 40)]
 few = settings(max_examples=3, deadline=None, database=None)

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from gpudl import backend  # first: chooses GPU or simulator before numba is imported
 
 # isort: split
-from gpudl import optim as go
+from gpudl import optim
 from gpudl.interop import tensor_device
-from gpudl.kernels import optim as ko
+from gpudl.kernels import optim as optim_kernels
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 DEVICE = tensor_device()
-VARIANTS = list(ko.VARIANTS)
+VARIANTS = list(optim_kernels.VARIANTS)
 
 
 def small_model(seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -63,21 +63,21 @@ def assert_tracks(ours: torch.nn.Module, theirs: torch.nn.Module, steps: int) ->
 
 
 @pytest.mark.parametrize(("make_ours", "make_theirs", "steps"), [
-    (lambda ps: go.Adam(ps, lr=0.01, weight_decay=0.01),
+    (lambda ps: optim.Adam(ps, lr=0.01, weight_decay=0.01),
      lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.01), 100),
-    (lambda ps: go.Adam(ps, lr=0.01, variant="fused"),
+    (lambda ps: optim.Adam(ps, lr=0.01, variant="fused"),
      lambda ps: torch.optim.Adam(ps, lr=0.01), 100),
-    (lambda ps: go.AdamW(ps, lr=0.01, betas=(0.8, 0.99)),
+    (lambda ps: optim.AdamW(ps, lr=0.01, betas=(0.8, 0.99)),
      lambda ps: torch.optim.AdamW(ps, lr=0.01, betas=(0.8, 0.99)), 100),
-    (lambda ps: go.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
+    (lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
      lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
      100),
-    (lambda ps: go.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3),
+    (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3),
      lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3), 100),
     # The variants kept to measure claim C6 cost a few simulated launches each: fewer steps.
-    (lambda ps: go.Adam(ps, lr=0.01, variant="unfused"),
+    (lambda ps: optim.Adam(ps, lr=0.01, variant="unfused"),
      lambda ps: torch.optim.Adam(ps, lr=0.01), 10),
-    (lambda ps: go.AdamW(ps, lr=0.01, variant="shared", maximize=True),
+    (lambda ps: optim.AdamW(ps, lr=0.01, variant="shared", maximize=True),
      lambda ps: torch.optim.AdamW(ps, lr=0.01, maximize=True), 10),
 ], ids=["adam-multi_tensor", "adam-fused", "adamw", "sgd-nesterov", "sgd-dampening",
         "adam-unfused", "adamw-shared"])
@@ -113,7 +113,7 @@ def test_every_step_matches_torch_for_any_hyperparameters(hp, decoupled, variant
     shapes = [(5, 3), (7,), (1,)]
     ours_p = [torch.randn(s, generator=gen).to(DEVICE).requires_grad_() for s in shapes]
     theirs_p = [p.detach().clone().requires_grad_() for p in ours_p]
-    ours = (go.AdamW if decoupled else go.Adam)(ours_p, variant=variant, **hp)
+    ours = (optim.AdamW if decoupled else optim.Adam)(ours_p, variant=variant, **hp)
     theirs = (torch.optim.AdamW if decoupled else torch.optim.Adam)(theirs_p, foreach=False,
                                                                     **hp)
     for step in range(1, 4):
@@ -134,8 +134,8 @@ def test_every_step_matches_torch_for_any_hyperparameters(hp, decoupled, variant
         theirs.step()
         kw = {"step": step, "decoupled": decoupled, **hp}
         for a, b, (p, g, m, v) in zip(ours_p, theirs_p, before, strict=True):
-            bound_p, bound_m, bound_v = ko.adam_error_bound(p, g, m, v, **kw)
-            ref_p, ref_m, ref_v = ko.reference_adam(p, g, m, v, **kw)
+            bound_p, bound_m, bound_v = optim_kernels.adam_error_bound(p, g, m, v, **kw)
+            ref_p, ref_m, ref_v = optim_kernels.reference_adam(p, g, m, v, **kw)
             for opt, param in ((ours, a), (theirs, b)):
                 st_ = opt.state[param]
                 for got, ref, bound in ((param, ref_p, bound_p), (st_["exp_avg"], ref_m, bound_m),
@@ -149,7 +149,7 @@ def test_every_step_matches_torch_for_any_hyperparameters(hp, decoupled, variant
 @pytest.mark.parametrize("variant", ["fused", "multi_tensor"])
 def test_nan_and_inf_gradients_as_torch(variant):
     ours, theirs = small_model(), small_model()
-    o_opt = go.Adam(ours.parameters(), lr=0.01, variant=variant)
+    o_opt = optim.Adam(ours.parameters(), lr=0.01, variant=variant)
     t_opt = torch.optim.Adam(theirs.parameters(), lr=0.01)
     for model, opt in ((ours, o_opt), (theirs, t_opt)):
         for p in model.parameters():
@@ -173,7 +173,7 @@ def test_nan_and_inf_gradients_as_torch(variant):
 def test_mixed_precision_keeps_fp32_master_weights(dtype, variant):
     low = small_model(dtype=dtype)
     master = [p.detach().float().clone().requires_grad_() for p in low.parameters()]
-    ours = go.Adam(low.parameters(), lr=0.01, variant=variant)
+    ours = optim.Adam(low.parameters(), lr=0.01, variant=variant)
     theirs = torch.optim.Adam(master, lr=0.01)
     gen = torch.Generator().manual_seed(3)
     for _ in range(5):
@@ -203,7 +203,7 @@ def test_mixed_precision_keeps_fp32_master_weights(dtype, variant):
 
 def test_closure_groups_and_scheduler_like_torch():
     runs = []
-    for make in (go.Adam, torch.optim.Adam):
+    for make in (optim.Adam, torch.optim.Adam):
         model = small_model()
         first, second = list(model.parameters())[:2], list(model.parameters())[2:]
         opt = make([{"params": first}, {"params": second, "lr": 0.05}], lr=0.01)
@@ -229,7 +229,7 @@ def test_closure_groups_and_scheduler_like_torch():
 @pytest.mark.parametrize("variant", ["fused", "multi_tensor"])
 def test_state_dict_round_trip(variant):
     model = small_model()
-    opt = go.Adam(model.parameters(), lr=0.01, weight_decay=0.1, variant=variant)
+    opt = optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1, variant=variant)
     train(model, opt, 3)
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buffer)
@@ -238,7 +238,7 @@ def test_state_dict_round_trip(variant):
     saved = torch.load(buffer)
     resumed = small_model(seed=1)  # other weights: all of them must come from the checkpoint
     resumed.load_state_dict(saved["model"])
-    resumed_opt = go.Adam(resumed.parameters(), variant=variant)
+    resumed_opt = optim.Adam(resumed.parameters(), variant=variant)
     resumed_opt.load_state_dict(saved["opt"])
     assert resumed_opt.param_groups[0]["weight_decay"] == 0.1
     # replay the same 3 steps (the batches depend on the step index only)
@@ -254,11 +254,11 @@ def test_state_dict_round_trip(variant):
 
 def test_mixed_precision_state_stays_fp32_through_a_round_trip():
     model = small_model(dtype=torch.bfloat16)
-    opt = go.Adam(model.parameters(), lr=0.01)
+    opt = optim.Adam(model.parameters(), lr=0.01)
     for p in model.parameters():
         p.grad = torch.full_like(p, 0.5)
     opt.step()
-    other = go.Adam(small_model(dtype=torch.bfloat16).parameters())
+    other = optim.Adam(small_model(dtype=torch.bfloat16).parameters())
     other.load_state_dict(copy.deepcopy(opt.state_dict()))  # torch would cast to bfloat16
     for a, b in zip(opt.state.values(), other.state.values(), strict=True):
         for key in ("exp_avg", "exp_avg_sq", "master"):
@@ -271,7 +271,7 @@ def test_state_dicts_are_interchangeable_with_torch(direction):
     ref_opt = torch.optim.Adam(reference.parameters(), lr=0.01)
     train(reference, ref_opt, 6)
     model = small_model()
-    makers = (lambda ps: torch.optim.Adam(ps, lr=0.01), lambda ps: go.Adam(ps, lr=0.01))
+    makers = (lambda ps: torch.optim.Adam(ps, lr=0.01), lambda ps: optim.Adam(ps, lr=0.01))
     first, second = makers if direction == "torch-to-gpudl" else makers[::-1]
     opt = first(model.parameters())
     train(model, opt, 3)
@@ -288,7 +288,7 @@ def test_state_dicts_are_interchangeable_with_torch(direction):
 def test_multi_tensor_keeps_the_group_in_flat_buffers():
     model = small_model()
     params = list(model.parameters())
-    opt = go.Adam(params, lr=0.01)  # multi_tensor is the default
+    opt = optim.Adam(params, lr=0.01)  # multi_tensor is the default
     assert opt.defaults["variant"] == "multi_tensor"
     train(model, opt, 2)
     # parameters, gradients and moments are consecutive views of one buffer each
@@ -301,7 +301,7 @@ def test_multi_tensor_keeps_the_group_in_flat_buffers():
     opt.zero_grad()  # zeroed in place, not set to None
     assert all(p.grad is not None and not p.grad.any() for p in params)
     if backend.is_simulator():  # the tracer counts launches on the simulator
-        with ko.traffic() as t:
+        with optim_kernels.traffic() as t:
             train(model, opt, 1)
         assert t.launches == 1
 
@@ -309,7 +309,7 @@ def test_multi_tensor_keeps_the_group_in_flat_buffers():
 def test_parameters_without_gradients_are_skipped_as_torch_skips_them():
     for variant in ("fused", "multi_tensor"):
         ours, theirs = small_model(), small_model()
-        o_opt = go.Adam(ours.parameters(), lr=0.1, weight_decay=0.1, variant=variant)
+        o_opt = optim.Adam(ours.parameters(), lr=0.1, weight_decay=0.1, variant=variant)
         t_opt = torch.optim.Adam(theirs.parameters(), lr=0.1, weight_decay=0.1)
         for model, opt in ((ours, o_opt), (theirs, t_opt)):
             params = list(model.parameters())
@@ -328,7 +328,7 @@ def test_a_parameter_unused_after_zero_grad_is_skipped_like_torch():
     # Adam would still turn into a step (its moments are not zero). Both variants must skip it.
     for variant in ("fused", "multi_tensor"):
         ours, theirs = small_model(), small_model()
-        o_opt = go.Adam(ours.parameters(), lr=0.1, variant=variant)
+        o_opt = optim.Adam(ours.parameters(), lr=0.1, variant=variant)
         t_opt = torch.optim.Adam(theirs.parameters(), lr=0.1)
         for model, opt in ((ours, o_opt), (theirs, t_opt)):
             train(model, opt, 2)  # every parameter has moments now
@@ -345,9 +345,9 @@ def test_a_parameter_unused_after_zero_grad_is_skipped_like_torch():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the tracer needs the simulator")
+@pytest.mark.simulator_only
 def test_traffic_table_counts_launches_and_bytes_per_variant():
-    rows = {r["variant"]: r for r in go.traffic_table(sizes=(37, 3, 20))}
+    rows = {r["variant"]: r for r in optim.traffic_table(sizes=(37, 3, 20))}
     assert [rows[v]["launches"] for v in VARIANTS] == [7 * 3, 3, 3, 1]
     assert [rows[v]["global_bytes_per_param"] for v in VARIANTS] == [72, 28, 28, 28]
     assert [rows[v]["shared_bytes_per_param"] for v in VARIANTS] == [0, 0, 56, 0]
@@ -372,39 +372,39 @@ def test_traffic_table_counts_launches_and_bytes_per_variant():
 ])
 def test_bad_hyperparameters_raise_what_torch_raises(cls, kwargs, error, match):
     with pytest.raises(error, match=match):
-        getattr(go, cls)(small_model().parameters(), **kwargs)
+        getattr(optim, cls)(small_model().parameters(), **kwargs)
     with pytest.raises(error, match=match):
         getattr(torch.optim, cls)(small_model().parameters(), **kwargs)
 
 
 def test_bad_parameters_and_options():
     with pytest.raises(TypeError, match="dtype"):
-        go.Adam([torch.zeros(3, dtype=torch.float64, device=DEVICE, requires_grad=True)])
+        optim.Adam([torch.zeros(3, dtype=torch.float64, device=DEVICE, requires_grad=True)])
     with pytest.raises(TypeError, match="dtype"):
-        go.SGD([torch.zeros(3, dtype=torch.float16, device=DEVICE, requires_grad=True)])
+        optim.SGD([torch.zeros(3, dtype=torch.float16, device=DEVICE, requires_grad=True)])
     with pytest.raises(TypeError, match="dtype"):
-        go.Adam([torch.zeros(3, dtype=torch.int64, device=DEVICE)])
+        optim.Adam([torch.zeros(3, dtype=torch.int64, device=DEVICE)])
     with pytest.raises(ValueError, match="'fused' or 'multi_tensor'"):
-        go.Adam(small_model(dtype=torch.bfloat16).parameters(), variant="shared")
+        optim.Adam(small_model(dtype=torch.bfloat16).parameters(), variant="shared")
     with pytest.raises(ValueError, match="variant must be one of"):
-        go.Adam(small_model().parameters(), variant="fastest")
+        optim.Adam(small_model().parameters(), variant="fastest")
     with pytest.raises(ValueError, match="amsgrad"):
-        go.Adam(small_model().parameters(), amsgrad=True)
+        optim.Adam(small_model().parameters(), amsgrad=True)
     emb = torch.nn.Embedding(5, 2, sparse=True).to(DEVICE)
     emb(torch.tensor([1, 2], device=DEVICE)).sum().backward()
     with pytest.raises(TypeError, match="sparse"):
-        go.Adam(emb.parameters(), variant="fused").step()
+        optim.Adam(emb.parameters(), variant="fused").step()
     if DEVICE.type == "cuda":
         with pytest.raises(ValueError, match="must be on cuda"):
-            go.Adam([torch.zeros(3, requires_grad=True)])
+            optim.Adam([torch.zeros(3, requires_grad=True)])
 
 
 def test_added_parameter_groups_are_checked_too():
-    opt = go.Adam(small_model().parameters(), variant="shared")
+    opt = optim.Adam(small_model().parameters(), variant="shared")
     with pytest.raises(TypeError, match="dtype"):
         opt.add_param_group({"params": [torch.zeros(2, dtype=torch.float64, device=DEVICE)]})
     with pytest.raises(ValueError, match="'fused' or 'multi_tensor'"):
         opt.add_param_group({"params": [torch.zeros(2, dtype=torch.float16, device=DEVICE)]})
-    sgd = go.SGD(small_model().parameters())
+    sgd = optim.SGD(small_model().parameters())
     with pytest.raises(TypeError, match="dtype"):
         sgd.add_param_group({"params": [torch.zeros(2, dtype=torch.bfloat16, device=DEVICE)]})

@@ -5,6 +5,7 @@ first step either; each parameter's ``state["step"]`` stays a tensor of its own 
 layout) while one operation advances them all; anything unusual still takes the general
 path and gives torch's answer."""
 
+import contextlib
 import copy
 import weakref
 
@@ -15,33 +16,44 @@ import torch
 from gpudl import backend  # noqa: F401  (first: chooses GPU or simulator)
 
 # isort: split
-from gpudl import interop
-from gpudl import optim as go
+from gpudl import interop, optim
 from gpudl.interop import tensor_device
-from gpudl.kernels import optim as ko
+from gpudl.kernels import optim as optim_kernels
+from gpudl.optim import adam as adam_module
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 DEVICE = tensor_device()
 
 
 class Counts:
-    """Counts kernel launches (gpudl.kernels.optim._launch) and tensor-to-array conversions
-    (gpudl.interop.as_kernel_array) while installed."""
+    """Counts kernel launches (``gpudl.kernels.optim.recorded_launches``) and tensor-to-array
+    conversions (``gpudl.interop.as_kernel_array``) from :meth:`start` to the test's end."""
 
-    def __init__(self, monkeypatch) -> None:
-        self.launches = self.conversions = 0
-        launch, convert = ko._launch, interop.as_kernel_array
+    def __init__(self, monkeypatch, stack: contextlib.ExitStack) -> None:
+        self.monkeypatch, self.stack = monkeypatch, stack
+        self.launched: list = []
+        self.conversions = 0
 
-        def counting_launch(*args):
-            self.launches += 1
-            return launch(*args)
+    @property
+    def launches(self) -> int:
+        return len(self.launched)
+
+    def start(self) -> "Counts":
+        convert = interop.as_kernel_array
 
         def counting_convert(*args, **kwargs):
             self.conversions += 1
             return convert(*args, **kwargs)
 
-        monkeypatch.setattr(ko, "_launch", counting_launch)
-        monkeypatch.setattr(interop, "as_kernel_array", counting_convert)
+        self.monkeypatch.setattr(interop, "as_kernel_array", counting_convert)
+        self.launched = self.stack.enter_context(optim_kernels.recorded_launches())
+        return self
+
+
+@pytest.fixture
+def counts(monkeypatch):
+    with contextlib.ExitStack() as stack:
+        yield Counts(monkeypatch, stack)
 
 
 def many_parameters(n: int, seed: int = 0) -> list[torch.nn.Parameter]:
@@ -55,19 +67,19 @@ def backward(params: list[torch.nn.Parameter], step: int) -> None:
     (torch.stack(list(params)) * weights).square().sum().backward()
 
 
-def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(monkeypatch):
+def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(counts, monkeypatch):
     ours, theirs = many_parameters(1000), many_parameters(1000)
-    opt = go.Adam(ours, lr=0.01)
+    opt = optim.Adam(ours, lr=0.01)
     ref = torch.optim.Adam(theirs, lr=0.01, foreach=False)
     for step in range(3):
         if step == 1:  # from the second step on: count, and forbid the per-parameter path
-            counts = Counts(monkeypatch)
+            counts.start()
 
             def per_parameter(*args):
                 raise AssertionError("the general (per-parameter) path ran")
 
-            monkeypatch.setattr(go.Adam, "_step_flat_general", per_parameter)
-            monkeypatch.setattr(go, "_adopt", per_parameter)
+            monkeypatch.setattr(optim.Adam, "_step_flat_general", per_parameter)
+            monkeypatch.setattr(adam_module, "adopt", per_parameter)
         for params, o in ((ours, opt), (theirs, ref)):
             o.zero_grad()
             backward(params, step)
@@ -80,7 +92,7 @@ def test_an_adam_step_over_1000_parameters_is_one_launch_and_no_conversion(monke
 
 def test_the_step_counts_are_torch_s_layout_advanced_by_one_operation():
     params = many_parameters(5)
-    opt = go.Adam(params, lr=0.01)
+    opt = optim.Adam(params, lr=0.01)
     for step in range(3):
         opt.zero_grad()
         backward(params, step)
@@ -93,16 +105,16 @@ def test_the_step_counts_are_torch_s_layout_advanced_by_one_operation():
     assert sorted(saved) == list(range(5)) and all(saved[i]["step"].item() == 3 for i in saved)
 
 
-def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(monkeypatch):
+def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(counts, monkeypatch):
     ours, theirs = many_parameters(6, seed=1), many_parameters(6, seed=1)
-    opt = go.Adam(ours, lr=0.05)
+    opt = optim.Adam(ours, lr=0.05)
     ref = torch.optim.Adam(theirs, lr=0.05, foreach=False)
     for step in range(2):
         for params, o in ((ours, opt), (theirs, ref)):
             o.zero_grad()
             backward(params, step)
             o.step()
-    counts = Counts(monkeypatch)
+    counts.start()
     gen = torch.Generator().manual_seed(7)
     for a, b in zip(ours, theirs, strict=True):  # gradients set by hand: new tensors
         a.grad = torch.randn(2, generator=gen).to(DEVICE)
@@ -110,7 +122,7 @@ def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(monkeypatch):
     opt.step()
     ref.step()
     assert counts.launches == 1 and counts.conversions == 0  # copied into the flat buffer
-    slots = opt._flats[(0, torch.float32)].slots["grad"]
+    slots = opt.flat_groups[(0, torch.float32)].slots["grad"]
     for a, b, slot in zip(ours, theirs, slots, strict=True):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=2e-6, atol=1e-7)
         assert a.grad is slot
@@ -118,28 +130,28 @@ def test_a_new_gradient_tensor_leaves_the_fast_path_and_is_adopted(monkeypatch):
 
 def test_a_parameter_without_a_gradient_splits_the_launch_and_keeps_its_count():
     params = many_parameters(4, seed=2)
-    opt = go.Adam(params, lr=0.01)
+    opt = optim.Adam(params, lr=0.01)
     for step in range(2):
         opt.zero_grad()
         backward(params, step)
         opt.step()
     opt.zero_grad()
     (params[0].sum() + params[3].sum()).backward()  # parameters 1 and 2 get none
-    with ko.traffic() as t:
+    with optim_kernels.traffic() as t:
         opt.step()
     assert t.launches == 2  # parameter 0, then parameter 3
     assert [int(opt.state[p]["step"].item()) for p in params] == [3, 2, 2, 3]
     opt.zero_grad()
     backward(params, 5)
-    with ko.traffic() as t:
+    with optim_kernels.traffic() as t:
         opt.step()  # steps 4, 3, 3, 4: two runs of one count each side
     assert t.launches == 3
     assert [int(opt.state[p]["step"].item()) for p in params] == [4, 3, 3, 4]
 
 
-def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(monkeypatch):
+def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(counts, monkeypatch):
     params = many_parameters(8, seed=3)
-    opt = go.Adam(params, lr=0.01)
+    opt = optim.Adam(params, lr=0.01)
     for step in range(2):
         opt.zero_grad()
         backward(params, step)
@@ -149,13 +161,13 @@ def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(monkeypatch):
     with torch.no_grad():
         for a, b in zip(twin, params, strict=True):
             a.copy_(b)
-    other = go.Adam(twin, lr=0.01)
+    other = optim.Adam(twin, lr=0.01)
     other.load_state_dict(saved)
     for o, ps in ((opt, params), (other, twin)):
         o.zero_grad()
         backward(ps, 2)
         o.step()  # the loaded state is adopted here
-    counts = Counts(monkeypatch)
+    counts.start()
     for o, ps in ((opt, params), (other, twin)):
         o.zero_grad()
         backward(ps, 3)
@@ -167,12 +179,12 @@ def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(monkeypatch):
 
 
 @pytest.mark.parametrize("variant", ["fused", "unfused", "shared"])
-def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, monkeypatch):
+def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, counts):
     params = many_parameters(3, seed=4)
-    opt = go.Adam(params, lr=0.01, variant=variant)
+    opt = optim.Adam(params, lr=0.01, variant=variant)
     backward(params, 0)
     opt.step()
-    counts = Counts(monkeypatch)
+    counts.start()
     for step in range(1, 3):
         opt.zero_grad(set_to_none=False)  # gradients stay where they are
         backward(params, step)
@@ -181,12 +193,12 @@ def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, mon
     assert counts.launches == 2 * 3 * per_tensor and counts.conversions == 0
 
 
-def test_sgd_converts_nothing_after_its_first_step(monkeypatch):
+def test_sgd_converts_nothing_after_its_first_step(counts, monkeypatch):
     params = many_parameters(3, seed=5)
-    opt = go.SGD(params, lr=0.1, momentum=0.9)
+    opt = optim.SGD(params, lr=0.1, momentum=0.9)
     backward(params, 0)
     opt.step()
-    counts = Counts(monkeypatch)
+    counts.start()
     opt.zero_grad(set_to_none=False)
     backward(params, 1)
     opt.step()
@@ -217,7 +229,7 @@ def test_kernel_arrays_see_the_tensor_and_do_not_keep_it_alive():
     arrays = interop.KernelArrays()
     t = torch.zeros(40, device=DEVICE)
     array = arrays.get(t)
-    ko.sgd_kernel[2, 32](array, interop.as_kernel_array(torch.ones(40, device=DEVICE)),
+    optim_kernels.sgd_kernel[2, 32](array, interop.as_kernel_array(torch.ones(40, device=DEVICE)),
                          False, np.float32(0), np.float32(-0.5))
     assert torch.equal(t.cpu(), torch.full((40,), -0.5))  # the kernel wrote the tensor
     alive = weakref.ref(t)

@@ -22,9 +22,9 @@ import torch
 from gpudl import backend  # noqa: F401  (first: chooses GPU or simulator)
 
 # isort: split
-from gpudl import optim as go
+from gpudl import optim
 from gpudl.interop import tensor_device
-from gpudl.kernels import optim as ko
+from gpudl.kernels import optim as optim_kernels
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 DEVICE = tensor_device()
@@ -123,8 +123,8 @@ SGD_GRID = list(itertools.product(
 def sgd_check(before, hp, step, ours, theirs):
     p, g, buf = before
     kw = {k: hp[k] for k in ("lr", "momentum", "dampening", "weight_decay", "nesterov")}
-    ref_p, ref_buf = ko.reference_sgd(p, g, buf, maximize=hp["maximize"], **kw)
-    bound_p, bound_buf = ko.sgd_error_bound(p, g, buf, **kw)
+    ref_p, ref_buf = optim_kernels.reference_sgd(p, g, buf, maximize=hp["maximize"], **kw)
+    bound_p, bound_buf = optim_kernels.sgd_error_bound(p, g, buf, **kw)
     for who, new in (("gpudl", ours), ("torch", theirs)):
         assert_within(f"{who} p at step {step}", new[0], ref_p, bound_p)
         if hp["momentum"]:
@@ -141,12 +141,12 @@ def test_sgd_tracks_torch_in_every_configuration(lr_kind, momentum, dampening, n
     hp = {"lr": lr, "momentum": momentum, "dampening": dampening, "nesterov": nesterov,
           "weight_decay": weight_decay, "maximize": maximize}
     if nesterov and (momentum == 0 or dampening != 0):  # torch refuses it: so must we
-        for cls in (torch.optim.SGD, go.SGD):
+        for cls in (torch.optim.SGD, optim.SGD):
             with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and "
                                                  "zero dampening"):
                 cls([torch.nn.Parameter(torch.zeros(2, device=DEVICE))], **hp)
         return
-    run_beside_torch(go.SGD, torch.optim.SGD, dict(hp), ("momentum_buffer",),
+    run_beside_torch(optim.SGD, torch.optim.SGD, dict(hp), ("momentum_buffer",),
                      lambda before, group_hp, step, ours, theirs: sgd_check(
                          before, group_hp, step, ours, theirs))
 
@@ -157,7 +157,7 @@ def test_plain_sgd_moves_the_parameters():
     torch.manual_seed(0)
     p1 = torch.nn.Parameter(torch.randn(5, device=DEVICE))
     p2 = torch.nn.Parameter(p1.detach().clone())
-    o1, o2 = go.SGD([p1], lr=0.1), torch.optim.SGD([p2], lr=0.1)
+    o1, o2 = optim.SGD([p1], lr=0.1), torch.optim.SGD([p2], lr=0.1)
     g = torch.randn(5, device=DEVICE)
     p1.grad, p2.grad = g.clone(), g.clone()
     before = p1.detach().clone()
@@ -172,12 +172,12 @@ def test_plain_sgd_moves_the_parameters():
 # ------------------------------------------------------------------------------------------
 
 ADAM_KINDS = {
-    "Adam": (lambda variant: lambda ps, **kw: go.Adam(ps, variant=variant, **kw),
+    "Adam": (lambda variant: lambda ps, **kw: optim.Adam(ps, variant=variant, **kw),
              torch.optim.Adam, False),
-    "Adam-decoupled": (lambda variant: lambda ps, **kw: go.Adam(
+    "Adam-decoupled": (lambda variant: lambda ps, **kw: optim.Adam(
         ps, variant=variant, decoupled_weight_decay=True, **kw),
         lambda ps, **kw: torch.optim.Adam(ps, decoupled_weight_decay=True, **kw), True),
-    "AdamW": (lambda variant: lambda ps, **kw: go.AdamW(ps, variant=variant, **kw),
+    "AdamW": (lambda variant: lambda ps, **kw: optim.AdamW(ps, variant=variant, **kw),
               torch.optim.AdamW, True),
 }
 ADAM_GRID = list(itertools.product(
@@ -189,8 +189,8 @@ def adam_check(decoupled):
     def check(before, hp, step, ours, theirs):
         p, g, m, v = (x if x is not None else np.zeros_like(before[0]) for x in before)
         kw = {"step": step, "decoupled": decoupled, **hp}
-        refs = ko.reference_adam(p, g, m, v, **kw)
-        bounds = ko.adam_error_bound(p, g, m, v, **kw)
+        refs = optim_kernels.reference_adam(p, g, m, v, **kw)
+        bounds = optim_kernels.adam_error_bound(p, g, m, v, **kw)
         for who, new in (("gpudl", ours), ("torch", theirs)):
             for name, got, ref, bound in zip(("p", "exp_avg", "exp_avg_sq"), new, refs,
                                              bounds, strict=True):
@@ -211,12 +211,14 @@ def run_adam(kind, variant, lr, betas, eps, weight_decay, maximize):
 def test_adam_tracks_torch_in_every_configuration(kind, lr_kind, betas, eps, weight_decay,
                                                   maximize):
     lr = torch.tensor(0.01) if lr_kind == "tensor" else 0.01
-    run_adam(kind, ko.DEFAULT_VARIANT, lr, betas, eps, weight_decay, maximize)
+    run_adam(kind, optim_kernels.DEFAULT_VARIANT, lr, betas, eps, weight_decay, maximize)
 
 
 # Every variant meets every hyperparameter value at least once (the default variant above
 # meets every combination).
-@pytest.mark.parametrize("variant", [v for v in ko.VARIANTS if v != ko.DEFAULT_VARIANT])
+@pytest.mark.parametrize(
+    "variant", [v for v in optim_kernels.VARIANTS if v != optim_kernels.DEFAULT_VARIANT]
+)
 @pytest.mark.parametrize(("kind", "lr", "betas", "eps", "weight_decay", "maximize"), [
     ("Adam", 0.01, (0.9, 0.999), 1e-8, 0.1, True),
     ("AdamW", torch.tensor(0.01), (0.5, 0.9), 1e-3, 0.1, False),
@@ -233,17 +235,17 @@ def test_every_adam_variant_tracks_torch(variant, kind, lr, betas, eps, weight_d
 
 
 @pytest.mark.parametrize(("cls", "kwargs", "match"), [
-    (go.Adam, {"amsgrad": True}, "amsgrad=True is not implemented"),
-    (go.AdamW, {"amsgrad": True}, "amsgrad=True is not implemented"),
-    (go.Adam, {"fused": True}, "does not support fused=True"),
-    (go.AdamW, {"foreach": True}, "does not support foreach=True"),
-    (go.Adam, {"capturable": True}, "does not support capturable=True"),
-    (go.AdamW, {"differentiable": True}, "does not support differentiable=True"),
-    (go.SGD, {"foreach": True}, "does not support foreach=True"),
-    (go.SGD, {"fused": True}, "does not support fused=True"),
-    (go.SGD, {"differentiable": True}, "does not support differentiable=True"),
-    (go.SGD, {"lr": torch.tensor([0.1, 0.2])}, "a tensor lr must hold one"),
-    (go.Adam, {"betas": (torch.tensor(0.9), torch.tensor([0.9, 0.99]))},
+    (optim.Adam, {"amsgrad": True}, "amsgrad=True is not implemented"),
+    (optim.AdamW, {"amsgrad": True}, "amsgrad=True is not implemented"),
+    (optim.Adam, {"fused": True}, "does not support fused=True"),
+    (optim.AdamW, {"foreach": True}, "does not support foreach=True"),
+    (optim.Adam, {"capturable": True}, "does not support capturable=True"),
+    (optim.AdamW, {"differentiable": True}, "does not support differentiable=True"),
+    (optim.SGD, {"foreach": True}, "does not support foreach=True"),
+    (optim.SGD, {"fused": True}, "does not support fused=True"),
+    (optim.SGD, {"differentiable": True}, "does not support differentiable=True"),
+    (optim.SGD, {"lr": torch.tensor([0.1, 0.2])}, "a tensor lr must hold one"),
+    (optim.Adam, {"betas": (torch.tensor(0.9), torch.tensor([0.9, 0.99]))},
      r"a tensor betas\[1\] must hold one"),
 ])
 def test_what_is_not_implemented_is_refused_clearly(cls, kwargs, match):
@@ -251,7 +253,7 @@ def test_what_is_not_implemented_is_refused_clearly(cls, kwargs, match):
         cls([torch.nn.Parameter(torch.zeros(2, device=DEVICE))], **kwargs)
 
 
-@pytest.mark.parametrize("cls", [go.SGD, go.Adam, go.AdamW])
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adam, optim.AdamW])
 def test_torch_switches_set_off_are_accepted(cls):
     p = torch.nn.Parameter(torch.ones(3, device=DEVICE))
     opt = cls([p], lr=0.1, foreach=False, fused=None, differentiable=False)
@@ -263,7 +265,7 @@ def test_torch_switches_set_off_are_accepted(cls):
 def test_a_tensor_learning_rate_follows_a_scheduler():
     p = torch.nn.Parameter(torch.zeros(4, device=DEVICE))
     q = torch.nn.Parameter(torch.zeros(4, device=DEVICE))
-    ours = go.Adam([p], lr=torch.tensor(0.1))
+    ours = optim.Adam([p], lr=torch.tensor(0.1))
     theirs = torch.optim.Adam([q], lr=torch.tensor(0.1), foreach=False)
     sched = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5) for o in (ours, theirs)]
     for _ in range(3):

@@ -1,12 +1,12 @@
 """The point-to-point benchmark in gpudl.bench.allreduce, and its message check in
-gpudl.parallel.comms."""
+gpudl.parallel.messages."""
 
 import pytest
 import torch
 
 from gpudl.bench.allreduce import format_table, p2p_bandwidth, p2p_bandwidth_worker
-from gpudl.parallel.comms import check_p2p, rank_input
 from gpudl.parallel.launch import default_backend, spawn
+from gpudl.parallel.messages import check_p2p, rank_input
 
 
 def test_check_p2p_catches_wrong_messages():

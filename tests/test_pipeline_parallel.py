@@ -1,4 +1,4 @@
-"""Pipeline parallelism (gpudl.parallel.pipeline_parallel) and the encoder it splits
+"""Pipeline parallelism (gpudl.parallel.pipeline) and the encoder it splits
 (gpudl.models): schedules against the bubble formula, every schedule equal to one process at
 world sizes 2 and 4, the measured bubble, and bad input."""
 
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 matplotlib.use("Agg")
 
+from gpudl import plots  # noqa: E402
 from gpudl.estimate import bubble_fraction  # noqa: E402
 from gpudl.models import (  # noqa: E402
     BERT_BASE,
@@ -21,7 +22,8 @@ from gpudl.models import (  # noqa: E402
     encoder_batch,
     make_encoder,
 )
-from gpudl.parallel import pipeline_parallel as pp  # noqa: E402
+from gpudl.parallel import pipeline  # noqa: E402
+from gpudl.parallel.reference import encoder_sgd_run  # noqa: E402
 
 # --- the encoder -----------------------------------------------------------------------------
 
@@ -84,8 +86,8 @@ def test_simulated_idle_fraction_is_the_bubble_formula(stages, microbatches, nam
                                                        backward):
     """An event simulation of the schedule's dependencies against the closed formula, for any
     forward and backward costs (the formula does not depend on their ratio)."""
-    timelines = pp.simulate(name, stages, microbatches, forward, backward)
-    assert pp.idle_fraction(timelines) == pytest.approx(bubble_fraction(stages, microbatches),
+    timelines = pipeline.simulate(name, stages, microbatches, forward, backward)
+    assert pipeline.idle_fraction(timelines) == pytest.approx(bubble_fraction(stages, microbatches),
                                                         abs=1e-12)
 
 
@@ -94,7 +96,7 @@ def test_simulated_idle_fraction_is_the_bubble_formula(stages, microbatches, nam
        name=st.sampled_from(["gpipe", "1f1b"]))
 def test_every_schedule_runs_each_pass_once_forward_first(stages, microbatches, name):
     for stage in range(stages):
-        actions = pp.schedule(name, stage, stages, microbatches)
+        actions = pipeline.schedule(name, stage, stages, microbatches)
         assert sorted(actions) == sorted([("F", i) for i in range(microbatches)]
                                          + [("B", i) for i in range(microbatches)])
         for i in range(microbatches):
@@ -108,29 +110,33 @@ def test_every_schedule_runs_each_pass_once_forward_first(stages, microbatches, 
 
 
 def test_naive_split_keeps_one_stage_busy_at_a_time():
-    timelines = pp.simulate("naive", 4, 1)
+    timelines = pipeline.simulate("naive", 4, 1)
     intervals = sorted((e["start_s"], e["end_s"]) for t in timelines for e in t)
     assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:], strict=False))
-    assert pp.idle_fraction(timelines) == 0.75
+    assert pipeline.idle_fraction(timelines) == 0.75
 
 
 def test_stage_layers_split_twelve_blocks_into_four_stages():
-    assert [pp.stage_layers(12, 4, s) for s in range(4)] == [range(0, 3), range(3, 6),
+    assert [pipeline.stage_layers(12, 4, s) for s in range(4)] == [range(0, 3), range(3, 6),
                                                              range(6, 9), range(9, 12)]
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: pp.stage_layers(12, 5, 0), ValueError, "5 does not divide 12"),
-    (lambda: pp.stage_layers(12, 4, 4), ValueError, "stage"),
-    (lambda: pp.schedule("zigzag", 0, 4, 4), ValueError, "schedule"),
-    (lambda: pp.schedule("naive", 0, 4, 2), ValueError, "microbatches=1"),
-    (lambda: pp.PipelinePlan("gpipe", 3, batch=16), ValueError, "divide the batch"),
-    (lambda: pp.PipelinePlan("gpipe", 0), ValueError, "microbatches"),
-    (lambda: pp.PipelinePlan("naive", 1, engine="torch"), ValueError, "pipelining runs"),
-    (lambda: pp.PipelinePlan("gpipe", 4, engine="torch", pace_s=0.01), ValueError, "pace_s"),
-    (lambda: pp.run_pipelines([pp.PipelinePlan()], world_size=5), ValueError, "12 layers"),
-    (lambda: pp.run_pipelines([pp.PipelinePlan()], world_size=2.0), TypeError, "world_size"),
-    (lambda: pp.run_pipelines(["gpipe"]), TypeError, "PipelinePlan"),
+    (lambda: pipeline.stage_layers(12, 5, 0), ValueError,
+     r"layers \(12\) must be divisible by the pipeline-parallel degree \(stages\) \(5\)"),
+    (lambda: pipeline.stage_layers(12, 4, 4), ValueError, "stage"),
+    (lambda: pipeline.schedule("zigzag", 0, 4, 4), ValueError, "schedule"),
+    (lambda: pipeline.schedule("naive", 0, 4, 2), ValueError, "microbatches=1"),
+    (lambda: pipeline.PipelinePlan("gpipe", 3, batch=16), ValueError, "divide the batch"),
+    (lambda: pipeline.PipelinePlan("gpipe", 0), ValueError, "microbatches"),
+    (lambda: pipeline.PipelinePlan("naive", 1, engine="torch"), ValueError, "pipelining runs"),
+    (lambda: pipeline.PipelinePlan("gpipe", 4, engine="torch", pace_s=0.01), ValueError,
+     "pace_s"),
+    (lambda: pipeline.run_pipelines([pipeline.PipelinePlan()], world_size=5), ValueError,
+     r"layers \(12\)"),
+    (lambda: pipeline.run_pipelines([pipeline.PipelinePlan()], world_size=2.0), TypeError,
+     "world_size"),
+    (lambda: pipeline.run_pipelines(["gpipe"]), TypeError, "PipelinePlan"),
 ])
 def test_bad_input_is_rejected_before_anything_starts(call, error, match):
     with pytest.raises(error, match=match):
@@ -139,7 +145,7 @@ def test_bad_input_is_rejected_before_anything_starts(call, error, match):
 
 # --- distributed: equal to one process, and the measured bubble ------------------------------
 
-EQUIVALENCE = [pp.PipelinePlan(name, m, engine=engine, dtype=torch.float64)
+EQUIVALENCE = [pipeline.PipelinePlan(name, m, engine=engine, dtype=torch.float64)
                for engine, name, m in [("hand", "naive", 1), ("hand", "gpipe", 4),
                                        ("hand", "1f1b", 4), ("hand", "1f1b", 2),
                                        ("torch", "gpipe", 4), ("torch", "1f1b", 4)]]
@@ -150,12 +156,12 @@ EQUIVALENCE = [pp.PipelinePlan(name, m, engine=engine, dtype=torch.float64)
 # a few hundredths (at most 0.018 in that run); 0.05 leaves room for a busier machine and
 # still tells 0.43 from 0.75.
 BUBBLE_TOLERANCE = 0.05
-PACED = [pp.PipelinePlan(name, m, steps=1, pace_s=0.01)
+PACED = [pipeline.PipelinePlan(name, m, steps=1, pace_s=0.01)
          for name, m in [("naive", 1), ("gpipe", 4), ("1f1b", 4)]]
 
 
 def assert_equal_to_one_process(ranks, plan):
-    reference = pp.reference_steps(plan.config, plan.batch, plan.steps, plan.lr, plan.dtype)
+    reference = encoder_sgd_run(plan.config, plan.batch, plan.steps, plan.lr, plan.dtype)
     assert ranks[-1]["losses"] == pytest.approx(reference["losses"], rel=1e-12)
     for step, grads in enumerate(reference["grads"]):
         scale = max(g.abs().max().item() for g in grads.values())
@@ -171,7 +177,7 @@ def assert_equal_to_one_process(ranks, plan):
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_every_schedule_equals_one_process_and_the_bubble_is_measured(world_size):
     plans = EQUIVALENCE + (PACED if world_size == 4 else [])
-    results = pp.run_pipelines(plans, world_size, timeout=300)
+    results = pipeline.run_pipelines(plans, world_size, timeout=300)
     per = 12 // world_size
     for plan, ranks in zip(plans, results, strict=True):
         assert [r["layers"] for r in ranks] == [(s * per, (s + 1) * per)
@@ -181,18 +187,18 @@ def test_every_schedule_equals_one_process_and_the_bubble_is_measured(world_size
         if plan.engine == "hand":
             for s, r in enumerate(ranks):
                 actions = [(e["kind"], e["microbatch"]) for e in r["timeline"]]
-                assert actions == pp.schedule(plan.schedule, s, world_size, plan.microbatches)
+                assert actions == pipeline.schedule(plan.schedule, s, world_size, plan.microbatches)
                 assert r["peak_in_flight"] == (plan.microbatches if plan.schedule != "1f1b"
                                                else min(world_size - s, plan.microbatches))
         if plan.pace_s is not None:
-            measured = pp.idle_fraction([r["timeline"] for r in ranks])
+            measured = pipeline.idle_fraction([r["timeline"] for r in ranks])
             formula = bubble_fraction(world_size, plan.microbatches)
             assert abs(measured - formula) <= BUBBLE_TOLERANCE, (plan.schedule, measured, formula)
 
 
 def test_plot_timelines_draws_one_chart_per_schedule():
-    fig = pp.plot_timelines({name: pp.simulate(name, 4, 4) for name in ("gpipe", "1f1b")},
-                            unit="slots")
+    fig = plots.pipeline_timelines(
+        {name: pipeline.simulate(name, 4, 4) for name in ("gpipe", "1f1b")}, unit="slots")
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == [
         f"{name}: idle {bubble_fraction(4, 4):.0%}" for name in ("gpipe", "1f1b")]
@@ -208,7 +214,7 @@ def test_bubble_fraction_rejects_bad_counts(args, error):
 
 
 def test_schedule_figure_puts_the_three_schedules_on_one_time_axis():
-    axes = pp.plot_schedules(stages=4, microbatches=4).get_axes()
+    axes = plots.pipeline_schedules(stages=4, microbatches=4).get_axes()
     assert [ax.get_title() for ax in axes] == [
         f"naive, m = 1: idle {bubble_fraction(4, 1):.0%}",
         *(f"{name}, m = 4: idle {bubble_fraction(4, 4):.0%}" for name in ("gpipe", "1f1b"))]

@@ -205,9 +205,9 @@ def test_bank_conflicts_draw_the_traced_tile_reads():
 
 
 def test_matmul_tiling_draws_each_variants_tiles():
-    from gpudl.kernels import matmul as mm
+    from gpudl.kernels import matmul
 
-    assert plots.tile_geometry("v5_register_2d")["rows"] == mm.V5_BM
+    assert plots.tile_geometry("v5_register_2d")["rows"] == matmul.V5_BM
     fig = plots.matmul_tiling()
     for ax, variant in zip(fig.axes, ("v3_tiled", "v4_register_1d", "v5_register_2d"),
                            strict=True):

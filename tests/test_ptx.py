@@ -157,8 +157,10 @@ def test_without_the_compiler_pieces_the_command_says_what_to_install(monkeypatc
 
 
 def test_bad_compute_capabilities_are_refused():
-    with pytest.raises(ValueError, match="cc must be a"):
+    with pytest.raises(TypeError, match="cc must be a"):
         ptx.ptx_many(["copy_v1"], cc="9.0")
+    with pytest.raises(ValueError, match=r"cc\[1\] must be >= 0"):
+        ptx.ptx_many(["copy_v1"], cc=(9, -1))
     with pytest.raises(SystemExit):
         ptx.main(["copy_v1", "--cc", "sm90"])
 
@@ -172,9 +174,9 @@ def test_the_vector_intrinsics_refuse_what_is_not_a_float32_vector(texts):
         "def bad(x):\n"
         "    wide.load4(x, 0)\n"
         "try:\n"
-        "    ptx._prepare_compiler()\n"
+        "    ptx.prepare_compiler()\n"
         "    from numba.cuda import dispatcher\n"
-        "    dispatcher.get_current_device = lambda: ptx._Device((9, 0))\n"
+        "    dispatcher.get_current_device = lambda: ptx.CompileTarget((9, 0))\n"
         "    cuda.compile_ptx(bad, 'void(float64[::1])', cc=(9, 0))\n"
         "except Exception as error:\n"
         "    print(type(error).__name__, error)\n")

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import EPS32
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -15,10 +16,10 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 from numba import cuda
 
 from gpudl.bench import find_bar, load_or_run
-from gpudl.kernels import reduction as red
+from gpudl.kernels import reduction, reduction_error
+from gpudl.kernels.grid import resident_blocks
 
-TPB = red.THREADS_PER_BLOCK
-EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
+TPB = reduction.THREADS_PER_BLOCK
 PRIMES = [p for p in range(2, 3001) if all(p % d for d in range(2, math.isqrt(p) + 1))]
 EDGE_SIZES = [0, 1, 31, 33, 255, 257, 1000, 2999]  # 2999 is prime
 KINDS = ("normal", "positive", "wide")
@@ -49,13 +50,13 @@ def assert_within_bound(got: float, x: np.ndarray, variant: str) -> None:
     depth <= n for every variant, so this is never looser than n * eps32 * sum(|x|), and
     for the trees it is 8 per launch.
     """
-    exact = red.reference_sum(x)
+    exact = reduction.reference_sum(x)
     if math.isnan(exact):
         assert math.isnan(got), f"{variant}: expected NaN, got {got}"
     elif math.isinf(exact):
         assert got == exact, f"{variant}: expected {exact}, got {got}"
     else:
-        depth = red.addition_depth(x.size, variant) if x.size else 0
+        depth = reduction_error.addition_depth(x.size, variant) if x.size else 0
         bound = depth * EPS32 * math.fsum(np.abs(x.astype(np.float64)))
         assert abs(got - exact) <= bound, (
             f"{variant}, n={x.size}: got {got!r}, exact {exact!r}, "
@@ -68,7 +69,7 @@ def assert_within_bound(got: float, x: np.ndarray, variant: str) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", list(red.VARIANTS))
+@pytest.mark.parametrize("variant", list(reduction.VARIANTS))
 @settings(max_examples=1, deadline=None, database=None)
 @given(
     n=st.sampled_from(PRIMES),
@@ -84,14 +85,14 @@ def assert_within_bound(got: float, x: np.ndarray, variant: str) -> None:
 @example(n=1000, seed=6, kind="wide")
 def test_sum_matches_float64_reference_within_the_bound(variant, n, seed, kind):
     x = make_data(n, seed, kind)
-    got = red.reduce_sum(x, variant=variant)
+    got = reduction.reduce_sum(x, variant=variant)
     assert isinstance(got, float)
     assert_within_bound(got, x, variant)
 
 
 @pytest.mark.parametrize("n", EDGE_SIZES[1:] + [1 << 20, (1 << 26) + 13])
 def test_depths_stay_within_n_and_grow_as_derived(n):
-    depths = {v: red.addition_depth(n, v) for v in red.VARIANTS}
+    depths = {v: reduction_error.addition_depth(n, v) for v in reduction.VARIANTS}
     assert all(1 <= d <= n for d in depths.values())
     assert depths["v1_atomic"] == n
     launches = max(1, math.ceil(math.log(n, TPB)))  # n -> n/256 -> ... -> 1
@@ -103,7 +104,7 @@ def test_depths_stay_within_n_and_grow_as_derived(n):
 
 def test_the_bound_is_tight_enough_to_catch_a_lost_element():
     x = make_data(300, seed=11, kind="positive")  # every element >= 0.5
-    exact = red.reduce_sum(x, variant="v6_one_pass_atomic")
+    exact = reduction.reduce_sum(x, variant="v6_one_pass_atomic")
     assert_within_bound(exact, x, "v6_one_pass_atomic")
     with pytest.raises(AssertionError, match="bound"):
         assert_within_bound(exact - float(x[0]), x, "v6_one_pass_atomic")
@@ -151,8 +152,8 @@ class HostKernel:
 def test_tree_passes_launch_until_one_block_is_left(n, expected):
     kernel = HostKernel(grid_stride=False)
     x = np.arange(n, dtype=np.float32) % 7
-    out = red.poisoned(1)
-    red._tree_passes(kernel, cuda.to_device(x), out)
+    out = reduction.poisoned(1)
+    reduction.tree_passes(kernel, cuda.to_device(x), out)
     assert kernel.launches == expected
     assert out.copy_to_host()[0] == x.sum(dtype=np.float64)
 
@@ -161,11 +162,11 @@ def test_tree_passes_launch_until_one_block_is_left(n, expected):
 @pytest.mark.parametrize("full_blocks", [1, 2, 3, 4, 7])
 def test_grid_stride_passes_use_the_grid_then_one_block(full_blocks, extra):
     n = full_blocks * TPB + extra
-    grid = min(red.elementwise._resident_blocks(TPB), math.ceil(n / TPB))  # 4 simulated
+    grid = min(resident_blocks(TPB), math.ceil(n / TPB))  # 4 simulated
     kernel = HostKernel(grid_stride=True)
     x = np.arange(n, dtype=np.float32) % 5
-    out = red.poisoned(1)
-    red._grid_stride_passes(kernel, cuda.to_device(x), out)
+    out = reduction.poisoned(1)
+    reduction.grid_stride_passes(kernel, cuda.to_device(x), out)
     expected = [(n, grid, TPB, grid), (grid, 1, TPB, 1)] if grid > 1 else [(n, 1, TPB, 1)]
     assert kernel.launches == expected
     assert out.copy_to_host()[0] == x.sum(dtype=np.float64)
@@ -188,16 +189,20 @@ class Spy:
 @pytest.mark.parametrize(
     ("passes", "kernel", "n"),
     [
-        (red._tree_passes, red.v3_sequential, TPB + 1),  # one block over, then one
-        (red._grid_stride_passes, red.v5_warp_shuffle, 4 * TPB + 1),  # a full grid (simulator)
+        (reduction.tree_passes, reduction.v3_sequential, TPB + 1),  # one block over, then one
+        (
+            reduction.grid_stride_passes,
+            reduction.v5_warp_shuffle,
+            4 * TPB + 1,
+        ),  # a full grid (simulator)
     ],
 )
 def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
-    grid_stride = passes is red._grid_stride_passes
-    blocks = red.grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
+    grid_stride = passes is reduction.grid_stride_passes
+    blocks = reduction.grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
     x = make_data(n, seed=n, kind="positive")
     spy = Spy(kernel)
-    out = red.poisoned(1)
+    out = reduction.poisoned(1)
     passes(spy, cuda.to_device(x), out)
     first, last = spy.outputs
     assert first.shape == (blocks,) and not np.isnan(first).any()
@@ -214,33 +219,35 @@ def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
 
 
 def skip_last_block(x, out):
-    partials = red.poisoned(math.ceil(x.size / TPB))
-    red.v3_sequential[partials.size - 1, TPB](x, partials)  # one block short
-    red.v3_sequential[1, TPB](partials, out)
+    partials = reduction.poisoned(math.ceil(x.size / TPB))
+    reduction.v3_sequential[partials.size - 1, TPB](x, partials)  # one block short
+    reduction.v3_sequential[1, TPB](partials, out)
 
 
 def one_partial_too_many(x, out):
-    partials = red.poisoned(3)  # but only two blocks are launched to fill it
-    red.v5_warp_shuffle[2, TPB](x, partials)
-    red.v5_warp_shuffle[1, TPB](partials, out)
+    partials = reduction.poisoned(3)  # but only two blocks are launched to fill it
+    reduction.v5_warp_shuffle[2, TPB](x, partials)
+    reduction.v5_warp_shuffle[1, TPB](partials, out)
 
 
 def atomic_one_block_short(x, out):
-    red._zero(out)
-    red.v1_atomic[math.ceil(x.size / TPB) - 1, TPB](x, out)
+    reduction.zero_accumulator(out)
+    reduction.v1_atomic[math.ceil(x.size / TPB) - 1, TPB](x, out)
 
 
 def atomic_without_zeroing(x, out):
-    red.v1_atomic[math.ceil(x.size / TPB), TPB](x, out)
+    reduction.v1_atomic[math.ceil(x.size / TPB), TPB](x, out)
 
 
 def last_block_with_a_stale_counter(x, out):
     """v7 with its counter left at 1 by a launch that never finished: block 0 draws the
     ticket the last block should draw and sums before block 1 has written its partial."""
-    partials, arrived = red.workspace()
+    partials, arrived = reduction.workspace()
     arrived.copy_to_device(np.ones(1, dtype=np.int32))
     try:
-        red.v7_last_block[red.grid_stride_blocks(x.size), TPB](x, out, partials, arrived)
+        reduction.v7_last_block[reduction.grid_stride_blocks(x.size), TPB](
+            x, out, partials, arrived
+        )
     finally:
         arrived.copy_to_device(np.zeros(1, dtype=np.int32))
         partials.copy_to_device(np.full(partials.size, np.nan, dtype=np.float32))
@@ -257,9 +264,9 @@ def last_block_with_a_stale_counter(x, out):
     ],
 )
 def test_a_launcher_that_skips_work_fails_the_check(monkeypatch, broken, like, nan):
-    monkeypatch.setitem(red.VARIANTS, "broken", broken)
+    monkeypatch.setitem(reduction.VARIANTS, "broken", broken)
     x = make_data(300, seed=12, kind="positive")  # > 1 block; no cancellation hides a loss
-    got = red.reduce_sum(x, variant="broken")
+    got = reduction.reduce_sum(x, variant="broken")
     assert math.isnan(got) == nan
     with pytest.raises(AssertionError):
         assert_within_bound(got, x, like)
@@ -283,28 +290,28 @@ class Counting:
 
 def test_v7_is_one_launch_without_allocation_or_memset(monkeypatch):
     x = cuda.to_device(make_data(3 * TPB + 5, seed=18, kind="positive"))
-    out = red.poisoned(1)
-    red.VARIANTS["v7_last_block"](x, out)  # the first call allocates the workspace
+    out = reduction.poisoned(1)
+    reduction.VARIANTS["v7_last_block"](x, out)  # the first call allocates the workspace
 
     def forbidden(*args, **kwargs):
         raise AssertionError("v7 allocated or set memory in a call after the first")
 
-    for module, name in ((red.cuda, "device_array"), (red.cuda, "to_device"),
-                         (red.driver, "device_memset"), (red, "poisoned")):
+    for module, name in ((reduction.cuda, "device_array"), (reduction.cuda, "to_device"),
+                         (reduction.driver, "device_memset"), (reduction, "poisoned")):
         monkeypatch.setattr(module, name, forbidden)
-    spy = Counting(red.v7_last_block)
-    monkeypatch.setattr(red, "v7_last_block", spy)
+    spy = Counting(reduction.v7_last_block)
+    monkeypatch.setattr(reduction, "v7_last_block", spy)
     for _ in range(3):  # the same answer each time, from the workspace the last block reset
-        red.VARIANTS["v7_last_block"](x, out)
+        reduction.VARIANTS["v7_last_block"](x, out)
         assert_within_bound(float(out.copy_to_host()[0]), x.copy_to_host(), "v7_last_block")
-    assert spy.grids == [red.grid_stride_blocks(x.size)] * 3
+    assert spy.grids == [reduction.grid_stride_blocks(x.size)] * 3
 
 
 def test_v7_leaves_its_counter_at_zero_and_its_partials_poisoned():
     for n in (1, 300, 4 * TPB + 1):
         x = make_data(n, seed=n, kind="wide")
-        assert_within_bound(red.reduce_sum(x, "v7_last_block"), x, "v7_last_block")
-        partials, arrived = red.workspace()
+        assert_within_bound(reduction.reduce_sum(x, "v7_last_block"), x, "v7_last_block")
+        partials, arrived = reduction.workspace()
         assert arrived.copy_to_host()[0] == 0
         assert np.isnan(partials.copy_to_host()).all()
 
@@ -314,35 +321,35 @@ def test_v7_leaves_its_counter_at_zero_and_its_partials_poisoned():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", list(red.VARIANTS))
+@pytest.mark.parametrize("variant", list(reduction.VARIANTS))
 def test_nan_propagates(variant):
     x = make_data(40, seed=13)
     x[-1] = np.nan
-    assert math.isnan(red.reduce_sum(x, variant=variant))
+    assert math.isnan(reduction.reduce_sum(x, variant=variant))
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("variant", list(red.VARIANTS))
+@pytest.mark.parametrize("variant", list(reduction.VARIANTS))
 def test_inf_as_in_numpy(variant):
     x = make_data(40, seed=14)
     x[3] = np.inf
-    assert red.reduce_sum(x, variant=variant) == np.sum(x) == math.inf
+    assert reduction.reduce_sum(x, variant=variant) == np.sum(x) == math.inf
     x[20] = -np.inf
-    assert math.isnan(red.reduce_sum(x, variant=variant)) and math.isnan(np.sum(x))
+    assert math.isnan(reduction.reduce_sum(x, variant=variant)) and math.isnan(np.sum(x))
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_a_sum_past_the_float32_range_overflows_to_inf():
     x = np.full(3, 2e38, dtype=np.float32)
-    assert red.reduce_sum(x, variant="v3_sequential") == np.sum(x) == math.inf
+    assert reduction.reduce_sum(x, variant="v3_sequential") == np.sum(x) == math.inf
 
 
 def test_reference_sum_is_exact_and_numpy_like_for_non_finite():
     x = np.array([1e8, 1.0, -1e8, 1e-8], dtype=np.float32)
-    assert red.reference_sum(x) == math.fsum(x.astype(np.float64))
-    assert red.reference_sum(np.array([1, np.inf], np.float32)) == math.inf
-    assert math.isnan(red.reference_sum(np.array([-np.inf, np.inf], np.float32)))
-    assert red.reference_sum(cuda.to_device(x)) == red.reference_sum(x)
+    assert reduction.reference_sum(x) == math.fsum(x.astype(np.float64))
+    assert reduction.reference_sum(np.array([1, np.inf], np.float32)) == math.inf
+    assert math.isnan(reduction.reference_sum(np.array([-np.inf, np.inf], np.float32)))
+    assert reduction.reference_sum(cuda.to_device(x)) == reduction.reference_sum(x)
 
 
 # ------------------------------------------------------------------------------------------
@@ -354,7 +361,7 @@ def test_reference_sum_is_exact_and_numpy_like_for_non_finite():
 def test_device_arrays_are_accepted_and_left_alone(variant):
     x = make_data(300, seed=15)
     x_d = cuda.to_device(x)
-    got = red.reduce_sum(x_d, variant=variant)
+    got = reduction.reduce_sum(x_d, variant=variant)
     assert isinstance(got, float)
     assert_within_bound(got, x, variant)
     np.testing.assert_array_equal(x_d.copy_to_host(), x)
@@ -366,9 +373,9 @@ def test_empty_input_gives_zero_without_a_launch(monkeypatch, on_device):
         raise AssertionError("launched on empty input")
 
     empty = np.empty(0, dtype=np.float32)
-    for variant in red.VARIANTS:
-        monkeypatch.setitem(red.VARIANTS, variant, no_launch)
-        got = red.reduce_sum(cuda.to_device(empty) if on_device else empty, variant=variant)
+    for variant in reduction.VARIANTS:
+        monkeypatch.setitem(reduction.VARIANTS, variant, no_launch)
+        got = reduction.reduce_sum(cuda.to_device(empty) if on_device else empty, variant=variant)
         assert got == 0.0 and isinstance(got, float)
 
 
@@ -395,26 +402,29 @@ GOOD = np.ones(8, dtype=np.float32)
 )
 def test_bad_input_is_rejected(x, error, match):
     with pytest.raises(error, match=match):
-        red.reduce_sum(x)
+        reduction.reduce_sum(x)
     with pytest.raises(error, match=match):
-        red.reference_sum(x)
+        reduction.reference_sum(x)
 
 
 def test_unknown_variant_lists_the_variants():
     with pytest.raises(ValueError, match=r"variant must be one of \['v1_atomic', .*'v6_"):
-        red.reduce_sum(GOOD, variant="v7")
+        reduction.reduce_sum(GOOD, variant="v7")
     with pytest.raises(ValueError, match="variant must be one of"):
-        red.addition_depth(8, "v7")
+        reduction_error.addition_depth(8, "v7")
 
 
-@pytest.mark.parametrize("n", [0, -1, 2.0, True])
-def test_addition_depth_needs_a_positive_length(n):
-    with pytest.raises(ValueError, match="n must be an integer >= 1"):
-        red.addition_depth(n, "v1_atomic")
+@pytest.mark.parametrize(("n", "error", "match"), [
+    (0, ValueError, "n must be >= 1"), (-1, ValueError, "n must be >= 1"),
+    (2.0, TypeError, "n must be an int"), (True, TypeError, "n must be an int"),
+])
+def test_addition_depth_needs_a_positive_length(n, error, match):
+    with pytest.raises(error, match=match):
+        reduction_error.addition_depth(n, "v1_atomic")
 
 
 def test_block_size_is_a_power_of_two_with_two_warps_at_least():
-    assert TPB == 256 and TPB & (TPB - 1) == 0 and red.LOG2_TPB == 8
+    assert TPB == 256 and TPB & (TPB - 1) == 0 and reduction.LOG2_TPB == 8
 
 
 # ------------------------------------------------------------------------------------------
@@ -423,11 +433,11 @@ def test_block_size_is_a_power_of_two_with_two_warps_at_least():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", list(red.VARIANTS))
+@pytest.mark.parametrize("variant", list(reduction.VARIANTS))
 def test_large_sums_on_the_gpu(variant):
     n = backend.pick(gpu=(1 << 23) - 13, sim=300)  # v2/v3: three launches; v1: depth < 2**23
     x = make_data(n, seed=16, kind="positive")
-    assert_within_bound(red.reduce_sum(x, variant=variant), x, variant)
+    assert_within_bound(reduction.reduce_sum(x, variant=variant), x, variant)
 
 
 @pytest.mark.gpu

@@ -2,11 +2,9 @@
 
 import numpy as np
 import pytest
+from conftest import EPS32
 
-import gpudl
 from gpudl.solutions import ch02
-
-EPS32 = float(np.finfo(np.float32).eps)
 
 
 def per_warp_reference(x: np.ndarray) -> np.ndarray:
@@ -48,7 +46,7 @@ def test_empty_and_bad_input():
         ch02.warp_sums(np.ones((2, 2), np.float32))
 
 
-@pytest.mark.skipif(not gpudl.backend.is_simulator(), reason="the tracer needs the simulator")
+@pytest.mark.simulator_only
 @pytest.mark.parametrize(("width", "degree"), [(32, 32), (33, 1), (64, 32), (34, 2), (31, 1)])
 def test_column_read_conflicts_match_the_bank_arithmetic(width, degree):
     # word k * width sits in bank (k * width) % 32: count the lanes per bank by hand

@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
-from gpudl.kernels import matmul as mm
+from conftest import EPS32
+
+from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels import nn
 from gpudl.models import KernelMLP, load_digits_split
 from gpudl.solutions import ch03
-
-EPS32 = float(np.finfo(np.float32).eps)
 
 
 def test_linear_grads_by_loops_match_the_kernel_and_autograd():
@@ -69,16 +67,16 @@ def test_training_step_flops_match_the_flop_counter():
 
 def test_tile_intensity_and_shared_loads_by_hand():
     assert ch03.tile_intensity(1, 1) == 0.25  # naive: 2 flops per 8 bytes
-    assert ch03.tile_intensity(mm.TILE, mm.TILE) == 4.0
-    assert ch03.tile_intensity(mm.V4_BM, mm.V4_BN) == 16.0
-    assert ch03.tile_intensity(mm.V5_BM, mm.V5_BN) == 32.0
+    assert ch03.tile_intensity(matmul_kernels.TILE, matmul_kernels.TILE) == 4.0
+    assert ch03.tile_intensity(matmul_kernels.V4_BM, matmul_kernels.V4_BN) == 16.0
+    assert ch03.tile_intensity(matmul_kernels.V5_BM, matmul_kernels.V5_BN) == 32.0
     assert ch03.tile_intensity(128, 64) == pytest.approx(128 * 64 / (2 * 192))
     assert ch03.shared_loads_per_fma(1, 1) == 2.0  # v3
-    assert ch03.shared_loads_per_fma(mm.V4_TM, 1) == 9 / 8  # v4
-    assert ch03.shared_loads_per_fma(mm.V5_TM, mm.V5_TN) == 0.25  # v5
+    assert ch03.shared_loads_per_fma(matmul_kernels.V4_TM, 1) == 9 / 8  # v4
+    assert ch03.shared_loads_per_fma(matmul_kernels.V5_TM, matmul_kernels.V5_TN) == 0.25  # v5
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="the tracer runs on the simulator")
+@pytest.mark.simulator_only
 def test_naive_and_coalesced_sectors():
     sectors = ch03.naive_and_coalesced_sectors()
     assert sectors["v1_naive"] == {"load a": 32.0, "load b": 1.0, "store c": 32.0}

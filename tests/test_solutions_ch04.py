@@ -6,39 +6,36 @@ import numpy as np
 import pytest
 import torch
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
-from gpudl import optim as go
-from gpudl.kernels import optim as ko
+from gpudl import optim
+from gpudl.kernels import optim as optim_kernels
 from gpudl.solutions import ch04
 
 pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 N = 24
 # The tracer that counts bytes and launches runs kernels on the simulator only.
-simulator_only = pytest.mark.skipif(not backend.is_simulator(), reason="needs the simulator")
 
 
 def traced_bytes(fn, *args, **kwargs) -> float:
-    with ko.traffic() as t:
+    with optim_kernels.traffic() as t:
         fn(*args, **kwargs)
     return t.total("global") / N
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_step_bytes_match_what_the_kernels_access():
     rng = np.random.default_rng(0)
     p, g, m = (rng.standard_normal(N, dtype=np.float32) for _ in range(3))
     v = np.abs(rng.standard_normal(N, dtype=np.float32))
     counts = ch04.step_bytes_per_param()
-    assert traced_bytes(ko.sgd_step, p, g, None, first=True, lr=0.1) == counts["sgd"]
-    assert traced_bytes(ko.sgd_step, p, g, m, first=False, lr=0.1,
+    assert traced_bytes(optim_kernels.sgd_step, p, g, None, first=True, lr=0.1) == counts["sgd"]
+    assert traced_bytes(optim_kernels.sgd_step, p, g, m, first=False, lr=0.1,
                         momentum=0.9) == counts["sgd_momentum"]
     for variant in ("fused", "unfused"):
-        assert traced_bytes(ko.adam_step, p, g, m, v, step=1,
+        assert traced_bytes(optim_kernels.adam_step, p, g, m, v, step=1,
                             variant=variant) == counts[f"adam_{variant}"]
     half = p.astype(np.float16)
-    assert traced_bytes(ko.adam_step_mixed, half, g.astype(np.float16), p, m, v,
+    assert traced_bytes(optim_kernels.adam_step_mixed, half, g.astype(np.float16), p, m, v,
                         step=1) == counts["adam_mixed"]
     # no kernel here keeps bfloat16 moments: half the bytes of fp32's seven values
     assert counts["adam_bf16_no_master"] == counts["adam_fused"] // 2 == 14
@@ -61,11 +58,11 @@ def test_shared_memory_capacity_by_hand():
     assert ch04.shared_memory_adam_capacity() / 1e9 < 0.004  # under 0.4% of a 1B model
 
 
-@simulator_only
+@pytest.mark.simulator_only
 def test_step_time_model_launches_are_the_optimizers():
     sizes = [30, 7, 11]
-    rows = {r["variant"]: r for r in go.traffic_table(sizes=tuple(sizes))}
-    for variant in ko.VARIANTS:
+    rows = {r["variant"]: r for r in optim.traffic_table(sizes=tuple(sizes))}
+    for variant in optim_kernels.VARIANTS:
         model = ch04.step_time_model(sizes, variant, launch_s=5e-6, bandwidth=3.35e12)
         assert model["launches"] == rows[variant]["launches"]
         assert model["bytes"] == rows[variant]["global_bytes"]

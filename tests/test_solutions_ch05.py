@@ -7,16 +7,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpudl.parallel.comms import ring_all_reduce_check
-from gpudl.parallel.sharding import make_mlp
+from gpudl.parallel.data import ring_all_reduce_check
+from gpudl.parallel.reference import make_mlp
 from gpudl.solutions import ch05
 
-DIMS = (6, 16, 3)
+EXERCISE_DIMS = (6, 16, 3)
 
 
 def _batch(n=24, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(n, DIMS[0], generator=generator), torch.randn(n, DIMS[-1],
+    return torch.randn(n, EXERCISE_DIMS[0], generator=generator), torch.randn(n, EXERCISE_DIMS[-1],
                                                                      generator=generator)
 
 
@@ -26,43 +26,43 @@ def _relative(a, b):
 
 def test_the_mean_of_equal_shares_is_the_global_batch():
     x, y = _batch()
-    one = ch05.simulated_replicas(DIMS, x, y, 1, "mean", "sgd", 0.1, steps=3)
-    four = ch05.simulated_replicas(DIMS, x, y, 4, "mean", "sgd", 0.1, steps=3)
+    one = ch05.simulated_replicas(EXERCISE_DIMS, x, y, 1, "mean", "sgd", 0.1, steps=3)
+    four = ch05.simulated_replicas(EXERCISE_DIMS, x, y, 4, "mean", "sgd", 0.1, steps=3)
     assert _relative(four, one) < 1e-6
 
 
 def test_summing_is_averaging_with_the_learning_rate_times_n_for_sgd_only():
     x, y = _batch()
-    mean = ch05.simulated_replicas(DIMS, x, y, 4, "mean", "sgd", 0.1, steps=3)
-    summed_scaled = ch05.simulated_replicas(DIMS, x, y, 4, "sum", "sgd", 0.1 / 4, steps=3)
-    summed = ch05.simulated_replicas(DIMS, x, y, 4, "sum", "sgd", 0.1, steps=3)
+    mean = ch05.simulated_replicas(EXERCISE_DIMS, x, y, 4, "mean", "sgd", 0.1, steps=3)
+    summed_scaled = ch05.simulated_replicas(EXERCISE_DIMS, x, y, 4, "sum", "sgd", 0.1 / 4, steps=3)
+    summed = ch05.simulated_replicas(EXERCISE_DIMS, x, y, 4, "sum", "sgd", 0.1, steps=3)
     assert _relative(summed_scaled, mean) < 1e-6
     assert _relative(summed, mean) > 1e-2
     # Adam divides by the root of its second moment: a gradient 4 times larger gives (but for
     # epsilon) the same update
-    adam_mean = ch05.simulated_replicas(DIMS, x, y, 4, "mean", "adam", 1e-2, steps=3)
-    adam_sum = ch05.simulated_replicas(DIMS, x, y, 4, "sum", "adam", 1e-2, steps=3)
+    adam_mean = ch05.simulated_replicas(EXERCISE_DIMS, x, y, 4, "mean", "adam", 1e-2, steps=3)
+    adam_sum = ch05.simulated_replicas(EXERCISE_DIMS, x, y, 4, "sum", "adam", 1e-2, steps=3)
     assert _relative(adam_sum, adam_mean) < 1e-5
 
 
 def test_unequal_shares_need_the_weighted_average():
     x, y = _batch(10)
-    plain, weighted = ch05.weighted_average(DIMS, x, y, [7, 3])
-    model = make_mlp(DIMS)
+    plain, weighted = ch05.weighted_average(EXERCISE_DIMS, x, y, [7, 3])
+    model = make_mlp(EXERCISE_DIMS)
     torch.nn.functional.mse_loss(model(x), y).backward()
     whole = [p.grad for p in model.parameters()]
     assert max(_relative(w, g) for w, g in zip(weighted, whole, strict=True)) < 1e-6
     assert max(_relative(p, g) for p, g in zip(plain, whole, strict=True)) > 1e-2
-    equal_plain, equal_weighted = ch05.weighted_average(DIMS, x, y, [5, 5])
+    equal_plain, equal_weighted = ch05.weighted_average(EXERCISE_DIMS, x, y, [5, 5])
     assert all(torch.allclose(a, b) for a, b in zip(equal_plain, equal_weighted, strict=True))
 
 
 def test_bad_shares_are_refused():
     x, y = _batch(10)
     with pytest.raises(ValueError, match="shares"):
-        ch05.weighted_average(DIMS, x, y, [7, 4])
+        ch05.weighted_average(EXERCISE_DIMS, x, y, [7, 4])
     with pytest.raises(ValueError, match="equal shares"):
-        ch05.simulated_replicas(DIMS, x, y, 4, "mean", "sgd", 0.1, 1)
+        ch05.simulated_replicas(EXERCISE_DIMS, x, y, 4, "mean", "sgd", 0.1, 1)
 
 
 @given(numel=st.integers(0, 5000), world_size=st.integers(1, 12))

@@ -8,7 +8,7 @@ import torch
 from gpudl.estimate import bubble_fraction
 from gpudl.models import BERT_BASE, encoder_batch
 from gpudl.parallel.launch import run_under_torchrun
-from gpudl.parallel.tensor_parallel import SMALL, TensorParallelRun, tensor_parallel_worker
+from gpudl.parallel.tensor import TENSOR_CONFIG, TensorParallelRun, tensor_parallel_worker
 from gpudl.solutions import ch06
 
 
@@ -62,9 +62,9 @@ def test_tensor_parallel_traffic_is_what_a_run_all_reduces():
     (result,) = run_under_torchrun(tensor_parallel_worker, [run])
     counted = result["all_reduces"][0]["bytes"]
     for ways in (2, 4, 8):
-        traffic = ch06.step_traffic(SMALL, run.batch, 1000, ways, element_bytes=8)
+        traffic = ch06.step_traffic(TENSOR_CONFIG, run.batch, 1000, ways, element_bytes=8)
         assert traffic["tensor"] == pytest.approx(2 * (ways - 1) / ways * counted, rel=1e-12)
-        x, _ = encoder_batch(SMALL, run.batch)
+        x, _ = encoder_batch(TENSOR_CONFIG, run.batch)
         assert traffic["pipeline"] == 2 * x.numel() * 8
 
 

@@ -11,7 +11,7 @@ import torch
 from gpudl import backend  # noqa: F401  (first: chooses GPU or simulator)
 
 # isort: split
-from gpudl.kernels import attention as at
+from gpudl.kernels import attention as attention_kernels
 from gpudl.kernels import mma
 from gpudl.solutions import ch08
 
@@ -33,7 +33,7 @@ def inputs(heads, s, d, seed):
 @pytest.mark.parametrize(("heads", "s", "d", "causal"), [(2, 19, 5, False), (1, 20, 17, True)])
 def test_exercise_1_backward_matches_autograd_within_the_bound(heads, s, d, causal):
     q, k, v, do = inputs(heads, s, d, seed=s)
-    o, lse = at.forward(q, k, v, causal)
+    o, lse = attention_kernels.forward(q, k, v, causal)
     got = ch08.attention_backward(q, k, v, o, do, lse, causal)
     bounds = ch08.backward_error_bound(q, k, v, o, do, causal)
     for name, g, ref, bound in zip("qkv", got, torch_grads(q, k, v, do, causal), bounds,
@@ -49,7 +49,7 @@ def test_exercise_1_backward_matches_autograd_within_the_bound(heads, s, d, caus
 
 def test_exercise_1_the_bound_catches_a_wrong_statistic():
     q, k, v, do = inputs(1, 18, 4, seed=1)
-    o, lse = at.forward(q, k, v)
+    o, lse = attention_kernels.forward(q, k, v)
     got = ch08.attention_backward(q, k, v, o, do, lse + np.float32(0.01))  # P off by 1%
     ref, bound = torch_grads(q, k, v, do, False)[2], ch08.backward_error_bound(q, k, v, o, do)[2]
     assert not (np.abs(got[2] - ref) <= bound).all()

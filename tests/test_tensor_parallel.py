@@ -1,4 +1,4 @@
-"""Tensor parallelism (gpudl.parallel.tensor_parallel): hand-written Megatron layers and
+"""Tensor parallelism (gpudl.parallel.tensor): hand-written Megatron layers and
 DTensor's plan equal to one process at world sizes 2 and 4, their all-reduces counted, plan
 keys checked, and bad sizes rejected."""
 
@@ -9,22 +9,23 @@ import torch
 from torch.distributed.tensor.parallel import ColwiseParallel
 
 from gpudl.models import EncoderBlock, EncoderConfig
-from gpudl.parallel import tensor_parallel as tp
-from gpudl.parallel.pipeline_parallel import reference_steps
+from gpudl.parallel import tensor
+from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
+from gpudl.parallel.reference import encoder_sgd_run
 
 # --- plans and sizes -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("plan", [tp.DTENSOR_PLAN, {"attn.*": ColwiseParallel()},
+@pytest.mark.parametrize("plan", [DTENSOR_PLAN, {"attn.*": ColwiseParallel()},
                                   {"*.q": ColwiseParallel()}, {"attn": ColwiseParallel()}])
 def test_plan_keys_that_name_modules_pass(plan):
-    tp.check_plan(EncoderBlock(EncoderConfig()), plan)  # exact names and fnmatch wildcards
+    check_dtensor_plan(EncoderBlock(EncoderConfig()), plan)  # exact names and fnmatch wildcards
 
 
 @pytest.mark.parametrize("key", ["attn.query", "mlp.fc3", "fc1", "*.query", "attn.q.x"])
 def test_a_plan_key_that_matches_no_module_is_an_error(key):
     with pytest.raises(ValueError, match=re.escape(f"plan key '{key}' matches no submodule")):
-        tp.check_plan(EncoderBlock(EncoderConfig()), {key: ColwiseParallel()})
+        check_dtensor_plan(EncoderBlock(EncoderConfig()), {key: ColwiseParallel()})
 
 
 @pytest.mark.parametrize("config, world_size, what", [
@@ -35,7 +36,7 @@ def test_a_plan_key_that_matches_no_module_is_an_error(key):
 def test_sizes_the_degree_does_not_divide_are_rejected_before_spawning(config, world_size,
                                                                        what):
     with pytest.raises(ValueError, match=f"{what} .* divisible by the tensor-parallel degree"):
-        tp.run_tensor_parallel([tp.TensorParallelRun(config=config)], world_size)
+        tensor.run_tensor_parallel([tensor.TensorParallelRun(config=config)], world_size)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -46,19 +47,19 @@ def test_sizes_the_degree_does_not_divide_are_rejected_before_spawning(config, w
 ])
 def test_bad_runs_are_rejected(kwargs, error, match):
     with pytest.raises(error, match=match):
-        tp.TensorParallelRun(**kwargs)
+        tensor.TensorParallelRun(**kwargs)
 
 
 def test_runs_must_be_run_objects():
     with pytest.raises(TypeError, match="TensorParallelRun"):
-        tp.run_tensor_parallel(["hand"], 2)
+        tensor.run_tensor_parallel(["hand"], 2)
 
 
 # --- distributed ------------------------------------------------------------------------------
 
-RUNS = [tp.TensorParallelRun("hand", fused=False, dtype=torch.float64),
-        tp.TensorParallelRun("hand"),  # float32 with the fused bias + GeLU kernel
-        tp.TensorParallelRun("dtensor", dtype=torch.float64)]
+RUNS = [tensor.TensorParallelRun("hand", fused=False, dtype=torch.float64),
+        tensor.TensorParallelRun("hand"),  # float32 with the fused bias + GeLU kernel
+        tensor.TensorParallelRun("dtensor", dtype=torch.float64)]
 
 
 def relative_errors(ranks, reference):
@@ -76,10 +77,10 @@ def relative_errors(ranks, reference):
 @pytest.mark.distributed
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_tensor_parallel_equals_one_process_and_counts_its_all_reduces(world_size):
-    results = tp.run_tensor_parallel(RUNS, world_size, timeout=300)
-    layers = tp.SMALL.layers
+    results = tensor.run_tensor_parallel(RUNS, world_size, timeout=300)
+    layers = tensor.TENSOR_CONFIG.layers
     for run, ranks in zip(RUNS, results, strict=True):
-        reference = reference_steps(run.config, run.batch, run.steps, run.lr, run.dtype)
+        reference = encoder_sgd_run(run.config, run.batch, run.steps, run.lr, run.dtype)
         for r in ranks:
             assert r["losses"] == pytest.approx(reference["losses"],
                                                 rel=1e-12 if run.dtype == torch.float64
@@ -103,5 +104,5 @@ def test_tensor_parallel_equals_one_process_and_counts_its_all_reduces(world_siz
 
 def test_command_line_refuses_unknown_arguments_before_starting_work(capsys):
     with pytest.raises(SystemExit):
-        tp.main(["--bogus"])
+        tensor.main(["--bogus"])
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err

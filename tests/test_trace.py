@@ -12,10 +12,10 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 # isort: split
 from numba import cuda, float32
 
-from gpudl import trace as tr
-from gpudl.kernels import memory
+from gpudl import trace
+from gpudl.kernels import memory, transpose
 
-pytestmark = pytest.mark.skipif(not backend.is_simulator(), reason="tracing needs the simulator")
+pytestmark = pytest.mark.simulator_only
 
 A, B = 1 << 32, 2 << 32  # where the tracer places kernel arguments 0 and 1
 
@@ -44,11 +44,11 @@ def load_one(a, out):
 def test_two_warps_one_load_each_give_the_exact_records():
     a = np.arange(64, dtype=np.float32)
     out = poisoned(64)
-    t = tr.trace(load_one, 1, 64, a, out)
+    t = trace.trace(load_one, 1, 64, a, out)
     line = line_of(load_one, "out[i] = a[i]")
-    expected = [tr.Access(line, "global", "a", "load", (0, 0, 0), i, 0, A + 4 * i, 4)
+    expected = [trace.Access(line, "global", "a", "load", (0, 0, 0), i, 0, A + 4 * i, 4)
                 for i in range(64)]
-    expected += [tr.Access(line, "global", "out", "store", (0, 0, 0), i, 0, B + 4 * i, 4)
+    expected += [trace.Access(line, "global", "out", "store", (0, 0, 0), i, 0, B + 4 * i, 4)
                  for i in range(64)]
     assert t.accesses == tuple(expected)
     assert t.kernel == "load_one" and t.parameters == ("a", "out")
@@ -75,14 +75,14 @@ def test_sub_arrays_and_repeated_lines_give_one_request_per_occurrence():
     # Lane r reads x[r, j] through the row view x[r]: 32 lanes 16 bytes apart, in 16 sectors.
     x = np.arange(128, dtype=np.float32).reshape(32, 4)
     out = poisoned(32)
-    t = tr.trace(row_sums, 1, 32, x, out)
+    t = trace.trace(row_sums, 1, 32, x, out)
     loads = t.requests(kind="global", op="load", array="x")
     assert [r.occurrence for r in loads] == [0, 1, 2, 3]
     for j, r in enumerate(loads):
         assert r.line == line_of(row_sums, "acc += row[j]")
         assert r.addresses == tuple(A + 16 * lane + 4 * j for lane in range(32))
         assert r.sectors == 16 and r.ideal_sectors == 4
-    assert t.sectors_per_request(0) == tr.RequestStats(4, 16.0, 16, 4.0)
+    assert t.sectors_per_request(0) == trace.RequestStats(4, 16.0, 16, 4.0)
     np.testing.assert_array_equal(out, x.sum(axis=1))
 
 
@@ -94,7 +94,7 @@ def atomic_total(a, out):
 def test_accesses_made_inside_the_simulator_are_charged_to_the_kernel_line():
     a = np.ones(32, dtype=np.float32)
     out = np.zeros(1, dtype=np.float32)
-    t = tr.trace(atomic_total, 1, 32, a, out)
+    t = trace.trace(atomic_total, 1, 32, a, out)
     line = line_of(atomic_total, "cuda.atomic.add")
     assert {(x.line, x.address) for x in t.accesses if x.array == "out"} == {(line, B)}
     assert out[0] == 32
@@ -112,19 +112,21 @@ def dynamic_stride_two(out):
 def test_dynamic_shared_memory_is_traced_and_stride_two_is_a_two_way_conflict():
     # Words 0, 2, ..., 62: banks 0, 2, ..., 30, each holding two of them.
     out = poisoned(32)
-    t = tr.trace(dynamic_stride_two, 1, 32, out, dynamic_shared_bytes=256)
+    t = trace.trace(dynamic_stride_two, 1, 32, out, dynamic_shared_bytes=256)
     (store,) = t.requests(kind="shared", op="store")
     assert store.array == "dynamic" and store.addresses == tuple(
-        tr._DYNAMIC_SHARED_BASE + 8 * i for i in range(32)
+        trace._DYNAMIC_SHARED_BASE + 8 * i for i in range(32)
     )
-    assert t.bank_conflict_degree(op="store") == tr.RequestStats(1, 2.0, 2, 1.0)
+    assert t.bank_conflict_degree(op="store") == trace.RequestStats(1, 2.0, 2, 1.0)
     np.testing.assert_array_equal(out, np.arange(32))
 
 
 def test_request_figures_on_hand_made_requests():
     def request(addresses, size=4):
         lanes = tuple(range(len(addresses)))
-        return tr.Request(1, "global", "a", "load", (0, 0, 0), 0, 0, lanes, tuple(addresses), size)
+        return trace.Request(
+            1, "global", "a", "load", (0, 0, 0), 0, 0, lanes, tuple(addresses), size
+        )
 
     broadcast = request([0] * 32)
     assert (broadcast.sectors, broadcast.ideal_sectors, broadcast.conflict_degree) == (1, 1, 1)
@@ -145,8 +147,8 @@ def test_request_figures_on_hand_made_requests():
 def test_strided_copy_sectors_per_warp_load(stride, sectors):
     x = np.arange(1024, dtype=np.float32)
     out = poisoned(1024 // stride)
-    t = tr.trace(memory.copy_strided_kernel, math.ceil(out.size / 256), 256, x, out, stride)
-    assert t.sectors_per_request("x") == tr.RequestStats(out.size // 32, sectors, sectors, 4.0)
+    t = trace.trace(memory.copy_strided_kernel, math.ceil(out.size / 256), 256, x, out, stride)
+    assert t.sectors_per_request("x") == trace.RequestStats(out.size // 32, sectors, sectors, 4.0)
     assert t.sectors_per_request("out", op="store").max == 4  # the writes stay coalesced
     np.testing.assert_array_equal(out, x[::stride])
 
@@ -155,15 +157,15 @@ def test_strided_copy_sectors_per_warp_load(stride, sectors):
 def test_misaligned_copy_needs_one_more_sector_unless_offset_is_a_whole_sector(offset, sectors):
     x = np.arange(1024 + offset, dtype=np.float32)
     out = poisoned(1024)
-    t = tr.trace(memory.copy_offset_kernel, 4, 256, x, out, offset)
-    assert t.sectors_per_request(0) == tr.RequestStats(32, sectors, sectors, 4.0)
+    t = trace.trace(memory.copy_offset_kernel, 4, 256, x, out, offset)
+    assert t.sectors_per_request(0) == trace.RequestStats(32, sectors, sectors, 4.0)
     np.testing.assert_array_equal(out, x[offset:])
 
 
 def test_coalesced_copy_summary_is_deterministic():
     x = np.arange(256, dtype=np.float32)
     line = line_of(memory.copy_kernel, "out[i] = x[i]")
-    summaries = {tr.trace(memory.copy_kernel, 1, 256, x, poisoned(256)).summary() for _ in "ab"}
+    summaries = {trace.trace(memory.copy_kernel, 1, 256, x, poisoned(256)).summary() for _ in "ab"}
     assert summaries == {
         f"line {line} global load x: 8 requests, 4.0 sectors/request (ideal 4.0)\n"
         f"line {line} global store out: 8 requests, 4.0 sectors/request (ideal 4.0)"
@@ -171,18 +173,18 @@ def test_coalesced_copy_summary_is_deterministic():
 
 
 @pytest.fixture(scope="module")
-def transposes() -> dict[str, tuple[tr.Trace, np.ndarray]]:
+def transposes() -> dict[str, tuple[trace.Trace, np.ndarray]]:
     """Each transpose variant traced on a 64 x 64 matrix (4 blocks of 32 x 8 threads)."""
     x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     traced = {}
-    for name, kernel in [("naive", memory.v1_naive), ("shared", memory.v2_shared),
-                         ("padded", memory.v3_padded)]:
+    for name, kernel in [("naive", transpose.v1_naive), ("shared", transpose.v2_shared),
+                         ("padded", transpose.v3_padded)]:
         out = poisoned((64, 64))
-        traced[name] = (tr.trace(kernel, *memory.transpose_grid(x.shape), x, out), out)
+        traced[name] = (trace.trace(kernel, *transpose.transpose_grid(x.shape), x, out), out)
     out = poisoned((64, 64))  # blocks of 32 x 4 threads, 8 rows of the tile each
-    grid, _ = memory.transpose_grid(x.shape)
-    traced["padded_loads_first"] = (tr.trace(memory.v4_padded_loads_first, grid,
-                                             (memory.TILE, memory.LOADS_ROWS), x, out), out)
+    grid, _ = transpose.transpose_grid(x.shape)
+    traced["padded_loads_first"] = (trace.trace(transpose.v4_padded_loads_first, grid,
+                                             (transpose.TILE, transpose.LOADS_ROWS), x, out), out)
     return traced
 
 
@@ -190,8 +192,8 @@ def test_naive_transpose_reads_4_sectors_and_writes_32(transposes):
     # A warp is one row of 32 threads: it reads 32 consecutive words of a row of x and
     # writes them down a column of out, 64 * 4 = 256 bytes apart.
     t, out = transposes["naive"]
-    assert t.sectors_per_request("x") == tr.RequestStats(128, 4.0, 4, 4.0)
-    assert t.sectors_per_request("out", op="store") == tr.RequestStats(128, 32.0, 32, 4.0)
+    assert t.sectors_per_request("x") == trace.RequestStats(128, 4.0, 4, 4.0)
+    assert t.sectors_per_request("out", op="store") == trace.RequestStats(128, 32.0, 32, 4.0)
     assert not t.requests(kind="shared")
 
 
@@ -205,31 +207,31 @@ def test_tiled_transposes_coalesce_both_sides_and_pad_away_the_conflicts(
     row_write = t.bank_conflict_degree("tile", op="store")
     column = t.bank_conflict_degree("tile", op="load")
     assert (row_write.requests, row_write.max) == (128, 1)
-    assert column == tr.RequestStats(128, float(column_read), column_read, 1.0)
+    assert column == trace.RequestStats(128, float(column_read), column_read, 1.0)
 
 
 def test_the_transpose_that_loads_first_stays_coalesced_and_conflict_free(transposes):
     # Loading all eight rows first changes the order of the accesses, not their pattern.
     t, _ = transposes["padded_loads_first"]
-    assert t.sectors_per_request("x") == tr.RequestStats(128, 4.0, 4, 4.0)
-    assert t.sectors_per_request("out", op="store") == tr.RequestStats(128, 4.0, 4, 4.0)
+    assert t.sectors_per_request("x") == trace.RequestStats(128, 4.0, 4, 4.0)
+    assert t.sectors_per_request("out", op="store") == trace.RequestStats(128, 4.0, 4, 4.0)
     for op in ("store", "load"):
         degree = t.bank_conflict_degree("tile", op=op)
         assert (degree.requests, degree.max) == (128, 1)
 
 
-@pytest.mark.parametrize("variant", sorted(memory.VARIANTS))
+@pytest.mark.parametrize("variant", sorted(transpose.VARIANTS))
 def test_traced_transposes_equal_untraced_ones(transposes, variant):
     t, out = transposes[variant]
     x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
-    np.testing.assert_array_equal(out, memory.transpose(x, variant=variant))
+    np.testing.assert_array_equal(out, transpose.transpose(x, variant=variant))
     np.testing.assert_array_equal(out, x.T)
 
 
 def test_padded_summary_names_the_tile_and_its_conflicts(transposes):
     t, _ = transposes["padded"]
-    read = line_of(memory.v3_padded, "tile[ty + k, tx] = x[")
-    write = line_of(memory.v3_padded, "= tile[tx, ty + k]")
+    read = line_of(transpose.v3_padded, "tile[ty + k, tx] = x[")
+    write = line_of(transpose.v3_padded, "= tile[tx, ty + k]")
     assert t.summary().splitlines() == [
         f"line {read} global load x: 128 requests, 4.0 sectors/request (ideal 4.0)",
         f"line {read} shared store tile: 128 requests, 1.0-way bank conflicts (max 1)",
@@ -241,7 +243,7 @@ def test_padded_summary_names_the_tile_and_its_conflicts(transposes):
 def test_device_arrays_are_traced_in_place():
     x = np.arange(300, dtype=np.float32)
     x_d, out_d = cuda.to_device(x), cuda.to_device(poisoned(300))
-    t = tr.trace(memory.copy_kernel, 2, 256, x_d, out_d)
+    t = trace.trace(memory.copy_kernel, 2, 256, x_d, out_d)
     assert t.sectors_per_request("x").requests == 10  # 300 threads: 9 full warps and 12 lanes
     np.testing.assert_array_equal(out_d.copy_to_host(), x)
 
@@ -262,25 +264,25 @@ def test_the_shared_array_factory_is_restored_even_when_the_kernel_raises():
 
     original = kernelapi.FakeCUDAShared.array
     with pytest.raises(IndexError):
-        tr.trace(reads_past_the_end, 1, 32, np.zeros(32, np.float32))
+        trace.trace(reads_past_the_end, 1, 32, np.zeros(32, np.float32))
     assert kernelapi.FakeCUDAShared.array is original
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    np.testing.assert_array_equal(memory.transpose(x, variant="shared"), x.T)
+    np.testing.assert_array_equal(transpose.transpose(x, variant="shared"), x.T)
 
 
 def test_tracing_refuses_a_real_gpu(monkeypatch):
     monkeypatch.setattr(backend, "is_simulator", lambda: False)
     with pytest.raises(RuntimeError, match="tracing needs Numba's CUDA simulator"):
-        tr.trace(load_one, 1, 32, np.zeros(32, np.float32), poisoned(32))
+        trace.trace(load_one, 1, 32, np.zeros(32, np.float32), poisoned(32))
 
 
 def test_bad_arguments_are_rejected():
     a = np.zeros(32, np.float32)
     with pytest.raises(TypeError, match="kernel must be a @cuda.jit kernel, got function"):
-        tr.trace(load_one.py_func, 1, 32, a, a)
+        trace.trace(load_one.py_func, 1, 32, a, a)
     with pytest.raises(TypeError, match="load_one takes 2 arguments, got 1"):
-        tr.trace(load_one, 1, 32, a)
-    t = tr.trace(load_one, 1, 32, a, poisoned(32))
+        trace.trace(load_one, 1, 32, a)
+    t = trace.trace(load_one, 1, 32, a, poisoned(32))
     with pytest.raises(ValueError, match="kind must be one of"):
         t.requests(kind="local")
     with pytest.raises(ValueError, match="op must be one of"):
@@ -294,11 +296,9 @@ def test_bad_arguments_are_rejected():
 
 
 def test_reports_give_the_analytic_answers():
-    from gpudl.kernels import memory as mem
-
-    rows = {r["pattern"]: r["sectors"] for r in mem.coalescing_report((1, 2, 32), (1,))}
+    rows = {r["pattern"]: r["sectors"] for r in memory.coalescing_report((1, 2, 32), (1,))}
     assert rows == {"stride 1": 4.0, "stride 2": 8.0, "stride 32": 32.0, "offset 1": 5.0}
-    report = mem.transpose_report(64)
+    report = transpose.transpose_report(64)
     assert (report["naive"]["read_sectors"], report["naive"]["write_sectors"]) == (4.0, 32.0)
     assert report["shared"]["tile_load_conflicts"] == 32
     assert report["padded"]["tile_load_conflicts"] == 1
@@ -324,15 +324,15 @@ def test_reduction_trees_warp_level_steps_interleaved_vs_sequential():
     addressing (4 + 2 + 1 + 1 + 1 + 1 + 1 + 1), with no bank conflicts in either."""
     from collections import Counter
 
-    from gpudl.kernels import reduction as red
+    from gpudl.kernels import reduction
 
     counts = {}
-    for kernel in (red.v2_interleaved, red.v3_sequential):
+    for kernel in (reduction.v2_interleaved, reduction.v3_sequential):
         x, partial = np.ones(256, dtype=np.float32), np.full(1, np.nan, dtype=np.float32)
-        stores = tr.trace(kernel, 1, 256, x, partial).requests(kind="shared", op="store")
+        stores = trace.trace(kernel, 1, 256, x, partial).requests(kind="shared", op="store")
         assert partial[0] == 256
         assert max(r.conflict_degree for r in stores) == 1
         per_line = sorted(Counter(r.line for r in stores).values())
         assert per_line[0] == 8  # the first store into the tile: one request per warp
         counts[kernel] = per_line[1]
-    assert (counts[red.v2_interleaved], counts[red.v3_sequential]) == (47, 12)
+    assert (counts[reduction.v2_interleaved], counts[reduction.v3_sequential]) == (47, 12)

@@ -4,8 +4,6 @@ shim) as on a GPU (the intrinsics, whose PTX tests/test_ptx.py reads)."""
 import numpy as np
 import pytest
 
-from gpudl import backend  # first: chooses GPU or simulator before numba is imported
-
 # isort: split
 from numba import cuda
 
@@ -42,7 +40,7 @@ def test_vectors_copy_whole_16_byte_groups():
     np.testing.assert_array_equal(out.copy_to_host(), x)
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="a misaligned access is fatal on a GPU")
+@pytest.mark.simulator_only
 @pytest.mark.parametrize("first", [1, 2, 3])
 def test_a_vector_access_off_a_16_byte_boundary_is_an_error(first):
     x = cuda.to_device(np.zeros(16, dtype=np.float32))
@@ -51,7 +49,7 @@ def test_a_vector_access_off_a_16_byte_boundary_is_an_error(first):
         _copy_vectors[1, 1](x, out, first)
 
 
-@pytest.mark.skipif(not backend.is_simulator(), reason="simulator shim")
+@pytest.mark.simulator_only
 def test_a_view_that_starts_off_a_boundary_is_an_error_inside_the_kernel():
     x = cuda.to_device(np.zeros(17, dtype=np.float32))[1:]  # starts 4 bytes in
     out = cuda.to_device(np.zeros(16, dtype=np.float32))

@@ -13,14 +13,14 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudl import optim as go
+from gpudl import optim
 from gpudl.estimate import model_state_memory
-from gpudl.kernels import optim as go_kernels
+from gpudl.kernels import optim as optim_kernels
 from gpudl.parallel.launch import default_backend, spawn
-from gpudl.parallel.sharding import make_mlp
+from gpudl.parallel.reference import ZERO_DIMS, adam_run, make_mlp, optimizer_state_bytes
 from gpudl.parallel.zero import (
     ATOL,
-    DIMS,
+    LR,
     OPTIMIZERS,
     RTOL,
     STEPS,
@@ -31,15 +31,13 @@ from gpudl.parallel.zero import (
     matches_reference,
     max_difference,
     padded_numel,
-    reference_run,
     shard_range,
-    state_bytes,
     train_worker,
     zero_training,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-N_PARAMS = sum(p.numel() for p in make_mlp(DIMS).parameters())
+N_PARAMS = sum(p.numel() for p in make_mlp(ZERO_DIMS).parameters())
 
 # --- the padded flat layout ------------------------------------------------------------------
 
@@ -147,12 +145,12 @@ def test_one_rank_is_torch_adam_bit_for_bit_whoever_owns_the_gradients():
     hyper = dict(lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
 
     def run():
-        ours, theirs = make_mlp(DIMS), make_mlp(DIMS)
+        ours, theirs = make_mlp(ZERO_DIMS), make_mlp(ZERO_DIMS)
         zero, adam = ZeroAdam(ours.parameters(), **hyper), torch.optim.Adam(
             theirs.parameters(), **hyper)
         grad_ptrs = [p.grad.data_ptr() for p in ours.parameters()]
         for step in range(4):
-            x, y = torch.randn(5, DIMS[0]), torch.randn(5, DIMS[-1])
+            x, y = torch.randn(5, ZERO_DIMS[0]), torch.randn(5, ZERO_DIMS[-1])
             if step % 2:
                 ours.zero_grad()  # set_to_none: backward allocates new gradients
             else:
@@ -167,7 +165,7 @@ def test_one_rank_is_torch_adam_bit_for_bit_whoever_owns_the_gradients():
         ours.zero_grad()
         with pytest.raises(ValueError, match="no gradient"):
             zero.step()
-        return zero.state_bytes(), state_bytes(adam)
+        return zero.state_bytes(), optimizer_state_bytes(adam)
 
     (ours, our_steps), (theirs, their_steps) = _in_group_of_one(run)
     assert ours == theirs == 8 * N_PARAMS
@@ -199,8 +197,8 @@ def test_zero_training_rejects_bad_input_before_spawning(kwargs, error):
 def test_the_reference_moves_far_more_than_the_tolerance():
     """Equality to the reference at ``RTOL``/``ATOL`` is not vacuous: every step moves the
     parameters by far more, so a run that skipped or botched a step would not match."""
-    reference = reference_run(2)
-    before = torch.cat([p.detach().flatten() for p in make_mlp(DIMS).parameters()])
+    reference = adam_run(2, STEPS, LR)
+    before = torch.cat([p.detach().flatten() for p in make_mlp(ZERO_DIMS).parameters()])
     steps = [before, *reference["params"]]
     for a, b in zip(steps[:-1], steps[1:], strict=True):
         assert (a - b).abs().max().item() > 100 * (ATOL + RTOL)
@@ -236,7 +234,7 @@ def trained(world_size):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_every_optimizer_gives_one_process_adam_after_every_step(world_size):
-    reference = reference_run(world_size)
+    reference = adam_run(world_size, STEPS, LR)
     results = trained(world_size)
     for name in OPTIMIZERS:
         first = results[0]["runs"][name]
@@ -254,7 +252,7 @@ def test_every_optimizer_gives_one_process_adam_after_every_step(world_size):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_state_per_rank_is_one_nth_up_to_padding(world_size):
-    total = reference_run(world_size, steps=1)["state_bytes"]
+    total = adam_run(world_size, 1, LR)["state_bytes"]
     assert total == 8 * N_PARAMS  # m and v in float32
     results = trained(world_size)
     assert [r["rank"] for r in results] == list(range(world_size))
@@ -277,7 +275,7 @@ def test_state_per_rank_is_one_nth_up_to_padding(world_size):
         torch_zero = result["runs"]["ZeroRedundancyOptimizer"]["state_bytes"]
         assert sum(torch_zero) == total
         assert max(torch_zero) == 8 * 64 * 64 > total / world_size
-    table = format_table(results[0], reference_run(world_size))
+    table = format_table(results[0], adam_run(world_size, STEPS, LR))
     assert len(table.splitlines()) == 2 + len(OPTIMIZERS)
 
 
@@ -288,7 +286,7 @@ HYPER = dict(lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
 # torch's Adam and AdamW, and gpudl.optim's Adam in each variant: the book's kernels in place on
 # the shard (compared with one process running the same class)
 CLASSES = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW} | {
-    f"gpudl Adam {v}": functools.partial(go.Adam, variant=v) for v in go_kernels.VARIANTS}
+    f"gpudl Adam {v}": functools.partial(optim.Adam, variant=v) for v in optim_kernels.VARIANTS}
 
 
 def dyadic_grads(step, rank):
@@ -372,7 +370,7 @@ def test_torchrun_trains_and_only_rank_0_prints(torchrun):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs for NCCL")
 def test_nccl_training_matches_one_process_adam():
     results = zero_training(2)
-    reference = reference_run(2)
+    reference = adam_run(2, STEPS, LR)
     padded = padded_numel(N_PARAMS, 2)
     for result in results:
         assert result["backend"] == "nccl"

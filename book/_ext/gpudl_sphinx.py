@@ -14,6 +14,9 @@
 - the ``{gpudl-measured}`` directive renders a "Measured on a GPU" box from the stored
   ``results/<topic>-cuda.json`` (a table or figure, the speed goals, the GPU and commit), or
   says *not yet measured* where none is stored (`gpudl_measured`);
+- resolves a reference to a name a package re-exports (``gpudl.hardware.describe``, the path
+  the book teaches) to the module that defines it and where the API appendix documents it
+  (``gpudl.hardware.device.describe``);
 - drops missing references to types documented elsewhere (NumPy, torch, numba, matplotlib)
   so that `-n` (nitpicky) warns only about the book's own broken references."""
 
@@ -122,7 +125,6 @@ def _model_figures() -> dict:
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
     from gpudl.optim import traffic_table
-    from gpudl.parallel import pipeline_parallel
     from gpudl.plots._style import finish
     from gpudl.trace import on_simulator
 
@@ -156,7 +158,7 @@ def _model_figures() -> dict:
         "ring-steps.png": lambda: plots.ring_steps(4),
         "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
         # Chapter 6
-        "pipeline-schedules.png": lambda: finish(pipeline_parallel.plot_schedules(4, 4)),
+        "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
         "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
         # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(
@@ -230,6 +232,55 @@ def _draw_figures(app) -> None:
         plt.close(fig)
 
 
+def _defining_name(name: str) -> str | None:
+    """Where the object importable as ``name`` (``gpudl.pkg.obj``, or ``gpudl.pkg.Cls.meth``)
+    is defined, when that is another module (a package's re-export, or a name one module
+    imports from another): the defining module's path to it; else None."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest prefix that is a module
+        try:
+            module = importlib.import_module(".".join(parts[:cut]))
+            break
+        except ImportError:
+            continue
+    else:
+        return None
+    package, attr, rest = ".".join(parts[:cut]), parts[cut], parts[cut + 1:]
+    obj = getattr(module, attr, None)
+    if obj is None:
+        return None
+    if inspect.isclass(obj) or inspect.isroutine(obj):
+        home = obj.__module__
+        return ".".join([home, obj.__qualname__, *rest]) if home != package else None
+    for info in pkgutil.iter_modules(getattr(module, "__path__", [])):  # data: which module's?
+        inner = importlib.import_module(f"{package}.{info.name}")
+        if attr in getattr(inner, "__all__", ()) and vars(inner).get(attr) is obj:
+            return ".".join([package, info.name, attr, *rest])
+    return None
+
+
+def _resolve_reexported(app, env, node, contnode):
+    """Resolve ``gpudl.pkg.obj`` (or ``obj`` inside a module of ``gpudl.pkg``) to where ``obj``
+    is defined and documented."""
+    if node.get("refdomain") != "py":
+        return None
+    target, module = node.get("reftarget", ""), node.get("py:module") or ""
+    for name in (target, f"{module}.{target}", f"{module.rpartition('.')[0]}.{target}"):
+        if not name.startswith("gpudl.") or "." not in name:
+            continue
+        defined = _defining_name(name)
+        if defined and defined != name:
+            found = env.get_domain("py").resolve_xref(env, node["refdoc"], app.builder,
+                                                      node["reftype"], defined, node, contnode)
+            if found is not None:
+                return found
+    return None
+
+
 def _ignore_external(app, env, node, contnode):
     """Drop missing references to types documented elsewhere (NumPy, torch, numba)."""
     target = node.get("reftarget", "")
@@ -249,8 +300,7 @@ class SpecsTable(SphinxDirective):
     required_arguments = 1
 
     def run(self):
-        from gpudl.hardware import SPECS
-        from gpudl.hardware import datasheet_number as _fmt
+        from gpudl.hardware import SPECS, datasheet_number
 
         part = self.arguments[0]
         columns = {
@@ -268,9 +318,9 @@ class SpecsTable(SphinxDirective):
                 cells = (s.name, s.year, cc, s.sm_count, s.fp32_cores_per_sm,
                          f"{s.cuda_cores:,}", f"{s.memory_gb:g} GB {s.memory_type}")
             else:
-                cells = (s.name, _fmt(s.memory_bandwidth_gbs), _fmt(s.fp32_tflops),
-                         _fmt(s.fp16_tensor_tflops), _fmt(s.bf16_tflops), _fmt(s.tdp_watts),
-                         f"{{cite:p}}`{s.source}`")
+                rates = (s.memory_bandwidth_gbs, s.fp32_tflops, s.fp16_tensor_tflops,
+                         s.bf16_tflops, s.tdp_watts)
+                cells = (s.name, *map(datasheet_number, rates), f"{{cite:p}}`{s.source}`")
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
         container = nodes.container()
         self.state.nested_parse(StringList(lines, source="gpudl.hardware.SPECS"), 0, container)
@@ -340,5 +390,6 @@ def setup(app):
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
     app.connect("builder-inited", _draw_figures)
+    app.connect("missing-reference", _resolve_reexported)
     app.connect("missing-reference", _ignore_external)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

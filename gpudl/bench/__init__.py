@@ -38,6 +38,7 @@ from typing import Any
 
 from gpudl import backend
 from gpudl.bench.timing import Timing, gbps, gflops
+from gpudl.checks import check_real
 
 __all__ = [
     "ROOT", "RESULTS", "TOPICS", "RATES",
@@ -115,8 +116,7 @@ def _check_bar_spec(name: str, what: str, threshold: float, compare: str, rate: 
         raise ValueError(f"a bar's name must be a short id of a-z, 0-9 and _, got {name!r}")
     if not isinstance(what, str) or not what:
         raise ValueError(f"a bar's what must be a sentence, got {what!r}")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-        raise TypeError(f"threshold must be a number, got {type(threshold).__name__}")
+    check_real("threshold", threshold)
     if compare not in (">=", "<="):
         raise ValueError(f"compare must be '>=' or '<=', got {compare!r}")
     if rate not in RATES:

@@ -2,9 +2,10 @@
 checked exactly.
 
 Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect), *Chapter 2, "Past
-one GPU"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the ring all-reduce
-cost model against measurement). The model is :func:`gpudl.estimate.allreduce_time`; the
-messages and their checks are :mod:`gpudl.parallel.comms`'s.
+one GPU: send and receive"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the
+ring all-reduce cost model against measurement). The model is
+:func:`gpudl.estimate.allreduce_time`; the messages and their checks are
+:mod:`gpudl.parallel.messages`'s.
 
 Three ways to run the all-reduce benchmark:
 
@@ -28,15 +29,16 @@ import torch.distributed as dist
 from gpudl import backend, estimate
 from gpudl.bench import row
 from gpudl.bench.timing import Timing
-from gpudl.parallel.comms import (
-    check_allreduce,
-    check_p2p,
+from gpudl.checks import check_int
+from gpudl.parallel.data.comms import ring_all_reduce, ring_all_reduce_worker
+from gpudl.parallel.launch import (
+    default_backend,
     device_and_sync,
-    rank_input,
-    ring_all_reduce,
-    ring_all_reduce_worker,
+    rank0_print,
+    run_under_torchrun,
+    spawn,
 )
-from gpudl.parallel.launch import default_backend, rank0_print, run_under_torchrun, spawn
+from gpudl.parallel.messages import ITEMSIZE, check_allreduce, check_p2p, rank_input
 
 __all__ = [
     "BARS",
@@ -53,7 +55,6 @@ __all__ = [
     "time_ring_all_reduce",
 ]
 
-_ITEMSIZE = 4  # the messages are float32
 
 #: No speed goal is set for the links; the rows are what the book's boxes show.
 BARS: tuple[dict, ...] = ()
@@ -81,17 +82,14 @@ def default_sizes(world_size: int = 2) -> list[int]:
 def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
     if not sizes_bytes:
         raise ValueError("sizes_bytes must list at least one message size")
-    for size in sizes_bytes:
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"message sizes must be ints (bytes), got {size!r}")
-        if size <= 0 or size % _ITEMSIZE:
+    for i, size in enumerate(sizes_bytes):
+        if check_int(f"sizes_bytes[{i}]", size, 1) % ITEMSIZE:
             raise ValueError(
-                f"message sizes must be positive multiples of {_ITEMSIZE} bytes (float32), "
+                f"message sizes must be positive multiples of {ITEMSIZE} bytes (float32), "
                 f"got {size}"
             )
-    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    check_int("repeats", repeats, 1)
+    check_int("warmup", warmup, 0)
 
 
 def allreduce_bandwidth_worker(
@@ -108,7 +106,7 @@ def allreduce_bandwidth_worker(
     device, sync = device_and_sync()
     out = []
     for size in sizes_bytes:
-        message = rank_input(rank, size // _ITEMSIZE, device)
+        message = rank_input(rank, size // ITEMSIZE, device)
         times = []
         for step in range(warmup + repeats):
             buffer = message.clone()
@@ -168,7 +166,7 @@ def p2p_bandwidth_worker(
 ) -> list[dict]:
     """Time a ping-pong between ranks 0 and 1 for each message size; other ranks only wait.
 
-    Rank 0 sends its message (:func:`gpudl.parallel.comms.rank_input`) with ``dist.send``;
+    Rank 0 sends its message (:func:`gpudl.parallel.messages.rank_input`) with ``dist.send``;
     rank 1 receives it and sends it back. A repeat starts after a barrier; the one-way time is
     half the round trip rank 0 sees (after a ``cuda.synchronize`` on NCCL). Both copies are
     checked after the clock stops. ``warmup`` untimed trips come first. Rank 0 returns one
@@ -180,7 +178,7 @@ def p2p_bandwidth_worker(
     device, sync = device_and_sync()
     out = []
     for size in sizes_bytes:
-        message = rank_input(0, size // _ITEMSIZE, device)
+        message = rank_input(0, size // ITEMSIZE, device)
         times = []
         for step in range(warmup + repeats):
             buffer = torch.full_like(message, float("nan"))  # poisoned: a lost byte shows
@@ -226,9 +224,9 @@ def p2p_bandwidth(
 
 def ring_timings_worker(rank: int, world_size: int, numels: list[int],
                         repeats: int) -> list[dict]:
-    """:func:`gpudl.parallel.comms.ring_all_reduce_worker`'s checked rows, each with
+    """:func:`gpudl.parallel.data.ring_all_reduce_worker`'s checked rows, each with
     ``ring_s`` and ``all_reduce_s``: the median over ``repeats`` of the wall-clock time of
-    :func:`~gpudl.parallel.comms.ring_all_reduce` and of ``dist.all_reduce`` on this rank,
+    :func:`~gpudl.parallel.data.ring_all_reduce` and of ``dist.all_reduce`` on this rank,
     each started after a barrier (and a ``cuda.synchronize`` on NCCL)."""
     rows = ring_all_reduce_worker(rank, world_size, numels)
     device, sync = device_and_sync()
@@ -251,8 +249,7 @@ def time_ring_all_reduce(world_size: int, numels: list[int], repeats: int = 3,
                          timeout: float = 120.0) -> list[list[dict]]:
     """Spawn ``world_size`` ranks running :func:`ring_timings_worker`: the ring all-reduce
     checked against ``dist.all_reduce`` and both timed, one list of rows per rank."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    check_int("repeats", repeats, 1)
     return spawn(ring_timings_worker, world_size, list(numels), repeats, timeout=timeout)
 
 

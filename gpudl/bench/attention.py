@@ -23,7 +23,8 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
-from gpudl.kernels import attention as at
+from gpudl.kernels import attention as attention_kernels
+from gpudl.kernels import attention_error
 from gpudl.kernels.arrays import poisoned
 
 __all__ = ["BARS", "attention_flops", "run"]
@@ -80,12 +81,13 @@ def _attention_rows(heads: int, s: int, d: int, timed: dict) -> list[dict]:
     host = [rng.standard_normal((heads, s, d)).astype(np.float32) for _ in range(3)]
     q, k, v = (cuda.to_device(x) for x in host)
     # head 0 is checked against the float64 reference within the derived bound
-    ref, bound = at.reference(*(x[:1] for x in host))[0], at.error_bound(*(x[:1] for x in host))[0]
+    head0 = [x[:1] for x in host]
+    ref, bound = attention_kernels.reference(*head0)[0], attention_error.error_bound(*head0)[0]
     n_flops = attention_flops(heads, s, d)
     keys = {"s": s, "d": d, "heads": heads, "causal": False}
     rows = []
     workspace = (poisoned((heads, s, s)), poisoned((heads, s, s)))
-    for variant, launch in at.VARIANTS.items():
+    for variant, launch in attention_kernels.VARIANTS.items():
         o, lse = poisoned((heads, s, d)), poisoned((heads, s))
         extra = {"workspace": workspace} if variant == "v1_three_kernels" else {}
         timing = time_cuda(lambda launch=launch, o=o, lse=lse, extra=extra: launch(
@@ -93,7 +95,7 @@ def _attention_rows(heads: int, s: int, d: int, timed: dict) -> list[dict]:
         got = o.copy_to_host()
         if np.isnan(got).any() or not (np.abs(got[:1] - ref) <= bound).all():
             raise RuntimeError(f"{variant} at s = {s}: output outside its error bound")
-        n_bytes = sum(at.traffic(variant, heads, s, d).values())
+        n_bytes = sum(attention_kernels.traffic(variant, heads, s, d).values())
         rows.append(row(f"{variant} s={s}", timing, n_bytes, n_flops, **keys))
     rows += _torch_attention_rows(host, ref, bound, n_flops, keys, timed)
     return rows
@@ -116,7 +118,7 @@ def _torch_attention_rows(host: list[np.ndarray], ref: np.ndarray, bound: np.nda
             out = sdpa(*tensors)[:1].float().cpu().numpy()
         # recorded, not required: torch's kernels are not this book's to fix (a float32
         # backend that used TF32 would fail it)
-        within = bool((np.abs(out - ref) <= 2 * bound).all()) if dtype == torch.float32 \
+        within = bool((np.abs(out - ref) <= 2 * bound).all()) if dtype == torch.float32\
             else None
         rows.append(row(f"{name} s={keys['s']}", timing, None, n_flops,
                          within_twice_the_bound=within, **keys))

@@ -3,7 +3,7 @@ beside the cost model's prediction.
 
 Book section: *Chapter 5, "A cost model for a step"* and its "Measured on GPUs" box.
 
-The strategies are :mod:`gpudl.parallel.data_parallel`'s (``manual``, ``bucketed``, ``ddp``);
+The strategies are :mod:`gpudl.parallel.data`'s (``manual``, ``bucketed``, ``ddp``);
 :func:`step_times` times them on spawned ranks and :func:`predicted_step_time` applies
 :func:`gpudl.estimate.data_parallel_step_time` to what it measured. ``python -m gpudl bench
 dataparallel`` runs :func:`run` and stores ``results/dataparallel-<backend>.json``.
@@ -26,8 +26,7 @@ from torch import nn
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_int
-from gpudl.parallel import data_parallel as dp
-from gpudl.parallel.grad_timeline import expected_buckets
+from gpudl.parallel import data as data_parallel
 from gpudl.parallel.launch import spawn
 
 __all__ = ["BARS", "predicted_step_time", "run", "step_times", "step_times_worker"]
@@ -44,7 +43,7 @@ BARS = (
 
 
 def step_times_worker(rank: int, world_size: int, strategies: Sequence[str],
-                      setup: dp.Setup, steps: int, warmup: int) -> dict:
+                      setup: data_parallel.Setup, steps: int, warmup: int) -> dict:
     """Time training steps of each distributed strategy on this rank's share of a fixed
     global batch, and what the cost model needs.
 
@@ -58,8 +57,8 @@ def step_times_worker(rank: int, world_size: int, strategies: Sequence[str],
     model to), with ``world_size`` and ``backend``.
     """
     for strategy in strategies:
-        dp.check_strategy(strategy)
-    device, sync = dp.rank_device()
+        data_parallel.check_strategy(strategy)
+    device, sync = data_parallel.rank_device()
     generator = torch.Generator().manual_seed(rank)
     share = setup.global_batch // world_size
     x = torch.randn(share, setup.dims[0], generator=generator).to(device)
@@ -84,11 +83,11 @@ def step_times_worker(rank: int, world_size: int, strategies: Sequence[str],
     for strategy in strategies:
         if strategy == "single":
             continue
-        replica = dp.Replica(strategy, setup, rank, world_size, device)
+        replica = data_parallel.Replica(strategy, setup, rank, world_size, device)
         out["timings"][strategy] = timed(lambda replica=replica: replica.step(x, y))
         out["step_s"][strategy] = out["timings"][strategy].median
 
-    alone = dp.Replica("single", setup, rank, world_size, device)
+    alone = data_parallel.Replica("single", setup, rank, world_size, device)
     out["compute_s"] = timed(lambda: alone.step(x, y)).median
     model = alone.model
     backward = []
@@ -102,7 +101,7 @@ def step_times_worker(rank: int, world_size: int, strategies: Sequence[str],
             backward.append(time.perf_counter() - start)
     out["backward_fraction"] = min(1.0, statistics.median(backward) / out["compute_s"])
     sizes = [p.numel() * p.element_size() for p in model.parameters()][::-1]
-    groups = expected_buckets(sizes, setup.bucket_cap_mb)
+    groups = data_parallel.expected_buckets(sizes, setup.bucket_cap_mb)
     out["grad_bytes"], out["n_buckets"] = sum(sizes), len(groups)
     out["allreduce"] = []
     # one bucket, all the gradients, and at least 4 MiB: small messages measure the latency,
@@ -115,14 +114,15 @@ def step_times_worker(rank: int, world_size: int, strategies: Sequence[str],
     return out
 
 
-def step_times(world_size: int, setup: dp.Setup,
-               strategies: Sequence[str] = dp.STRATEGIES[1:], steps: int = 5, warmup: int = 2,
+def step_times(world_size: int, setup: data_parallel.Setup,
+               strategies: Sequence[str] = data_parallel.STRATEGIES[1:], steps: int = 5,
+               warmup: int = 2,
                timeout: float = 180.0) -> dict:
     """Spawn ``world_size`` ranks running :func:`step_times_worker`; rank 0's result (every
     rank's times are the slowest rank's)."""
     for strategy in strategies:
-        dp.check_strategy(strategy)
-    dp.check_plan(setup, world_size)
+        data_parallel.check_strategy(strategy)
+    data_parallel.check_plan(setup, world_size)
     check_int("steps", steps, 1)
     check_int("warmup", warmup, 0)
     return spawn(step_times_worker, world_size, tuple(strategies), setup, steps, warmup,
@@ -145,7 +145,8 @@ def predicted_step_time(times: dict) -> float:
                                             times["backward_fraction"], times["n_buckets"])
 
 
-def run(world_sizes: Sequence[int] | None = None, setup: dp.Setup | None = None) -> dict:
+def run(world_sizes: Sequence[int] | None = None,
+        setup: data_parallel.Setup | None = None) -> dict:
     """Step times of the manual, bucketed and DDP strategies at each world size, the same
     share of the batch per rank (weak scaling), beside the cost model; and the speed goal:
     the bucketed step within 10% of DDP's.
@@ -153,7 +154,7 @@ def run(world_sizes: Sequence[int] | None = None, setup: dp.Setup | None = None)
     On GPUs: layer widths 2048 x 8 (29 million parameters, 117 MB of float32 gradients),
     1,024 samples per rank, DDP's default buckets, world sizes 1, 2, 4, 8 up to the number of
     GPUs (NCCL), 20 timed steps. On the simulator: the lab's tiny
-    :class:`~gpudl.parallel.data_parallel.Setup` on 1, 2 and
+    :class:`~gpudl.parallel.data.Setup` on 1, 2 and
     4 CPU processes (gloo), 5 timed steps; the times are then CPU times. One row per strategy
     and world size; ``runs`` keeps each :func:`step_times` result with its prediction
     (``predicted_step_s``, ``None`` where the all-reduce times were too noisy to fit)."""
@@ -161,7 +162,8 @@ def run(world_sizes: Sequence[int] | None = None, setup: dp.Setup | None = None)
     if world_sizes is None:
         gpus = torch.cuda.device_count() if on_gpu else 0
         world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus] if on_gpu else [1, 2, 4]
-    base = setup or (dp.Setup(dims=(2048,) * 8, bucket_cap_mb=None) if on_gpu else dp.Setup())
+    base = setup or (data_parallel.Setup(dims=(2048,) * 8, bucket_cap_mb=None) if on_gpu
+                     else data_parallel.Setup())
     share = backend.pick(gpu=1024, sim=base.global_batch // 4)
     steps, warmup = backend.pick(gpu=(20, 5), sim=(5, 2))
     rows, bars, runs = [], [], []

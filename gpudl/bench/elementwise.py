@@ -21,7 +21,9 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
-from gpudl.kernels import elementwise as ew
+from gpudl.checks import check_int
+from gpudl.kernels import divergence
+from gpudl.kernels import elementwise as elementwise_kernels
 
 __all__ = ["BARS", "run"]
 
@@ -50,8 +52,7 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     (``"divergence"``)."""
     n = backend.pick(gpu=1 << 26, sim=4096) if n is None else n
     repeats = backend.pick(gpu=20, sim=2) if repeats is None else repeats
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    check_int("n", n, 1)
     # Ten launches per pair of events on a GPU hide Python's launch overhead (timing.time_cuda).
     timed = {"warmup": backend.pick(gpu=3, sim=1), "repeats": repeats}
     batched = timed | {"inner": backend.pick(gpu=10, sim=1)}
@@ -64,18 +65,20 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     print(f"[elementwise] n = {n:,} float32, {repeats} repeats, {backend.name()}", flush=True)
 
     rows = []
-    for variant, launch in ew.VARIANTS.items():
+    for variant, launch in elementwise_kernels.VARIANTS.items():
         timing = time_cuda(launch, x, y, out, tpb, **batched)
-        np.testing.assert_allclose(out.copy_to_host(), ew.reference_vector_add(x_host, y_host))
+        np.testing.assert_allclose(
+            out.copy_to_host(), elementwise_kernels.reference_vector_add(x_host, y_host)
+        )
         rows.append(row(f"vector_add {variant}", timing, 3 * n * 4, group="bandwidth", n=n))
-    saxpy = time_cuda(ew.launch_saxpy, alpha, x, y, out, tpb, **batched)
-    np.testing.assert_allclose(out.copy_to_host(), ew.reference_saxpy(alpha, x_host, y_host),
-                               rtol=1e-6, atol=1e-5)
-    rows.append(row("saxpy", saxpy, 3 * n * 4, group="bandwidth", n=n))
-    timing = time_cuda(ew.SAXPY_VARIANTS["v2"], alpha, x, y, out, tpb, **batched)
-    np.testing.assert_allclose(out.copy_to_host(), ew.reference_saxpy(alpha, x_host, y_host),
-                               rtol=1e-6, atol=1e-5)
-    rows.append(row("saxpy v2", timing, 3 * n * 4, group="bandwidth", n=n))
+    saxpy_expected = elementwise_kernels.reference_saxpy(alpha, x_host, y_host)
+    saxpy_timings = {}
+    for name, launch in (("saxpy", elementwise_kernels.launch_saxpy),
+                         ("saxpy v2", elementwise_kernels.SAXPY_VARIANTS["v2"])):
+        timing = time_cuda(launch, alpha, x, y, out, tpb, **batched)
+        np.testing.assert_allclose(out.copy_to_host(), saxpy_expected, rtol=1e-6, atol=1e-5)
+        rows.append(row(name, timing, 3 * n * 4, group="bandwidth", n=n))
+        saxpy_timings[name] = timing
     on_gpu = backend.name() == "cuda"
     src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
     dst = torch.empty_like(src)
@@ -91,30 +94,33 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
         rng.standard_normal(n_cpu, dtype=np.float32) for _ in range(2))
     print(f"[elementwise] saxpy, CPU vs GPU, n = {n_cpu:,}", flush=True)
     out_cpu = np.empty_like(x_cpu)  # written in place: page faults are not arithmetic
-    expected = ew.reference_saxpy(alpha, x_cpu, y_cpu)
-    for name, fn in (("numpy", ew.saxpy_numpy), ("numba_cpu_parallel", ew.saxpy_numba_cpu)):
+    expected = elementwise_kernels.reference_saxpy(alpha, x_cpu, y_cpu)
+    for name, fn in (("numpy", elementwise_kernels.saxpy_numpy),
+                     ("numba_cpu_parallel", elementwise_kernels.saxpy_numba_cpu)):
         np.testing.assert_allclose(fn(alpha, x_cpu, y_cpu, out_cpu), expected, rtol=1e-6,
                                    atol=1e-5)
         timing = time_cpu(fn, alpha, x_cpu, y_cpu, out_cpu, warmup=1, repeats=max(repeats, 5))
         rows.append(row(f"saxpy {name}", timing, 3 * n_cpu * 4, group="cpu_vs_gpu", n=n_cpu))
     if on_gpu:  # the kernel alone is the "saxpy" row above, timed at the same n
-        rows.append(row("saxpy cuda_kernel", saxpy, 3 * n * 4, group="cpu_vs_gpu", n=n))
-        rows.append(row("saxpy cuda_with_transfers",
-                        time_cuda(ew.saxpy, alpha, x_host, y_host, **timed), 3 * n * 4,
+        rows.append(row("saxpy cuda_kernel", saxpy_timings["saxpy"], 3 * n * 4,
                         group="cpu_vs_gpu", n=n))
+        rows.append(row("saxpy cuda_with_transfers",
+                        time_cuda(elementwise_kernels.saxpy, alpha, x_host, y_host, **timed),
+                        3 * n * 4, group="cpu_vs_gpu", n=n))
     else:
         print("  saxpy cuda_kernel, cuda_with_transfers: not measured (simulator)", flush=True)
 
     n_div = min(n, backend.pick(gpu=1 << 22, sim=1024))
-    work = ew.DEFAULT_WORK
+    work = divergence.DEFAULT_WORK
     print(f"[elementwise] divergence, {n_div:,} threads x {work} steps", flush=True)
     codes = cuda.device_array(n_div, dtype=np.int64)
     n_check = min(n_div, 4096)
-    for mode in ew.MODES:
-        timing = time_cuda(ew.launch_divergence, codes, mode, work, tpb, **timed)
+    for mode in divergence.MODES:
+        timing = time_cuda(divergence.launch_divergence, codes, mode, work, tpb, **timed)
         got = codes.copy_to_host()[:n_check]
-        np.testing.assert_array_equal(got, ew.reference_divergence(n_check, mode, work, tpb))
-        paths = ew.divergence_paths(mode, min(n_div, 1024), tpb)
+        expected = divergence.reference_divergence(n_check, mode, work, tpb)
+        np.testing.assert_array_equal(got, expected)
+        paths = divergence.divergence_paths(mode, min(n_div, 1024), tpb)
         rows.append(row(f"divergence {mode}", timing, group="divergence", n=n_div, work=work,
                         max_paths_per_warp=int(paths.max())))
     return {"n": n, "threads_per_block": tpb, "cpu_threads": os.cpu_count(), "rows": rows,

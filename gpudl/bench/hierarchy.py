@@ -23,7 +23,7 @@ from numba import cuda
 
 from gpudl.bench.timing import gbps, time_cuda
 from gpudl.checks import check_int
-from gpudl.kernels import hierarchy as hi
+from gpudl.kernels import hierarchy as hierarchy_kernels
 
 __all__ = ["WORKING_SETS", "DEFAULT_STEPS", "BANDWIDTH_LEVELS", "ARTICLE_CLAIMS", "latency",
            "bandwidth", "measure", "table"]
@@ -32,7 +32,7 @@ __all__ = ["WORKING_SETS", "DEFAULT_STEPS", "BANDWIDTH_LEVELS", "ARTICLE_CLAIMS"
 def _l2_working_set() -> int:
     """A quarter of the GPU's L2 (at most 16 MiB), or 4 MiB when its size is unknown."""
     l2 = hardware.describe().l2_cache_bytes
-    return 4 * hi.MiB if l2 is None else min(l2 // 4, 16 * hi.MiB)
+    return 4 * hierarchy_kernels.MiB if l2 is None else min(l2 // 4, 16 * hierarchy_kernels.MiB)
 
 
 #: Working set of the pointer chase for each level, in bytes. For L1 16 KiB, well inside the
@@ -42,9 +42,9 @@ def _l2_working_set() -> int:
 #: the TLBs at times, which is part of what a load from device memory costs. On the simulator
 #: the sizes are tiny and the three levels are one (the CPU's memory).
 WORKING_SETS: dict[str, int] = {
-    "L1": backend.pick(gpu=16 * hi.KiB, sim=512),
-    "L2": backend.pick(gpu=_l2_working_set(), sim=2 * hi.KiB),
-    "HBM": backend.pick(gpu=hi.GiB, sim=8 * hi.KiB),
+    "L1": backend.pick(gpu=16 * hierarchy_kernels.KiB, sim=512),
+    "L2": backend.pick(gpu=_l2_working_set(), sim=2 * hierarchy_kernels.KiB),
+    "HBM": backend.pick(gpu=hierarchy_kernels.GiB, sim=8 * hierarchy_kernels.KiB),
 }
 
 #: Hops per launch of the chase (and twice as many for the second launch of the slope). At
@@ -62,7 +62,7 @@ _WARMUP = backend.pick(gpu=2, sim=0)
 _REPEATS = backend.pick(gpu=7, sim=1)
 # Problem sizes. HBM: 1 GiB read once. L2: the L2 working set read 512 times in one launch.
 # Shared: each block reads its 4 KiB 8192 times.
-_HBM_SIZE = backend.pick(gpu=hi.GiB // 4, sim=2048)
+_HBM_SIZE = backend.pick(gpu=hierarchy_kernels.GiB // 4, sim=2048)
 _L2_REPS = backend.pick(gpu=512, sim=4)
 _SHARED_ITERS = backend.pick(gpu=8192, sim=2)
 
@@ -72,7 +72,7 @@ def latency(
     steps: int = DEFAULT_STEPS,
     *,
     shared: bool = False,
-    stride_bytes: int = hi.LINE_BYTES,
+    stride_bytes: int = hierarchy_kernels.LINE_BYTES,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Time one load of a level: a one-thread pointer chase over ``working_set_bytes``.
@@ -101,19 +101,21 @@ def latency(
             f"got {working_set}"
         )
     n_elements, stride = working_set // itemsize, max(1, stride_b // itemsize)
-    chain = hi.make_chain(n_elements, stride, seed)
-    if shared and chain.nbytes > hi.MAX_SHARED_CHAIN_BYTES:
-        raise ValueError(f"a shared-memory chain must fit in {hi.MAX_SHARED_CHAIN_BYTES} "
-                         f"bytes, got {chain.nbytes}")
+    chain = hierarchy_kernels.make_chain(n_elements, stride, seed)
+    if shared and chain.nbytes > hierarchy_kernels.MAX_SHARED_CHAIN_BYTES:
+        raise ValueError(
+            f"a shared-memory chain must fit in {hierarchy_kernels.MAX_SHARED_CHAIN_BYTES} "
+            f"bytes, got {chain.nbytes}"
+        )
     chain_dev = cuda.to_device(chain)
     pos = cuda.to_device(np.zeros(1, dtype=chain.dtype))
     timings = []
     hops = 0
     for n_steps in (k, 2 * k):
-        timings.append(time_cuda(hi.launch_chase, chain_dev, n_steps, pos, shared,
+        timings.append(time_cuda(hierarchy_kernels.launch_chase, chain_dev, n_steps, pos, shared,
                                  warmup=_WARMUP, repeats=_REPEATS))
         hops += (_WARMUP + _REPEATS) * n_steps
-    hi.check_chase(int(pos.copy_to_host()[0]), chain, hops)
+    hierarchy_kernels.check_chase(int(pos.copy_to_host()[0]), chain, hops)
     ns_per_hop = (timings[1].median - timings[0].median) / k * 1e9
     clock_khz = hardware.describe().sm_clock_khz
     return {
@@ -142,18 +144,18 @@ def bandwidth(level: str) -> dict[str, Any]:
     """
     if level not in BANDWIDTH_LEVELS:
         raise ValueError(f"level must be one of {BANDWIDTH_LEVELS}, got {level!r}")
-    blocks = hi.grid_blocks()
-    out = cuda.to_device(np.full(blocks * hi.THREADS, np.nan, dtype=np.float32))
+    blocks = hierarchy_kernels.grid_blocks()
+    out = cuda.to_device(np.full(blocks * hierarchy_kernels.THREADS, np.nan, dtype=np.float32))
     if level == "shared":
-        data = cuda.to_device(np.ones(hi.SHARED_WORDS, dtype=np.float32))
-        args = (hi.launch_shared_read, data, out, _SHARED_ITERS, blocks)
+        data = cuda.to_device(np.ones(hierarchy_kernels.SHARED_WORDS, dtype=np.float32))
+        args = (hierarchy_kernels.launch_shared_read, data, out, _SHARED_ITERS, blocks)
         bytes_read = blocks * _SHARED_ITERS * data.nbytes
         expected_total = bytes_read // data.dtype.itemsize
     else:
         n = _HBM_SIZE if level == "HBM" else WORKING_SETS["L2"] // 4
         reps = 1 if level == "HBM" else _L2_REPS
         data = cuda.to_device(np.ones(n, dtype=np.float32))
-        args = (hi.launch_read, data, out, reps, blocks)
+        args = (hierarchy_kernels.launch_read, data, out, reps, blocks)
         bytes_read = reps * data.nbytes
         expected_total = reps * n
     t = time_cuda(*args, warmup=_WARMUP, repeats=_REPEATS)
@@ -181,7 +183,7 @@ def measure(steps: int = DEFAULT_STEPS) -> dict[str, Any]:
     return {
         "latency": lat,
         "bandwidth": {level: bandwidth(level) for level in BANDWIDTH_LEVELS},
-        "register_file_gbs": hi.register_file_bandwidth_gbs(),
+        "register_file_gbs": hierarchy_kernels.register_file_bandwidth_gbs(),
     }
 
 

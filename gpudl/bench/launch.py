@@ -173,48 +173,29 @@ def measure_launches(calls: int | None = None, repeats: int | None = None,
     return rows
 
 
-@contextmanager
-def _counted_launches(run: bool) -> Iterator[list]:
-    """Record every kernel gpudl.kernels.optim launches; launch it only if ``run``."""
-    from gpudl.kernels import optim as ko
-
-    launched: list = []
-    original = ko._launch
-
-    def launch(kernel, blocks, *args):
-        launched.append(kernel)
-        if run:
-            original(kernel, blocks, *args)
-
-    ko._launch = launch
-    try:
-        yield launched
-    finally:
-        ko._launch = original
-
-
 def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = None) -> list[dict]:
     """Host seconds per ``step()`` of :class:`gpudl.optim.Adam` over ``tensors`` parameters of
     ``size`` elements, gradients in place, for the ``multi_tensor`` and ``fused`` variants;
     with the kernel launches on a GPU, without them on the simulator (where a launch would
     be simulated). Each row also counts the launches and the tensor-to-array conversions of
     one step after the first."""
-    from gpudl import optim as go
+    from gpudl import optim
+    from gpudl.kernels.optim import recorded_launches
 
     steps = backend.pick(gpu=50, sim=10) if steps is None else steps
     device = interop.tensor_device()
     rows = []
     for variant in ("multi_tensor", "fused"):
         params = [torch.nn.Parameter(torch.randn(size, device=device)) for _ in range(tensors)]
-        opt = go.Adam(params, lr=1e-3, variant=variant)
+        opt = optim.Adam(params, lr=1e-3, variant=variant)
         for p in params:
             p.grad = torch.randn_like(p)
-        with _counted_launches(run=not backend.is_simulator()) as launched:
+        with recorded_launches(run=not backend.is_simulator()) as launched:
             opt.step()  # the first step flattens (multi_tensor) and converts
             launched.clear()
-            conversions = opt._arrays.conversions
+            conversions = opt.kernel_arrays.conversions
             opt.step()
-            per_step = (len(launched), opt._arrays.conversions - conversions)
+            per_step = (len(launched), opt.kernel_arrays.conversions - conversions)
             sync = (lambda: None) if backend.is_simulator() else cuda.synchronize
             samples = _per_call(opt.step, 1, steps, sync)
         measured = ("host time, launches not run" if backend.is_simulator()
@@ -251,18 +232,17 @@ def _fake_device_objects() -> tuple[Callable, Callable, Callable]:
     """Stub the driver calls of numba-cuda's launch path (compile-only backend); return
     makers of device arrays and tensors, and a no-op sync."""
     from cuda.core._kernel_arg_handler import ParamHolder
-    from numba.cuda import api, codegen
-    from numba.cuda import dispatcher as nd
+    from numba.cuda import api, codegen, dispatcher
     from numba.cuda.cudadrv import devicearray, devices, driver
 
     from gpudl import ptx
 
-    ptx._prepare_compiler()
-    nd.get_current_device = lambda: ptx._Device((9, 0))
+    ptx.prepare_compiler()
+    dispatcher.get_current_device = lambda: ptx.CompileTarget((9, 0))
     codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0)
     codegen.CUDACodeLibrary.get_cufunc = lambda self: SimpleNamespace(kernel=None)
-    nd._Kernel.bind = lambda self: None
-    nd.launch = lambda stream, config, kernel, *args: ParamHolder(args)  # packed, not sent
+    dispatcher._Kernel.bind = lambda self: None
+    dispatcher.launch = lambda stream, config, kernel, *args: ParamHolder(args)  # packed, not sent
     api.current_context = lambda: None
     runtime = devices._runtime
 

@@ -2,7 +2,7 @@
 TF32 off), and the kernel MLP's backward pass against its forward pass.
 
 Book section: *Chapter 3*, the "Measured on a GPU" boxes of "Matrix multiply, step by step"
-and "Backward costs twice the forward".
+and "Counting flops: backward is twice the forward".
 
 ``python -m gpudl bench matmul`` runs :func:`run` and stores ``results/matmul-<backend>.json``.
 Every output is checked against torch's before its time is reported.
@@ -22,8 +22,8 @@ from numba import cuda
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_int
-from gpudl.kernels import matmul as mm
-from gpudl.kernels.arrays import poisoned
+from gpudl.kernels import matmul as matmul_kernels
+from gpudl.kernels.arrays import EPS32, poisoned
 
 __all__ = ["BARS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
 
@@ -32,7 +32,7 @@ BARS = (
     {"name": "best_matmul_vs_torch",
      "what": "the fastest variant's TFLOP/s over torch.matmul's (float32, TF32 off) at the "
              "largest size",
-     "numerator": [f"{v} n={{n}}" for v in mm.VARIANTS], "denominator": "torch n={n}",
+     "numerator": [f"{v} n={{n}}" for v in matmul_kernels.VARIANTS], "denominator": "torch n={n}",
      "threshold": 0.50, "rate": "tflops"},
 )
 
@@ -70,13 +70,13 @@ def _bench_size(size: int) -> list[dict]:
     tc = torch.empty_like(ta)
     torch_time = time_cuda(lambda: torch.mm(ta, tb, out=tc), **timed)
     # Both tc and each kernel's output are within error_bound of the exact product: twice it.
-    bound = 2 * size * mm.EPS32 * torch.mm(ta.abs(), tb.abs())
+    bound = 2 * size * EPS32 * torch.mm(ta.abs(), tb.abs())
     a, b = cuda.to_device(a_host), cuda.to_device(b_host)
-    n_flops = mm.flops(size, size, size)
+    n_flops = matmul_kernels.flops(size, size, size)
     rows = [row(f"torch n={size}", torch_time, n_flops=n_flops, size=size, variant="torch",
                 fraction_of_torch=1.0 if torch_time.meaningful else None,
                 error_over_bound=0.0)]
-    for variant, launch in mm.VARIANTS.items():
+    for variant, launch in matmul_kernels.VARIANTS.items():
         c = poisoned((size, size))
         timing = time_cuda(launch, a, b, c, **timed)
         ratio = float(((torch.as_tensor(c, device=device) - tc).abs() / bound).max())

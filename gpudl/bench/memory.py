@@ -2,7 +2,8 @@
 bandwidth per level of the memory hierarchy; point-to-point bandwidth between two GPUs.
 
 Book section: Chapter 2, the "Measured on a GPU" boxes of "Coalescing", "Shared memory and bank
-conflicts", "Reductions", "Latency and bandwidth per level" and "Past one GPU".
+conflicts", "Reductions, step by step", "Latency and bandwidth per level" and "Past one GPU:
+send and receive".
 
 ``python -m gpudl bench memory`` runs :func:`run` and stores ``results/memory-<backend>.json``.
 Every kernel's output is checked before its time is reported.
@@ -21,13 +22,15 @@ from gpudl.bench import evaluate_bars, row
 from gpudl.bench import hierarchy as bench_hierarchy
 from gpudl.bench.allreduce import gpus_missing, p2p_bandwidth
 from gpudl.bench.timing import time_cuda
-from gpudl.kernels import memory as mem
-from gpudl.kernels import reduction as red
+from gpudl.checks import check_int
+from gpudl.kernels import memory as memory_kernels
+from gpudl.kernels import reduction as reduction_kernels
+from gpudl.kernels import reduction_error, transpose
 
 __all__ = ["BARS", "run"]
 
-_REDUCTIONS = [f"reduce {v}" for v in red.VARIANTS]
-_COPIES = [f"copy {v}" for v in mem.COPY_VARIANTS]
+_REDUCTIONS = [f"reduce {v}" for v in reduction_kernels.VARIANTS]
+_COPIES = [f"copy {v}" for v in memory_kernels.COPY_VARIANTS]
 _PADDED = ["transpose padded", "transpose padded_loads_first"]
 
 #: The speed goals of the issue on GPU speed, each against a torch device-to-device copy of the
@@ -59,8 +62,7 @@ def run(n: int | None = None, hierarchy: bool = True, p2p: bool = True) -> dict:
     hierarchy (:func:`gpudl.bench.hierarchy.measure`, with its ratio table) and the
     point-to-point bandwidth between two ranks (on GPUs: skipped with fewer than two)."""
     n = backend.pick(gpu=1 << 26, sim=1024) if n is None else n
-    if isinstance(n, bool) or not isinstance(n, int) or n < 4:
-        raise ValueError(f"n must be an integer >= 4, got {n!r}")
+    check_int("n", n, 4)
     rows = _kernels(n)
     body: dict = {"n": n, "transpose_side": int(np.sqrt(n)), "rows": rows,
                   "bars": evaluate_bars(BARS, rows)}
@@ -95,42 +97,41 @@ def _kernels(n: int) -> list[dict]:
     def check(got, expected) -> None:
         np.testing.assert_array_equal(got.copy_to_host(), expected)
 
-    for variant, launch in mem.COPY_VARIANTS.items():
+    for variant, launch in memory_kernels.COPY_VARIANTS.items():
         out = cuda.device_array(n, dtype=np.float32)
         rows.append(row(f"copy {variant}", time_cuda(launch, x, out, **timed), 8 * n,
                         group="copies"))
         check(out, x_host)
     for stride in (2, 4, 8, 32):
         out = cuda.device_array(-(-n // stride), dtype=np.float32)
-        timing = time_cuda(mem.launch_copy_strided, x, out, stride, **timed)
+        timing = time_cuda(memory_kernels.launch_copy_strided, x, out, stride, **timed)
         check(out, x_host[::stride])
         # useful bytes: each output element read once and written once
         rows.append(row(f"copy stride {stride}", timing, 8 * out.size, group="copies",
                         stride=stride))
     out = cuda.device_array(n - 1, dtype=np.float32)
-    timing = time_cuda(mem.launch_copy_offset, x, out, 1, **timed)
+    timing = time_cuda(memory_kernels.launch_copy_offset, x, out, 1, **timed)
     check(out, x_host[1:])
     rows.append(row("copy offset 1", timing, 8 * out.size, group="copies", offset=1))
 
     side = int(np.sqrt(n))
     m = x_host[: side * side].reshape(side, side)
     md = cuda.to_device(m)
-    for variant, launch in mem.VARIANTS.items():
+    for variant, launch in transpose.VARIANTS.items():
         out = cuda.device_array((side, side), dtype=np.float32)
         timing = time_cuda(launch, md, out, **timed)
         check(out, m.T)
         rows.append(row(f"transpose {variant}", timing, 8 * side * side, group="transposes",
                         side=side))
 
-    exact = red.reference_sum(x_host)
-    for variant, launch in red.VARIANTS.items():
+    exact = reduction_kernels.reference_sum(x_host)
+    for variant, launch in reduction_kernels.VARIANTS.items():
         out = cuda.device_array(1, dtype=np.float32)
         # v1 (one atomic per element) takes about 0.1 s at 2**26 on a GPU: a few runs say it
         few = {"warmup": 1, "repeats": 3, "inner": 1} if on_gpu and variant == "v1_atomic" else {}
         timing = time_cuda(launch, x, out, **(timed | few))
         got = float(out.copy_to_host()[0])
-        bound = red.addition_depth(n, variant) * float(np.finfo(np.float32).eps) * float(
-            np.abs(x_host.astype(np.float64)).sum())
+        bound = reduction_error.error_bound(x_host, variant)
         if not abs(got - exact) <= bound:
             raise RuntimeError(f"{variant}: sum {got} is off the exact {exact} by more than "
                                f"its error bound {bound}")

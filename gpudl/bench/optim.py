@@ -1,7 +1,8 @@
 """Chapter 4's measurement: one Adam step of each variant against a device copy of the same
 parameters and against torch's ``foreach`` and ``fused`` Adams.
 
-Book section: *Chapter 4*, the "Measured on a GPU" box of "Is shared memory the answer?".
+Book section: *Chapter 4*, the "Measured on a GPU" box of "Is shared memory the answer? The
+articles' claim".
 
 ``python -m gpudl bench optim`` runs :func:`run` and stores ``results/optim-<backend>.json``.
 Every optimizer's first step is checked before it is timed (:func:`check_step`), each against
@@ -22,12 +23,12 @@ from gpudl import backend
 import numpy as np
 import torch
 
-from gpudl import optim as go
+from gpudl import optim as optimizers
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import row_kind, time_cuda, time_interleaved
 from gpudl.checks import check_int
 from gpudl.interop import tensor_device
-from gpudl.kernels import optim as ko
+from gpudl.kernels import optim as optim_kernels
 
 __all__ = ["BARS", "HYPER", "METHODS", "PER_TENSOR", "float32_hyper", "hyper_used",
            "check_step", "run"]
@@ -37,7 +38,10 @@ HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
 
 #: The optimizers timed, name -> factory ``(params, **hyper) -> optimizer``.
 METHODS: dict[str, Callable] = {
-    **{f"gpudl {v}": (lambda ps, v=v, **h: go.Adam(ps, variant=v, **h)) for v in ko.VARIANTS},
+    **{
+        f"gpudl {v}": (lambda ps, v=v, **h: optimizers.Adam(ps, variant=v, **h))
+        for v in optim_kernels.VARIANTS
+    },
     "torch foreach": lambda ps, **h: torch.optim.Adam(ps, foreach=True, **h),
     "torch fused": lambda ps, **h: torch.optim.Adam(ps, fused=True, **h),
 }
@@ -106,8 +110,8 @@ def check_step(make: Callable, shapes: list[int], hyper: dict = HYPER,
     state = opt.state[params[0]]
     got = [t.detach()[:n].cpu().numpy() for t in (params[0], state["exp_avg"],
                                                   state["exp_avg_sq"])]
-    refs = ko.reference_adam(p0, g0, zeros, zeros, step=1, **used)
-    bounds = ko.adam_error_bound(p0, g0, zeros, zeros, step=1, **used)
+    refs = optim_kernels.reference_adam(p0, g0, zeros, zeros, step=1, **used)
+    bounds = optim_kernels.adam_error_bound(p0, g0, zeros, zeros, step=1, **used)
     worst, failed = {}, []
     for name, x, ref, bound in zip("pmv", got, refs, bounds, strict=True):
         error = np.abs(x.astype(np.float64) - ref)
@@ -190,7 +194,7 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
                     raise RuntimeError(message)
                 print(f"  check failed, timed all the same: {message}", flush=True)
         for name, timing in _timings(shapes, timed, few).items():
-            n_bytes = 8 * n if name == "copy" else ko.BYTES_PER_PARAM * n
+            n_bytes = 8 * n if name == "copy" else optim_kernels.BYTES_PER_PARAM * n
             rows.append(row(f"{name} [{layout}]", timing, n_bytes, optimizer=name,
                             kind=row_kind(n_bytes), **keys) | {"check": checks.get(name)})
         copy = rows[-len(METHODS) - 1]
@@ -198,5 +202,5 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
             r["fraction_of_copy"] = (r["gbps"] / copy["gbps"] if r["gbps"] and copy["gbps"]
                                      else None)
     big = max((lay for lay in layouts if len(lay[1]) == 1), key=lambda lay: lay[1][0])[0]
-    return {"bytes_per_param": ko.BYTES_PER_PARAM, "hyper": HYPER, "rows": rows,
+    return {"bytes_per_param": optim_kernels.BYTES_PER_PARAM, "hyper": HYPER, "rows": rows,
             "bars": evaluate_bars(BARS, rows, big=big, many=layouts[-1][0])}

@@ -3,7 +3,7 @@ four stages against the formula.
 
 Book section: *Chapter 6, "The bubble"* and its "Measured on GPUs" box.
 
-The schedules and their worker are :mod:`gpudl.parallel.pipeline_parallel`'s; every action of a
+The schedules and their worker are :mod:`gpudl.parallel.pipeline`'s; every action of a
 step is timed there (the timeline is what a schedule is about). :func:`bubble_sweep` runs them at
 several numbers of micro-batches; ``python -m gpudl bench pipeline`` runs :func:`run` and stores
 ``results/pipeline-<backend>.json`` (on GPUs it needs one per stage, else it is skipped).
@@ -17,7 +17,7 @@ from gpudl.bench import row
 from gpudl.bench.allreduce import gpus_missing
 from gpudl.bench.timing import Timing
 from gpudl.estimate import bubble_fraction
-from gpudl.parallel import pipeline_parallel as pp
+from gpudl.parallel import pipeline
 from gpudl.parallel.launch import default_backend
 
 __all__ = ["BARS", "bubble_sweep", "run"]
@@ -31,24 +31,26 @@ def bubble_sweep(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8,
                  ) -> list[dict]:
     """The naive split, then each of ``schedules`` at each number of ``microbatches``, timed,
     in one set of ``world_size`` processes. On as many GPUs (NCCL): the
-    :data:`gpudl.parallel.pipeline_parallel.GPU_CONFIG` encoder on a batch of 32 at its own
+    :data:`gpudl.parallel.pipeline.GPU_CONFIG` encoder on a batch of 32 at its own
     speed, two steps, the second timed. Otherwise the ``CPU_CONFIG`` encoder on 16 samples,
     paced at ``CPU_PACE_S``, one step.
 
     One row per run: ``schedule``, ``microbatches``, ``measured``
-    (:func:`gpudl.parallel.pipeline_parallel.idle_fraction` of the timed step), ``formula``
+    (:func:`gpudl.parallel.pipeline.idle_fraction` of the timed step), ``formula``
     (:func:`gpudl.estimate.bubble_fraction`), ``makespan_s``, ``paced`` and ``timelines``
     (one per stage)."""
     on_gpus = default_backend(world_size) == "nccl"
-    common = (dict(steps=2, batch=32, config=pp.GPU_CONFIG) if on_gpus
-              else dict(steps=1, batch=16, config=pp.CPU_CONFIG, pace_s=pp.CPU_PACE_S))
-    plans = [pp.PipelinePlan("naive", 1, **common)]
-    plans += [pp.PipelinePlan(name, m, **common) for name in schedules for m in microbatches]
+    common = (dict(steps=2, batch=32, config=pipeline.GPU_CONFIG) if on_gpus
+              else dict(steps=1, batch=16, config=pipeline.CPU_CONFIG,
+                        pace_s=pipeline.CPU_PACE_S))
+    plans = [pipeline.PipelinePlan("naive", 1, **common)]
+    plans += [pipeline.PipelinePlan(name, m, **common)
+              for name in schedules for m in microbatches]
     rows = []
-    for plan, ranks in zip(plans, pp.run_pipelines(plans, world_size, timeout), strict=True):
+    for plan, ranks in zip(plans, pipeline.run_pipelines(plans, world_size, timeout), strict=True):
         timelines = [r["timeline"] for r in ranks]
         rows.append({"schedule": plan.schedule, "microbatches": plan.microbatches,
-                     "measured": pp.idle_fraction(timelines),
+                     "measured": pipeline.idle_fraction(timelines),
                      "formula": bubble_fraction(world_size, plan.microbatches),
                      "makespan_s": max(e["end_s"] for t in timelines for e in t),
                      "paced": not on_gpus, "timelines": timelines})

@@ -24,8 +24,8 @@ from numba import cuda
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
 from gpudl.hardware import SPECS, GpuSpec, describe
-from gpudl.kernels import matmul as mm
-from gpudl.kernels import tensor_core_matmul as tc
+from gpudl.kernels import matmul as matmul_kernels
+from gpudl.kernels import tensor_core_matmul
 from gpudl.kernels.arrays import poisoned
 
 __all__ = ["BARS", "TORCH_DTYPES", "datasheet_spec", "run"]
@@ -33,11 +33,16 @@ __all__ = ["BARS", "TORCH_DTYPES", "datasheet_spec", "run"]
 #: The speed goal of the tensor-core topic: the faster tensor-core matmul's rate over the
 #: faster of Chapter 3's two register-blocked FP32 kernels (v1 to v3 are slower by design).
 BARS = (
-    {"name": "tensor_core_faster_than_best_simt",
-     "what": "the faster tensor-core matmul's TFLOP/s over the faster of v4_register_1d and "
-             "v5_register_2d (FP32 SIMT) at n = 4096",
-     "numerator": [f"tc {v} n={{n}}" for v in tc.VARIANTS], "denominator": "{best_simt}",
-     "threshold": 1.0, "compare": ">=", "rate": "tflops"},
+    {
+        "name": "tensor_core_faster_than_best_simt",
+        "what": "the faster tensor-core matmul's TFLOP/s over the faster of v4_register_1d and "
+        "v5_register_2d (FP32 SIMT) at n = 4096",
+        "numerator": [f"tc {v} n={{n}}" for v in tensor_core_matmul.VARIANTS],
+        "denominator": "{best_simt}",
+        "threshold": 1.0,
+        "compare": ">=",
+        "rate": "tflops",
+    },
 )
 
 #: torch.matmul precisions measured, and the datasheet field (gpudl.hardware.PRECISIONS) each
@@ -69,7 +74,7 @@ def run(sizes: Sequence[int] | None = None,
     :data:`gpudl.hardware.SPECS`; then the tensor-core matmuls and Chapter 3's v4 and v5 at
     ``kernel_sizes`` (2048, 4096; 32 on the simulator)."""
     sizes = backend.pick(gpu=(1024, 2048, 4096, 8192), sim=(64,)) if sizes is None else sizes
-    kernel_sizes = backend.pick(gpu=(2048, 4096), sim=(32,)) if kernel_sizes is None \
+    kernel_sizes = backend.pick(gpu=(2048, 4096), sim=(32,)) if kernel_sizes is None\
         else kernel_sizes
     info = describe()
     spec = None if backend.is_simulator() else datasheet_spec(info.name, info.memory_bytes)
@@ -82,7 +87,7 @@ def run(sizes: Sequence[int] | None = None,
     for n in kernel_sizes:
         rows += _kernel_matmul_rows(n, timed)
     n = max(kernel_sizes)
-    simt = [r for r in rows if r.get("variant") in mm.VARIANTS and r["size"] == n]
+    simt = [r for r in rows if r.get("variant") in matmul_kernels.VARIANTS and r["size"] == n]
     best = max(simt, key=lambda r: r["tflops"] or 0.0)["name"]
     return {"gpu": info.name, "datasheet": None if spec is None else spec.name,
             "rows": rows, "bars": evaluate_bars(BARS, rows, n=str(n), best_simt=best)}
@@ -116,21 +121,28 @@ def _kernel_matmul_rows(n: int, timed: dict) -> list[dict]:
     rng = np.random.default_rng(n)
     a_host, b_host = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
     a, b = cuda.to_device(a_host), cuda.to_device(b_host)
-    n_flops = mm.flops(n, n, n)
+    n_flops = matmul_kernels.flops(n, n, n)
     rows = []
     if not backend.is_simulator():
-        tc.check_tensor_cores()
-    a_words, bt_words = tc.packed(a), tc.packed(b, transpose=True)
-    for variant, launch in tc.VARIANTS.items():
+        tensor_core_matmul.check_tensor_cores()
+    a_words, bt_words = tensor_core_matmul.packed(a), tensor_core_matmul.packed(b, transpose=True)
+    for variant, launch in tensor_core_matmul.VARIANTS.items():
         c = poisoned((n, n))
         timing = time_cuda(launch, a_words, bt_words, c, **timed)
-        _check(c, a_host, b_host, tc.error_bound, tc.reference, f"tc {variant}")
+        _check(
+            c,
+            a_host,
+            b_host,
+            tensor_core_matmul.error_bound,
+            tensor_core_matmul.reference,
+            f"tc {variant}",
+        )
         rows.append(row(f"tc {variant} n={n}", timing, None, n_flops, size=n,
                          variant=f"tc {variant}"))
     for variant in ("v4_register_1d", "v5_register_2d"):
         c = poisoned((n, n))
-        timing = time_cuda(mm.VARIANTS[variant], a, b, c, **timed)
-        _check(c, a_host, b_host, mm.error_bound, mm.reference, variant)
+        timing = time_cuda(matmul_kernels.VARIANTS[variant], a, b, c, **timed)
+        _check(c, a_host, b_host, matmul_kernels.error_bound, matmul_kernels.reference, variant)
         rows.append(row(f"{variant} n={n}", timing, None, n_flops, size=n, variant=variant))
     return rows
 

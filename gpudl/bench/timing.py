@@ -27,15 +27,15 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from numbers import Real
 
 from gpudl import backend
+from gpudl.checks import check_int, check_positive, check_real
 
 # isort: split
 from numba import cuda
 
 __all__ = ["Timing", "POLICY", "time_cuda", "time_cpu", "time_interleaved", "choose_inner",
-           "row_kind", "gbps", "gflops"]
+           "hold_kernel", "row_kind", "gbps", "gflops"]
 
 #: The fair-timing policy of :func:`time_interleaved` (the least of each).
 POLICY = {"warmup": 3, "repeats": 20, "inner": 3, "sample_s": 1e-3}
@@ -75,9 +75,7 @@ class Timing:
 
 def _check_counts(**counts: int) -> None:
     for name, value in counts.items():
-        low = 0 if name == "warmup" else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_int(name, value, 0 if name == "warmup" else 1)
 
 
 def _wall_clock(fn: Callable, args: tuple, warmup: int, repeats: int, inner: int,
@@ -94,7 +92,7 @@ def _wall_clock(fn: Callable, args: tuple, warmup: int, repeats: int, inner: int
 
 
 @cuda.jit
-def _hold(rounds):
+def hold_kernel(rounds):
     """Keep the GPU busy for about ``rounds`` microseconds (one thread sleeping)."""
     for _ in range(rounds):
         cuda.nanosleep(1000)
@@ -106,7 +104,7 @@ def _event_sample(fn: Callable, args: tuple, inner: int) -> float:
     sleep ends, by which time the host has queued the first call, so the host's delay in
     issuing it (tens of microseconds for a numba launch) is not inside the window."""
     start, end = cuda.event(timing=True), cuda.event(timing=True)
-    _hold[1, 1](_HOLD_NS // 1000)
+    hold_kernel[1, 1](_HOLD_NS // 1000)
     start.record()
     for _ in range(inner):
         fn(*args)
@@ -141,8 +139,7 @@ def time_cuda(
 def choose_inner(call_s: float) -> int:
     """Calls per sample for a call that takes ``call_s`` seconds: enough to fill
     ``POLICY["sample_s"]`` (a millisecond), at least ``POLICY["inner"]`` (3), at most 1000."""
-    if isinstance(call_s, bool) or not isinstance(call_s, Real) or not call_s > 0:
-        raise ValueError(f"call_s must be a number of seconds > 0, got {call_s!r}")
+    check_real("call_s", call_s, 0, strict=True)
     return int(min(_MAX_INNER, max(POLICY["inner"], math.ceil(POLICY["sample_s"] / call_s))))
 
 
@@ -189,8 +186,7 @@ def row_kind(n_bytes: int, l2_bytes: int | None = None) -> str | None:
     """``"latency"`` if ``n_bytes`` (what one call reads and writes) fits in an L2 cache of
     ``l2_bytes`` (by default the device's), ``"bandwidth"`` if not: only a working set larger
     than the L2 measures device memory. None when the L2's size is unknown (the simulator)."""
-    if isinstance(n_bytes, bool) or not isinstance(n_bytes, int) or n_bytes < 0:
-        raise ValueError(f"n_bytes must be an int >= 0, got {n_bytes!r}")
+    check_int("n_bytes", n_bytes, 0)
     if l2_bytes is None:
         from gpudl.hardware import describe
 
@@ -207,16 +203,8 @@ def time_cpu(fn: Callable, *args: object, warmup: int = 1, repeats: int = 5) -> 
 
 
 def _rate(amount: float, seconds: float, what: str) -> float:
-    for label, value in ((what, amount), ("seconds", seconds)):
-        if isinstance(value, bool) or not isinstance(value, Real):
-            raise TypeError(f"{label} must be a real number, got {type(value).__name__}")
-        if not math.isfinite(value):
-            raise ValueError(f"{label} must be finite, got {value!r}")
-    if amount < 0:
-        raise ValueError(f"{what} must be >= 0, got {amount!r}")
-    if seconds <= 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
-    return amount / seconds / 1e9
+    amount = check_real(what, amount, 0, finite=True)
+    return amount / check_positive("seconds", seconds) / 1e9
 
 
 def gbps(n_bytes: float, seconds: float) -> float:

@@ -1,8 +1,9 @@
 """Attention, from three kernels that store the scores to one fused kernel with online softmax.
 
-Book section: Chapter 8, "Attention from the book's kernels" (the variants, the bytes each
-moves) and "How accurate is float32 attention?" (the bound below); the backward pass is
-Chapter 8's exercise (``gpudl.solutions.ch08``).
+Book section: *Chapter 8*, "v1: three kernels and the scores in memory", "v2: one fused
+kernel with online softmax" and "The bytes each variant moves" (the variants), and "How
+accurate is float32 attention?" (the bound below); the backward pass is Chapter 8's exercise
+(``gpudl.solutions.ch08``).
 
 Every variant computes, for each head ``z`` of float32 ``q``, ``k``, ``v`` of shape
 ``(heads, s, d)``, ``o = softmax(q k^T / sqrt(d)) v``, optionally causal (query ``i`` sees
@@ -21,34 +22,7 @@ needs. They differ in what crosses the memory bus:
 by formula; :func:`traced_traffic` counts them on the simulator with :mod:`gpudl.trace`, and
 the tests require the two to be equal.
 
-Accuracy (:func:`error_bound`). With ``u = 2**-24``, for one query row with exact scores
-``x_j``, ``m = max_j x_j``, weights ``p_j = exp(x_j - m) / sum_k exp(x_k - m)`` and
-``o = sum_j p_j v_j``, to first order in ``u``:
-
-1. *Scores.* A float32 dot product of ``d`` terms errs by at most ``gamma_d sum_c |q_c k_jc|``
-   (Higham, *Accuracy and Stability of Numerical Algorithms*, 2002, section 3.1); the float32
-   scale and the product by it add ``2u``: ``|x^_j - x_j| <= (d + 2) u a_j`` with
-   ``a_j = sum_c |q_c| |k_jc| / sqrt(d)``.
-2. *Weights.* Each variant computes ``exp(x^_j - m')`` for some ``m' >= x^_j``, and v2 may
-   later rescale it by ``exp(m' - m'')`` when the running maximum grows. The roundings of
-   those subtractions add at most ``u |x - m'| + u |m' - m''| + ... = u (m - x_j) = u D_j``
-   to the exponent (the maxima only grow, so the steps telescope). Each ``exp`` errs by at
-   most 2 ulp, ``4u`` (CUDA's ``expf``), and at most ``T + 1`` of them touch one weight,
-   ``T = ceil(s / 16)``. Relative errors ``r_j`` on the weights move the output by
-   ``|sum_j p_j r_j (v_j - o)| / |1 + sum_j p_j r_j|``, to first order at most
-   ``sum_j p_j |r_j| (|v_j| + |o|)``, with ``|r_j| <= ((d + 2) a_j + D_j + 4 (T + 1)) u``.
-   (``sum_j p_j D_j`` is the entropy of ``p`` less ``log sum_j exp(x_j - m)``: at most
-   ``log s``, so the subtractions cost little even when ``D_j`` is large.)
-3. *Sums.* Along its way into the numerator ``sum_j w_j v_j`` or the denominator
-   ``sum_j w_j``, a term is rounded at most ``n = s + 2 T + 32`` times (v1: ``s`` in ``P v``,
-   products included, and ``ceil(s / 32) + 32`` in the softmax's sum; v2: 16 within a tile,
-   then 2 per later tile), and the final division once: ``(n + 1) u (sum_j p_j |v_j| + |o|)``.
-
-The bound is the sum of 2 and 3 in units of ``eps32 = 2u``, twice the first-order terms, which
-leaves room for the second-order ones while they are small. ``lse = m + log(l)`` errs by at
-most the same weight and sum terms without ``|v|``, plus ``2u |log l|`` (``logf``: 1 ulp) and
-``u |lse|`` (the addition), also doubled. NaN in ``q`` or ``k`` makes its rows' outputs NaN;
-NaN in column ``c`` of ``v`` makes column ``c`` NaN in every row that sees that key.
+How accurate each variant is: :mod:`gpudl.kernels.attention_error`.
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return device arrays), float32, C-contiguous, all three of one shape ``(heads, s, d)`` with
@@ -68,8 +42,8 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import poisoned
+from gpudl.checks import check_bool, check_float32_array
+from gpudl.kernels.arrays import launch_into_poisoned, poisoned
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -78,8 +52,8 @@ Array = Any
 Launch = Callable[..., None]
 
 __all__ = [
-    "TILE", "MAX_HEAD_DIM", "EPS32", "VARIANTS",
-    "reference", "error_bound", "traffic", "traced_traffic",
+    "TILE", "MAX_HEAD_DIM", "VARIANTS",
+    "reference", "weighted", "traffic", "traced_traffic",
     "v1_scores", "v1_softmax", "v1_pv", "fused_kernel",
     "v1_three_kernels", "v2_fused", "forward", "attention",
 ]
@@ -88,7 +62,6 @@ TILE = 16  # query rows per block, keys per tile (v2); the side of v1's square t
 TILE_PADDED = TILE + 1  # a module constant: a shape written TILE + 1 in a kernel is not one
 MAX_HEAD_DIM = 128  # v2 keeps three (16, d) tiles in shared memory: 25 KiB at d = 128
 WARP = 32
-EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
 NEG_INF = float32(-np.inf)  # a float32 constant: a Python -inf would be float64 in the kernel
 
 
@@ -104,47 +77,18 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         m = x.max(axis=-1, keepdims=True)
         e = np.exp(x - m)
         total = e.sum(axis=-1, keepdims=True)
-        return _weighted(e / total, v, causal), (m + np.log(total))[..., 0]
+        return weighted(e / total, v, causal), (m + np.log(total))[..., 0]
 
 
-def _weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
-    """``p @ v`` over the keys each query sees: a NaN in a value a query does not see (a
-    later key, when causal) does not reach it, as in the kernels."""
+def weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    """``p @ v`` over the keys each query sees (float64 NumPy): a NaN in a value a query does
+    not see (a later key, when causal) does not reach it, as in the kernels."""
     if not causal:
         return p @ v
     s = p.shape[-1]
     seen = np.tril(np.ones((s, s), bool))
     return np.stack([np.where(seen[i][:, None], p[:, i, :, None] * v, 0.0).sum(1)
                      for i in range(s)], axis=1)
-
-
-def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Elementwise bounds on ``|o - o_ref|`` and ``|lse - lse_ref|`` for any variant's float32
-    result (derivation in the module docstring); NaN where the reference is NaN."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    s, d = q.shape[1], q.shape[2]
-    tiles = -(-s // TILE)
-    n_round = s + 2 * tiles + 32
-    x = q @ k.transpose(0, 2, 1) / math.sqrt(d)
-    a = np.abs(q) @ np.abs(k).transpose(0, 2, 1) / math.sqrt(d)
-    seen = np.tril(np.ones((s, s), bool)) if causal else np.ones((s, s), bool)
-    with np.errstate(invalid="ignore", over="ignore"):
-        x = np.where(seen, x, -np.inf)
-        m = x.max(axis=-1, keepdims=True)
-        e = np.exp(x - m)
-        total = e.sum(axis=-1, keepdims=True)
-        p = e / total
-        o = _weighted(p, v, causal)
-        gap = np.where(seen, m - x, 0.0)  # D_j; 0 where p_j is 0 anyway
-        r = np.where(seen, (d + 2) * a + gap + 4 * (tiles + 1), 0.0)  # |r_j| / u
-        weights = (_weighted(p * r, np.abs(v), causal)
-                   + (p * r).sum(-1, keepdims=True) * np.abs(o))
-        sums = (n_round + 1) * (_weighted(p, np.abs(v), causal) + np.abs(o))
-        log_total = np.log(total)[..., 0]
-        lse_bound = ((p * r).sum(-1) + n_round + 1 + 2 * np.abs(log_total)
-                     + np.abs(m[..., 0] + log_total))
-    return EPS32 * (weights + sums), EPS32 * lse_bound
 
 
 # ------------------------------------------------------------------------------------------
@@ -369,8 +313,7 @@ VARIANTS: dict[str, Callable[..., None]] = {
 def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
-    if not isinstance(causal, bool | np.bool_):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    check_bool("causal", causal)
     on_device = False
     for name, x in (("q", q), ("k", k), ("v", v)):
         on_device |= check_float32_array(name, x, 3)
@@ -389,14 +332,12 @@ def forward(q: Array, k: Array, v: Array, causal: bool = False,
     of scores, computed by ``VARIANTS[variant]``."""
     on_device = _check(q, k, v, causal, variant)
     heads, s, d = q.shape
-    if heads * s == 0:
-        o, lse = np.zeros(q.shape, np.float32), np.zeros((heads, s), np.float32)
-        return (cuda.to_device(o), cuda.to_device(lse)) if on_device else (o, lse)
-    q_d, k_d, v_d = (x if getattr(x, "__cuda_ndarray__", False) else cuda.to_device(x)
-                     for x in (q, k, v))
-    o, lse = poisoned(q.shape), poisoned((heads, s))
-    VARIANTS[variant](q_d, k_d, v_d, o, lse, bool(causal))
-    return (o, lse) if on_device else (o.copy_to_host(), lse.copy_to_host())
+
+    def launch(q_d: Array, k_d: Array, v_d: Array, o: Array, lse: Array) -> None:
+        VARIANTS[variant](q_d, k_d, v_d, o, lse, bool(causal))
+
+    o, lse = launch_into_poisoned(launch, (q, k, v), [q.shape, (heads, s)], on_device)
+    return o, lse
 
 
 def attention(q: Array, k: Array, v: Array, causal: bool = False,

@@ -29,16 +29,10 @@ import numpy as np
 import torch
 from numba import cuda, float32
 
+from gpudl.checks import check_equal
 from gpudl.interop import as_kernel_array
-from gpudl.kernels.arrays import poisoned
-from gpudl.kernels.nn import (
-    MAX_BLOCKS,
-    THREADS_PER_BLOCK,
-    _back,
-    _check_arrays,
-    _check_dims,
-    _to_device,
-)
+from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
+from gpudl.kernels.nn import MAX_BLOCKS, THREADS_PER_BLOCK
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -98,29 +92,29 @@ def _grid(n: int) -> tuple[int, int]:
 
 
 def _check_bias(x: Array, b: Array) -> None:
-    _check_dims("b.shape[0]", b.shape[0], "x.shape[1]", x.shape[1])
+    check_equal("b.shape[0]", b.shape[0], "x.shape[1]", x.shape[1])
 
 
 def bias_gelu(x: Array, b: Array) -> Array:
     """``gelu(x + b)`` for float32 ``x`` (rows, features) and ``b`` (features,), one kernel."""
-    on_device = _check_arrays(x=(x, 2), b=(b, 1))
+    on_device = check_arrays(x=(x, 2), b=(b, 1))
     _check_bias(x, b)
     y = poisoned(x.shape)
     if y.size:
-        _forward_kernel[_grid(y.size)](_to_device(x), _to_device(b), y)
-    return _back(y, on_device)
+        _forward_kernel[_grid(y.size)](to_device(x), to_device(b), y)
+    return returned(y, on_device)
 
 
 def bias_gelu_backward(dy: Array, x: Array, b: Array) -> Array:
     """``dx = dy * gelu'(x + b)`` for float32 arrays, one kernel; ``db`` is ``dx`` summed
     over the rows."""
-    on_device = _check_arrays(dy=(dy, 2), x=(x, 2), b=(b, 1))
+    on_device = check_arrays(dy=(dy, 2), x=(x, 2), b=(b, 1))
     _check_bias(x, b)
-    _check_dims("dy.shape", dy.shape, "x.shape", x.shape)
+    check_equal("dy.shape", dy.shape, "x.shape", x.shape)
     dx = poisoned(x.shape)
     if dx.size:
-        _backward_kernel[_grid(dx.size)](_to_device(dy), _to_device(x), _to_device(b), dx)
-    return _back(dx, on_device)
+        _backward_kernel[_grid(dx.size)](to_device(dy), to_device(x), to_device(b), dx)
+    return returned(dx, on_device)
 
 
 def _poisoned_like(t: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from numbers import Real
 from typing import Any
 
 from gpudl import backend
@@ -25,8 +24,8 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
-from gpudl.checks import check_float32_array
-from gpudl.kernels.elementwise import grid_stride_blocks
+from gpudl.checks import check_float32_array, check_real
+from gpudl.kernels.grid import grid_stride_blocks
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -209,11 +208,8 @@ def pack(grads: Sequence[Array], bucket: Array, scale: float = 1.0,
     gradients. ``stream`` is the CUDA stream to launch on (``0``: the default stream).
     """
     _check(grads, bucket, variant)
-    if isinstance(scale, bool) or not isinstance(scale, Real):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__} {scale!r}")
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale!r}")
-    VARIANTS[variant](grads, bucket, float(scale), True, stream)
+    scale = check_real("scale", scale, finite=True)
+    VARIANTS[variant](grads, bucket, scale, True, stream)
 
 
 def unpack(bucket: Array, grads: Sequence[Array], variant: str = "v2_multi_tensor",

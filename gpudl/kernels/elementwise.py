@@ -1,8 +1,8 @@
-"""Elementwise kernels: vector add, SAXPY, and a warp-divergence demo.
+"""Elementwise kernels: vector add and SAXPY, on the GPU and on the CPU.
 
-Book section: Chapter 1, "Threads, blocks, grids and warps" (vector add), "Divergence" (the
-divergence demo) and "CPU and GPU on the same problem" (SAXPY on the CPU and the GPU);
-Chapter 2, "Bytes in flight" (vector add v3 and v4, SAXPY v2).
+Book section: Chapter 1, "Threads, blocks, grids and warps" (vector add v1 and v2) and "CPU
+and GPU on the same problem" (SAXPY on the CPU and the GPU); Chapter 2, "Bytes in flight"
+(vector add v3 and v4, SAXPY v2).
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return device arrays). Outputs are allocated poisoned (NaN) before a launch, so an element
@@ -13,15 +13,12 @@ inputs are rejected (``ValueError``) rather than silently copied.
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Callable
-from numbers import Real
 from typing import Any
 
-from gpudl import backend
-from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import poisoned
+from gpudl.checks import check_real, is_device_array
+from gpudl.kernels.arrays import check_arrays, launch_into_poisoned
+from gpudl.kernels.grid import blocks_to_cover, check_threads_per_block, grid_stride_blocks
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
 # isort: split
@@ -32,11 +29,7 @@ from numba import cuda, float32, njit, prange, uint64
 Array = Any
 
 __all__ = [
-    "THREAD_ID_COLUMNS",
-    "thread_ids",
     "VARIANTS",
-    "MODES",
-    "DEFAULT_WORK",
     "reference_vector_add",
     "K",
     "VECTORS",
@@ -58,43 +51,7 @@ __all__ = [
     "saxpy",
     "saxpy_numpy",
     "saxpy_numba_cpu",
-    "reference_divergence",
-    "launch_divergence",
-    "divergence",
-    "divergence_paths",
-]
-
-
-# ------------------------------------------------------------------------------------------
-# Who am I: the indices every thread of a launch sees
-# ------------------------------------------------------------------------------------------
-
-#: The columns of :func:`thread_ids`.
-THREAD_ID_COLUMNS = ("blockIdx.x", "threadIdx.x", "grid index", "warp", "lane")
-
-
-@cuda.jit
-def _thread_ids_kernel(out):
-    i = cuda.grid(1)
-    out[i, 0] = cuda.blockIdx.x
-    out[i, 1] = cuda.threadIdx.x
-    out[i, 2] = i
-    out[i, 3] = cuda.threadIdx.x // cuda.warpsize
-    out[i, 4] = cuda.laneid
-
-
-def thread_ids(blocks: int, threads_per_block: int) -> np.ndarray:
-    """One row per thread of a ``[blocks, threads_per_block]`` launch, with the columns
-    :data:`THREAD_ID_COLUMNS`: block index, thread index in the block, index in the grid
-    (``cuda.grid(1)``), warp within the block and lane within the warp."""
-    for name, value in (("blocks", blocks), ("threads_per_block", threads_per_block)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if threads_per_block > 1024:
-        raise ValueError(f"threads_per_block must be <= 1024, got {threads_per_block}")
-    out = cuda.to_device(np.full((blocks * threads_per_block, 5), -1, dtype=np.int64))
-    _thread_ids_kernel[blocks, threads_per_block](out)
-    return out.copy_to_host()
+    ]
 
 
 # ------------------------------------------------------------------------------------------
@@ -193,28 +150,9 @@ def v4_vector4(a, b, out):
         out[i] = a[i] + b[i]
 
 
-def _blocks_to_cover(n: int, threads_per_block: int) -> int:
-    return math.ceil(n / threads_per_block)
-
-
-@functools.cache
-def _resident_blocks(threads_per_block: int) -> int:
-    """Blocks of this size that all SMs hold at once (full occupancy); 4 on the simulator."""
-    if backend.is_simulator():
-        return 4
-    dev = cuda.get_current_device()
-    per_sm = max(1, dev.MAX_THREADS_PER_MULTIPROCESSOR // threads_per_block)
-    return dev.MULTIPROCESSOR_COUNT * per_sm
-
-
-def grid_stride_blocks(n: int, threads_per_block: int) -> int:
-    """One full wave of resident blocks on a GPU, 4 on the simulator; never more than needed."""
-    return min(_resident_blocks(threads_per_block), _blocks_to_cover(n, threads_per_block))
-
-
 def launch_v1(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v1_naive`` on device arrays (``out.size >= 1``)."""
-    v1_naive[_blocks_to_cover(out.size, threads_per_block), threads_per_block](a, b, out)
+    v1_naive[blocks_to_cover(out.size, threads_per_block), threads_per_block](a, b, out)
 
 
 def launch_v2(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
@@ -225,14 +163,14 @@ def launch_v2(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
 
 def launch_v3(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v3_k_loads`` on device arrays: one block per ``K * threads_per_block``."""
-    v3_k_loads[_blocks_to_cover(out.size, K * threads_per_block), threads_per_block](a, b, out)
+    v3_k_loads[blocks_to_cover(out.size, K * threads_per_block), threads_per_block](a, b, out)
 
 
 def launch_v4(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v4_vector4`` on device arrays that start on 16-byte boundaries."""
     for name, x in (("a", a), ("b", b), ("out", out)):
         check_aligned(name, x)
-    blocks = max(1, _blocks_to_cover(out.size // WIDTH, VECTORS * threads_per_block))
+    blocks = max(1, blocks_to_cover(out.size // WIDTH, VECTORS * threads_per_block))
     v4_vector4[blocks, threads_per_block](a, b, out)
 
 
@@ -244,7 +182,7 @@ def vector_add(a: Array, b: Array, variant: str = "v2", threads_per_block: int =
     """``a + b`` for two float32 vectors on the GPU, with the kernel ``VARIANTS[variant]``."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    _check_threads_per_block(threads_per_block)
+    check_threads_per_block(threads_per_block)
     launch = VARIANTS[variant]
     return _run(lambda a_, b_, out: launch(a_, b_, out, threads_per_block), a=a, b=b)
 
@@ -270,7 +208,7 @@ def saxpy_kernel(alpha, x, y, out):
 
 def launch_saxpy(alpha: float, x: Array, y: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``saxpy_kernel`` on device arrays (``out.size >= 1``)."""
-    blocks = _blocks_to_cover(out.size, threads_per_block)
+    blocks = blocks_to_cover(out.size, threads_per_block)
     saxpy_kernel[blocks, threads_per_block](np.float32(alpha), x, y, out)
 
 
@@ -298,7 +236,7 @@ def saxpy_k_loads(alpha, x, y, out):
 def launch_saxpy_k(alpha: float, x: Array, y: Array, out: Array,
                    threads_per_block: int) -> None:
     """Launch ``saxpy_k_loads`` on device arrays: one block per ``K * threads_per_block``."""
-    blocks = _blocks_to_cover(out.size, K * threads_per_block)
+    blocks = blocks_to_cover(out.size, K * threads_per_block)
     saxpy_k_loads[blocks, threads_per_block](np.float32(alpha), x, y, out)
 
 
@@ -310,8 +248,8 @@ def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256,
           variant: str = "v1") -> Array:
     """``alpha * x + y`` for float32 vectors on the GPU, in a new array (``y`` is unchanged),
     with the kernel ``SAXPY_VARIANTS[variant]``."""
-    _check_alpha(alpha)
-    _check_threads_per_block(threads_per_block)
+    check_real("alpha", alpha)
+    check_threads_per_block(threads_per_block)
     if variant not in SAXPY_VARIANTS:
         raise ValueError(f"variant must be one of {sorted(SAXPY_VARIANTS)}, got {variant!r}")
     launch = SAXPY_VARIANTS[variant]
@@ -325,7 +263,7 @@ def _cpu_out(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     which would be timed as if they were arithmetic."""
     if out is None:
         return np.empty_like(x)
-    _check_vectors(host_only=True, x=x, out=out)
+    _check_host_vectors(x=x, out=out)
     return out
 
 
@@ -333,8 +271,8 @@ def saxpy_numpy(
     alpha: float, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
     """SAXPY on the CPU with NumPy (float32; two passes over memory, one core)."""
-    _check_alpha(alpha)
-    _check_vectors(host_only=True, x=x, y=y)
+    check_real("alpha", alpha)
+    _check_host_vectors(x=x, y=y)
     out = _cpu_out(x, out)
     np.multiply(np.float32(alpha), x, out=out)
     return np.add(out, y, out=out)
@@ -350,109 +288,11 @@ def saxpy_numba_cpu(
     alpha: float, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
     """SAXPY on the CPU with Numba, one loop split across all CPU cores (``prange``)."""
-    _check_alpha(alpha)
-    _check_vectors(host_only=True, x=x, y=y)
+    check_real("alpha", alpha)
+    _check_host_vectors(x=x, y=y)
     out = _cpu_out(x, out)
     _saxpy_cpu(np.float32(alpha), x, y, out)
     return out
-
-
-# ------------------------------------------------------------------------------------------
-# Divergence: the same work, with the branch chosen per lane or per warp
-# ------------------------------------------------------------------------------------------
-
-MODES = ("parity", "warp")
-WARP_SIZE = backend.WARP_SIZE
-_MASK31 = 0x7FFFFFFF
-DEFAULT_WORK = backend.pick(gpu=2048, sim=16)
-
-
-# Each thread runs `work` steps of one of two integer recurrences (exact, so the reference
-# matches bit for bit). In both modes half the threads take each path, so the total work is
-# the same. With "parity" the two paths alternate lane by lane: every warp has threads on
-# both, and a warp runs path 0 with the odd lanes masked off, then path 1 with the even
-# lanes masked off, costing c0 + c1. With "warp" each warp's 32 threads agree: half the
-# warps cost c0 and half c1, (c0 + c1) / 2 on average. When issuing instructions is the
-# bottleneck (the loops touch no memory), parity mode takes about twice as long.
-@cuda.jit
-def _divergence_kernel(out, by_warp, work):
-    i = cuda.grid(1)
-    if i < out.size:
-        if by_warp:
-            path = (cuda.threadIdx.x // WARP_SIZE) % 2
-        else:
-            path = cuda.threadIdx.x % 2
-        x = i + 1
-        if path == 0:
-            for _ in range(work):  # path 0: a linear congruential step
-                x = (x * 1103515245 + 12345) & _MASK31
-        else:
-            for _ in range(work):  # path 1: a xorshift step
-                x ^= (x << 13) & _MASK31
-                x ^= x >> 17
-                x ^= (x << 5) & _MASK31
-        out[i] = x
-
-
-@cuda.jit
-def _branch_ids_kernel(ids, by_warp):
-    i = cuda.grid(1)
-    if i < ids.size:  # the same choice of path as in _divergence_kernel
-        if by_warp:
-            ids[i] = (cuda.threadIdx.x // WARP_SIZE) % 2
-        else:
-            ids[i] = cuda.threadIdx.x % 2
-
-
-def reference_divergence(
-    n: int, mode: str, work: int = DEFAULT_WORK, threads_per_block: int = 256
-) -> np.ndarray:
-    """What :func:`divergence` computes, in NumPy (int64, exact)."""
-    _check_divergence_args(n, mode, work, threads_per_block)
-    lane = np.arange(n) % threads_per_block
-    path = (lane // WARP_SIZE) % 2 if mode == "warp" else lane % 2
-    x = np.arange(1, n + 1, dtype=np.int64)
-    p0, p1 = x[path == 0], x[path == 1]
-    for _ in range(work):
-        p0 = (p0 * 1103515245 + 12345) & _MASK31
-        p1 ^= (p1 << 13) & _MASK31
-        p1 ^= p1 >> 17
-        p1 ^= (p1 << 5) & _MASK31
-    x[path == 0], x[path == 1] = p0, p1
-    return x
-
-
-def launch_divergence(out: Array, mode: str, work: int, threads_per_block: int) -> None:
-    """Launch the divergence kernel, one thread per element of the int64 device array."""
-    blocks = _blocks_to_cover(out.size, threads_per_block)
-    _divergence_kernel[blocks, threads_per_block](out, mode == "warp", work)
-
-
-def divergence(
-    n: int, mode: str, work: int = DEFAULT_WORK, threads_per_block: int = 256
-) -> np.ndarray:
-    """Run the divergence kernel on ``n`` threads; ``mode`` is ``"parity"`` or ``"warp"``."""
-    _check_divergence_args(n, mode, work, threads_per_block)
-    out = cuda.to_device(np.full(n, -1, dtype=np.int64))  # poisoned: results are >= 0
-    launch_divergence(out, mode, work, threads_per_block)
-    return out.copy_to_host()
-
-
-def divergence_paths(mode: str, n_threads: int, threads_per_block: int = 256) -> np.ndarray:
-    """Number of distinct paths taken inside each warp, read back from a kernel.
-
-    The kernel records each thread's branch; the host groups the records by warp (32
-    consecutive threads of a block). ``"parity"`` gives 2 everywhere, ``"warp"`` 1.
-    """
-    _check_divergence_args(n_threads, mode, 1, threads_per_block)
-    ids = cuda.to_device(np.full(n_threads, -1, dtype=np.int32))
-    blocks = _blocks_to_cover(n_threads, threads_per_block)
-    _branch_ids_kernel[blocks, threads_per_block](ids, mode == "warp")
-    host = ids.copy_to_host()
-    if (host < 0).any():
-        raise RuntimeError("the branch-id kernel left threads unrecorded")
-    warps = np.split(host, range(WARP_SIZE, n_threads, WARP_SIZE))
-    return np.array([np.unique(w).size for w in warps])
 
 
 # ------------------------------------------------------------------------------------------
@@ -460,58 +300,21 @@ def divergence_paths(mode: str, n_threads: int, threads_per_block: int = 256) ->
 # ------------------------------------------------------------------------------------------
 
 
-def _is_device_array(x: object) -> bool:
-    # Real and simulated numba device arrays both carry this marker.
-    return bool(getattr(x, "__cuda_ndarray__", False))
+def _vectors(**arrays: object) -> dict[str, tuple[object, int]]:
+    return {name: (x, 1) for name, x in arrays.items()}
 
 
-def _check_vectors(host_only: bool = False, **arrays: object) -> bool:
-    """Check float32, 1-D, contiguous vectors of one shape; return True if on the device."""
-    kinds = set()
+def _check_host_vectors(**arrays: object) -> None:
+    """Check float32, 1-D, contiguous NumPy vectors of one shape (the CPU versions)."""
     for name, x in arrays.items():
-        kinds.add(check_float32_array(name, x, 1))
-        if host_only and True in kinds:
+        if is_device_array(x):
             raise TypeError(f"{name} must be a NumPy array, got a numba device array")
-    shapes = {name: x.shape for name, x in arrays.items()}
-    if len(set(shapes.values())) > 1:
-        raise ValueError(f"inputs must have the same shape, got {shapes}")
-    if len(kinds) > 1:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    return kinds == {True}
-
-
-def _check_threads_per_block(threads_per_block: int) -> None:
-    ok = isinstance(threads_per_block, int) and not isinstance(threads_per_block, bool)
-    if not ok or not (0 < threads_per_block <= 1024 and threads_per_block % 32 == 0):
-        raise ValueError(
-            f"threads_per_block must be a multiple of 32 between 32 and 1024, "
-            f"got {threads_per_block!r}"
-        )
-
-
-def _check_alpha(alpha: object) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, Real):
-        raise TypeError(f"alpha must be a real number, got {type(alpha).__name__}")
-
-
-def _check_divergence_args(n: int, mode: str, work: int, threads_per_block: int) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    for name, value in (("n", n), ("work", work)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    _check_threads_per_block(threads_per_block)
+    check_arrays(same_shape=True, **_vectors(**arrays))
 
 
 def _run(launch: Callable, **arrays: object) -> Array:
-    """Check the inputs, copy them to the device if needed, launch into a poisoned output."""
-    on_device = _check_vectors(**arrays)
+    """Check the vectors and launch into a poisoned output of their length."""
+    on_device = check_arrays(same_shape=True, **_vectors(**arrays))
     inputs = list(arrays.values())
-    n = inputs[0].shape[0]
-    if n == 0:
-        return cuda.device_array(0, dtype=np.float32) if on_device else np.empty(0, np.float32)
-    if not on_device:
-        inputs = [cuda.to_device(x) for x in inputs]
-    out = poisoned(n)  # NaN, set on the device: no host copy
-    launch(*inputs, out)
-    return out if on_device else out.copy_to_host()
+    (out,) = launch_into_poisoned(launch, inputs, [inputs[0].shape[0]], on_device)
+    return out

@@ -38,7 +38,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from gpudl.checks import check_float32_array, check_int
-from gpudl.kernels.arrays import filled, poisoned
+from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -47,13 +47,12 @@ __all__ = [
     "NAIVE_X", "NAIVE_Y", "TILE",
     "V4_BM", "V4_BN", "V4_BK", "V4_TM", "V4_THREADS",
     "V5_BM", "V5_BN", "V5_BK", "V5_TM", "V5_TN", "V5_THREADS",
-    "EPS32", "VARIANTS",
+    "VARIANTS",
     "reference", "error_bound", "flops",
     "v1_naive", "v2_coalesced", "v3_tiled", "v4_register_1d", "v5_register_2d",
     "launch_config", "matmul",
 ]
 
-EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
 
 # Shared and local arrays need shapes that are literal integers when the kernel is compiled:
 # numba reads these module-level ints as constants.
@@ -297,12 +296,9 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
             "(a.shape[1] must equal b.shape[0])"
         )
     (m, k), n = a.shape, b.shape[1]
-    if m * n * k == 0:
-        return filled((m, n), 0) if on_device else np.zeros((m, n), np.float32)
-    a_d, b_d = (x if _is_device_array(x) else cuda.to_device(x) for x in (a, b))
-    c = poisoned((m, n))
-    VARIANTS[variant](a_d, b_d, c)
-    return c if on_device else c.copy_to_host()
+    if k == 0:  # an empty sum: zeros (and nothing to launch)
+        return zeros((m, n), on_device)
+    return launch_into_poisoned(VARIANTS[variant], (a, b), [(m, n)], on_device)[0]
 
 
 # ------------------------------------------------------------------------------------------
@@ -313,9 +309,4 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
 def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
-
-
-def _is_device_array(x: object) -> bool:
-    # Real and simulated numba device arrays both carry this marker.
-    return bool(getattr(x, "__cuda_ndarray__", False))
 

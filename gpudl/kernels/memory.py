@@ -1,8 +1,7 @@
-"""Memory-access patterns: coalesced, strided and misaligned copies, and matrix transpose.
+"""Memory-access patterns: coalesced, strided and misaligned copies.
 
-Book section: Chapter 2, "Coalescing" (the three copies and the naive transpose), "Shared
-memory and bank conflicts" (the tiled transposes) and "Bytes in flight" (copy v2 and v3, the
-transpose that loads first).
+Book section: Chapter 2, "Coalescing" (the three copies) and "Bytes in flight" (copy v2 and
+v3); the transposes are :mod:`gpudl.kernels.transpose`'s.
 
 Global memory is read in 32-byte sectors. When the 32 lanes of a warp load 32 consecutive
 float32 words starting on a 128-byte boundary, the warp's request touches 4 sectors and uses
@@ -27,8 +26,8 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint64
 
-from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import poisoned
+from gpudl.checks import check_float32_array, check_int
+from gpudl.kernels.arrays import launch_into_poisoned
 from gpudl.kernels.elementwise import VECTORS, K
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
@@ -37,18 +36,11 @@ Array = Any
 
 __all__ = [
     "coalescing_report",
-    "transpose_report",
     "THREADS_PER_BLOCK",
-    "TILE",
-    "BLOCK_ROWS",
-    "PADDED",
-    "LOADS_ROWS",
-    "VARIANTS",
     "COPY_VARIANTS",
     "reference_copy",
     "reference_copy_strided",
     "reference_copy_offset",
-    "reference_transpose",
     "copy_kernel",
     "copy_k_loads",
     "copy_vector4",
@@ -62,16 +54,6 @@ __all__ = [
     "copy",
     "copy_strided",
     "copy_offset",
-    "v1_naive",
-    "v2_shared",
-    "v3_padded",
-    "v4_padded_loads_first",
-    "transpose_grid",
-    "launch_naive",
-    "launch_shared",
-    "launch_padded",
-    "launch_padded_loads_first",
-    "transpose",
 ]
 
 THREADS_PER_BLOCK = 256
@@ -225,7 +207,7 @@ def copy(x: Array, variant: str = "v1") -> Array:
 def copy_strided(x: Array, stride: int) -> Array:
     """``x[::stride]`` for a float32 vector, made by ``copy_strided_kernel``."""
     on_device = check_float32_array("x", x, 1)
-    _check_int("stride", stride, low=1)
+    check_int("stride", stride, 1)
     n_out = math.ceil(x.size / stride)
     return _run(x, on_device, (n_out,), lambda x_, out: launch_copy_strided(x_, out, stride))
 
@@ -233,7 +215,7 @@ def copy_strided(x: Array, stride: int) -> Array:
 def copy_offset(x: Array, offset: int) -> Array:
     """``x[offset:]`` for a float32 vector, made by ``copy_offset_kernel``."""
     on_device = check_float32_array("x", x, 1)
-    _check_int("offset", offset, low=0)
+    check_int("offset", offset, 0)
     if offset >= x.size:
         raise ValueError(f"offset must be < len(x) = {x.size}, got {offset}")
     n_out = x.size - offset
@@ -241,146 +223,8 @@ def copy_offset(x: Array, offset: int) -> Array:
 
 
 # ------------------------------------------------------------------------------------------
-# Transpose: one side of the copy is necessarily a column
-# ------------------------------------------------------------------------------------------
-
-# Each block owns a TILE x TILE tile of the input and has TILE x BLOCK_ROWS = 32 x 8 threads,
-# so each thread handles TILE / BLOCK_ROWS = 4 rows of the tile (NVIDIA's "An efficient
-# matrix transpose in CUDA C/C++" layout). threadIdx.x runs along a row, so a warp is one row
-# of 32 threads, as with 32 x 32 threads; but a block of 256 threads instead of 1024 lets
-# several blocks share an SM, and each thread's index arithmetic serves 4 elements. It is
-# also 4 times fewer simulated threads.
-TILE = 32
-BLOCK_ROWS = 8
-PADDED = TILE + 1  # a named constant: a shared array's shape must be literal integers
-
-
-def reference_transpose(x: np.ndarray) -> np.ndarray:
-    """``x.T`` as a new C-contiguous array, in NumPy."""
-    return np.ascontiguousarray(np.asarray(x).T)
-
-
-# v1_naive: thread (row, col) reads x[row, col] and writes out[col, row]. A warp reads 32
-# consecutive words of a row of x (coalesced: 4 sectors) and writes them down a column of
-# out, rows x.shape[0] * 4 bytes apart: 32 sectors per request, each 1/8 used.
-@cuda.jit
-def v1_naive(x, out):
-    col = cuda.blockIdx.x * TILE + cuda.threadIdx.x
-    for k in range(0, TILE, BLOCK_ROWS):
-        row = cuda.blockIdx.y * TILE + cuda.threadIdx.y + k
-        if row < x.shape[0] and col < x.shape[1]:
-            out[col, row] = x[row, col]
-
-
-# v2_shared: stage the tile in shared memory. The block reads its tile row by row (coalesced)
-# into tile[row, col], waits, then writes rows of out (coalesced) from columns of the tile:
-# lane t reads tile[t, c]. Both global sides now take 4 sectors per request. But shared memory
-# has 32 banks of 4-byte words, bank = word index % 32, and tile[t, c] is word 32 t + c: all
-# 32 lanes hit bank c, a 32-way bank conflict that serialises the read into 32 steps.
-@cuda.jit
-def v2_shared(x, out):
-    tile = cuda.shared.array((TILE, TILE), float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
-    for k in range(0, TILE, BLOCK_ROWS):
-        if row0 + ty + k < x.shape[0] and col0 + tx < x.shape[1]:
-            tile[ty + k, tx] = x[row0 + ty + k, col0 + tx]
-    cuda.syncthreads()
-    for k in range(0, TILE, BLOCK_ROWS):
-        if col0 + ty + k < out.shape[0] and row0 + tx < out.shape[1]:
-            out[col0 + ty + k, row0 + tx] = tile[tx, ty + k]
-
-
-# v3_padded: v2 with one unused column in the tile (TILE x TILE + 1). tile[t, c] is now word
-# 33 t + c, in bank (t + c) % 32: the 32 lanes of the column read hit 32 different banks, so
-# the read is conflict-free, and the row-wise write stays conflict-free. This is the
-# transpose that should run at close to copy bandwidth.
-@cuda.jit
-def v3_padded(x, out):
-    tile = cuda.shared.array((TILE, PADDED), float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
-    for k in range(0, TILE, BLOCK_ROWS):
-        if row0 + ty + k < x.shape[0] and col0 + tx < x.shape[1]:
-            tile[ty + k, tx] = x[row0 + ty + k, col0 + tx]
-    cuda.syncthreads()
-    for k in range(0, TILE, BLOCK_ROWS):
-        if col0 + ty + k < out.shape[0] and row0 + tx < out.shape[1]:
-            out[col0 + ty + k, row0 + tx] = tile[tx, ty + k]
-
-
-# v4_padded_loads_first: v3 with more bytes in flight. In v3 each thread stores every value
-# it loads into the tile before its next load, so it waits for each load in turn: one 4-byte
-# load in flight. Here a block of TILE x LOADS_ROWS = 32 x 4 threads gives each thread
-# TILE / LOADS_ROWS = 8 rows of the tile; it issues all 8 loads into registers first, then
-# the 8 shared-memory stores. The padded tile keeps the column reads conflict-free.
-LOADS_ROWS = 4
-_ROWS_PER_THREAD = TILE // LOADS_ROWS  # a named constant: a local array's shape is literal
-
-
-@cuda.jit
-def v4_padded_loads_first(x, out):
-    tile = cuda.shared.array((TILE, PADDED), float32)
-    v = cuda.local.array(_ROWS_PER_THREAD, float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
-    for k in range(_ROWS_PER_THREAD):  # unrolled: 8 loads in flight
-        if row0 + ty + k * LOADS_ROWS < x.shape[0] and col0 + tx < x.shape[1]:
-            v[k] = x[row0 + ty + k * LOADS_ROWS, col0 + tx]
-    for k in range(_ROWS_PER_THREAD):  # (values past the edge are never read back)
-        tile[ty + k * LOADS_ROWS, tx] = v[k]
-    cuda.syncthreads()
-    for k in range(_ROWS_PER_THREAD):
-        if col0 + ty + k * LOADS_ROWS < out.shape[0] and row0 + tx < out.shape[1]:
-            out[col0 + ty + k * LOADS_ROWS, row0 + tx] = tile[tx, ty + k * LOADS_ROWS]
-
-
-def transpose_grid(shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
-    """``(griddim, blockdim)`` of a transpose of an array of ``shape``: one block per tile."""
-    rows, cols = shape
-    return (math.ceil(cols / TILE), math.ceil(rows / TILE)), (TILE, BLOCK_ROWS)
-
-
-def launch_naive(x: Array, out: Array) -> None:
-    """Launch ``v1_naive`` on device arrays."""
-    v1_naive[transpose_grid(x.shape)](x, out)
-
-
-def launch_shared(x: Array, out: Array) -> None:
-    """Launch ``v2_shared`` on device arrays."""
-    v2_shared[transpose_grid(x.shape)](x, out)
-
-
-def launch_padded(x: Array, out: Array) -> None:
-    """Launch ``v3_padded`` on device arrays."""
-    v3_padded[transpose_grid(x.shape)](x, out)
-
-
-def launch_padded_loads_first(x: Array, out: Array) -> None:
-    """Launch ``v4_padded_loads_first``: one block of 32 x 4 threads per tile."""
-    grid, _ = transpose_grid(x.shape)
-    v4_padded_loads_first[grid, (TILE, LOADS_ROWS)](x, out)
-
-
-VARIANTS: dict[str, Callable] = {
-    "naive": launch_naive,
-    "shared": launch_shared,
-    "padded": launch_padded,
-    "padded_loads_first": launch_padded_loads_first,
-}
-
-
-def transpose(x: Array, variant: str = "padded") -> Array:
-    """``x.T`` for a 2-D float32 array of any shape, with the kernel ``VARIANTS[variant]``."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    on_device = check_float32_array("x", x, 2)
-    return _run(x, on_device, (x.shape[1], x.shape[0]), VARIANTS[variant])
-
-
-# ------------------------------------------------------------------------------------------
-# What the tracer sees (Chapter 2, "Coalescing, seen by the tracer" and "Transpose and bank
-# conflicts"): run with gpudl.trace.on_simulator, so a lab prints the same on a GPU.
+# What the tracer sees (Chapter 2, "Seeing memory transactions without a GPU"): run with
+# gpudl.trace.on_simulator, so a lab prints the same on a GPU.
 # ------------------------------------------------------------------------------------------
 
 
@@ -408,55 +252,6 @@ def coalescing_report(strides: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
     return rows
 
 
-def transpose_report(side: int = 64) -> dict[str, dict]:
-    """For each transpose variant on a ``side`` x ``side`` matrix: global sectors per request
-    on the read (``x``) and the write (``out``), and the shared tile's bank-conflict degree
-    on its row-wise store and its column-wise load (None for the naive kernel, which has no
-    tile)."""
-    from gpudl.trace import trace
-
-    x = np.arange(side * side, dtype=np.float32).reshape(side, side)
-    report = {}
-    for name, kernel in (("naive", v1_naive), ("shared", v2_shared), ("padded", v3_padded)):
-        out = np.full((side, side), np.nan, dtype=np.float32)
-        t = trace(kernel, *transpose_grid(x.shape), x, out)
-        if not np.array_equal(out, x.T):
-            raise RuntimeError(f"the traced {name} transpose is wrong")
-        row = {"read_sectors": t.sectors_per_request("x").mean,
-               "write_sectors": t.sectors_per_request("out", op="store").mean,
-               "tile_store_conflicts": None, "tile_load_conflicts": None}
-        if name != "naive":
-            row["tile_store_conflicts"] = t.bank_conflict_degree("tile", op="store").max
-            row["tile_load_conflicts"] = t.bank_conflict_degree("tile", op="load").max
-        report[name] = row
-    return report
-
-
-# ------------------------------------------------------------------------------------------
-# Input checks and the host/device plumbing
-# ------------------------------------------------------------------------------------------
-
-
-def _is_device_array(x: object) -> bool:
-    # Real and simulated numba device arrays both carry this marker.
-    return bool(getattr(x, "__cuda_ndarray__", False))
-
-
-
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
 def _run(x: Array, on_device: bool, out_shape: tuple[int, ...], launch: Callable) -> Array:
-    """Copy the checked ``x`` to the device if needed and launch into a poisoned output."""
-    if math.prod(out_shape) == 0:
-        if on_device:
-            return cuda.device_array(out_shape, dtype=np.float32)
-        return np.empty(out_shape, dtype=np.float32)
-    x_d = x if on_device else cuda.to_device(x)
-    out = poisoned(out_shape)  # NaN, set on the device: no host copy
-    launch(x_d, out)
-    return out if on_device else out.copy_to_host()
-
+    """Launch on the checked ``x`` into a poisoned output of ``out_shape``."""
+    return launch_into_poisoned(launch, [x], [out_shape], on_device)[0]

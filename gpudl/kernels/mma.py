@@ -43,16 +43,15 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
-from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.arrays import EPS32, poisoned
 
 __all__ = [
-    "M", "N", "K", "PTX", "EPS32", "ERROR_ULPS",
+    "M", "N", "K", "PTX", "ERROR_ULPS",
     "bf16_round", "bf16_words", "fragments", "lanes", "reference", "error_bound",
     "mma_bf16", "check_tensor_cores", "warp_mma", "mma_tile",
 ]
 
 M, N, K = 16, 8, 16
-EPS32 = float(np.finfo(np.float32).eps)
 #: Units of eps32, times the sum of the magnitudes, that one instruction may err by.
 ERROR_ULPS = K + 2
 #: The PTX of the instruction; its operands are D0..D3, A0..A3, B0, B1 and C0..C3, and C
@@ -166,13 +165,13 @@ def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def _simulated_mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     """The simulator's ``mma_bf16``: every lane of the warp must call it (as on a GPU)."""
-    from gpudl.backend import _rendezvous
+    from gpudl.simulator import WarpDivergenceError, rendezvous
 
-    rdv, lane = _rendezvous()
+    rdv, lane = rendezvous()
     registers = rdv.exchange(0xFFFFFFFF, lane,
                              ((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)))
     if len(registers) != 32:
-        raise backend.WarpDivergenceError(
+        raise WarpDivergenceError(
             f"mma_bf16 needs all 32 lanes of a warp, got {len(registers)}: launch whole warps")
     a, b, c = _assemble(registers)
     d = (a @ b + c).astype(np.float32)

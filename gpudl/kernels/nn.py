@@ -13,7 +13,7 @@ forward: 2 flops per weight and sample forward, 4 backward, 6 in all (C = 6ND, K
 
 Every product goes through one internal function, ``gpudl.kernels.matmul.matmul`` with the
 variant :data:`MATMUL_VARIANT`. Transposes are explicit: ``w.T`` and ``x.T`` are
-written by ``gpudl.kernels.memory.transpose`` before the product, so a single plain
+written by ``gpudl.kernels.transpose.transpose`` before the product, so a single plain
 ``(M, K) @ (K, N)`` kernel serves the forward and the backward.
 
 Host functions take float32 host NumPy arrays (and return host arrays) or numba device
@@ -31,11 +31,11 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import poisoned
+from gpudl.checks import check_equal, is_device_array
+from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
 from gpudl.kernels.matmul import flops as matmul_flops
 from gpudl.kernels.matmul import matmul
-from gpudl.kernels.memory import transpose
+from gpudl.kernels.transpose import transpose
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -196,55 +196,55 @@ def linear_forward(x: Array, w: Array, b: Array) -> Array:
     """``y = x @ w + b`` for ``x`` (batch, in), ``w`` (in, out) and ``b`` (out,), float32.
 
     Flops: :func:`linear_forward_flops`, ``2 * batch * in * out + batch * out``."""
-    on_device = _check_arrays(x=(x, 2), w=(w, 2), b=(b, 1))
+    on_device = check_arrays(x=(x, 2), w=(w, 2), b=(b, 1))
     _check_batch(x)
-    _check_dims("x.shape[1]", x.shape[1], "w.shape[0]", w.shape[0])
-    _check_dims("b.shape[0]", b.shape[0], "w.shape[1]", w.shape[1])
-    x_d, w_d, b_d = (_to_device(v) for v in (x, w, b))
+    check_equal("x.shape[1]", x.shape[1], "w.shape[0]", w.shape[0])
+    check_equal("b.shape[0]", b.shape[0], "w.shape[1]", w.shape[1])
+    x_d, w_d, b_d = (to_device(v) for v in (x, w, b))
     y = _matmul(x_d, w_d)
     if y.size:
         _add_bias_kernel[_grid_1d(y.size)](y, b_d)
-    return _back(y, on_device)
+    return returned(y, on_device)
 
 
 def linear_backward(x: Array, w: Array, dy: Array) -> tuple[Array, Array, Array]:
     """``(dx, dw, db)`` of ``y = x @ w + b`` given ``dy = dL/dy`` of shape (batch, out):
     ``dx = dy @ w.T``, ``dw = x.T @ dy`` and ``db = dy.sum(axis=0)`` (a column-sum kernel).
-    The transposes are written by ``memory.transpose``.
+    The transposes are written by ``gpudl.kernels.transpose.transpose``.
 
     Flops: :func:`linear_backward_flops`, ``4 * batch * in * out + batch * out``."""
-    on_device = _check_arrays(x=(x, 2), w=(w, 2), dy=(dy, 2))
+    on_device = check_arrays(x=(x, 2), w=(w, 2), dy=(dy, 2))
     _check_batch(x)
-    _check_dims("x.shape[1]", x.shape[1], "w.shape[0]", w.shape[0])
-    _check_dims("dy.shape", dy.shape, "(x.shape[0], w.shape[1])", (x.shape[0], w.shape[1]))
-    x_d, w_d, dy_d = (_to_device(v) for v in (x, w, dy))
+    check_equal("x.shape[1]", x.shape[1], "w.shape[0]", w.shape[0])
+    check_equal("dy.shape", dy.shape, "(x.shape[0], w.shape[1])", (x.shape[0], w.shape[1]))
+    x_d, w_d, dy_d = (to_device(v) for v in (x, w, dy))
     dx = _matmul(dy_d, transpose(w_d))
     dw = _matmul(transpose(x_d), dy_d)
     db = poisoned((dy.shape[1],))
     if db.size:
         _column_sum_kernel[math.ceil(db.size / THREADS_PER_BLOCK), THREADS_PER_BLOCK](dy_d, db)
-    return _back(dx, on_device), _back(dw, on_device), _back(db, on_device)
+    return returned(dx, on_device), returned(dw, on_device), returned(db, on_device)
 
 
 def relu_forward(x: Array) -> Array:
     """``max(x, 0)`` elementwise for a 2-D float32 array. Flops: :func:`relu_flops`."""
-    on_device = _check_arrays(x=(x, 2))
-    x_d = _to_device(x)
+    on_device = check_arrays(x=(x, 2))
+    x_d = to_device(x)
     out = poisoned(x.shape)
     if out.size:
         _relu_kernel[_grid_1d(out.size)](x_d, out)
-    return _back(out, on_device)
+    return returned(out, on_device)
 
 
 def relu_backward(x: Array, dy: Array) -> Array:
     """``dy * (x > 0)``: the gradient through ``relu_forward(x)``. Flops: :func:`relu_flops`."""
-    on_device = _check_arrays(x=(x, 2), dy=(dy, 2))
-    _check_dims("dy.shape", dy.shape, "x.shape", x.shape)
-    x_d, dy_d = _to_device(x), _to_device(dy)
+    on_device = check_arrays(x=(x, 2), dy=(dy, 2))
+    check_equal("dy.shape", dy.shape, "x.shape", x.shape)
+    x_d, dy_d = to_device(x), to_device(dy)
     dx = poisoned(x.shape)
     if dx.size:
         _relu_backward_kernel[_grid_1d(dx.size)](x_d, dy_d, dx)
-    return _back(dx, on_device)
+    return returned(dx, on_device)
 
 
 def softmax_cross_entropy(logits: Array, labels: Array) -> tuple[float, Array]:
@@ -253,7 +253,7 @@ def softmax_cross_entropy(logits: Array, labels: Array) -> tuple[float, Array]:
 
     ``labels`` is a 1-D integer array with one class index in ``[0, classes)`` per row.
     Flops: :func:`softmax_cross_entropy_flops`, ``batch * (6 * classes + 5)``."""
-    on_device = _check_arrays(logits=(logits, 2))
+    on_device = check_arrays(logits=(logits, 2))
     _check_batch(logits, "logits")
     if logits.shape[1] == 0:
         raise ValueError(f"logits must have at least one class, got shape {logits.shape}")
@@ -263,19 +263,19 @@ def softmax_cross_entropy(logits: Array, labels: Array) -> tuple[float, Array]:
     loss_sum = cuda.to_device(np.zeros(1, dtype=np.float32))
     blocks = math.ceil(batch / THREADS_PER_BLOCK)
     _softmax_xent_kernel[blocks, THREADS_PER_BLOCK](
-        _to_device(logits), labels if on_device else cuda.to_device(labels_host),
+        to_device(logits), labels if on_device else cuda.to_device(labels_host),
         np.float32(1.0 / batch), dlogits, loss_sum)
-    return float(loss_sum.copy_to_host()[0]) / batch, _back(dlogits, on_device)
+    return float(loss_sum.copy_to_host()[0]) / batch, returned(dlogits, on_device)
 
 
 def sgd_update(param: Array, grad: Array, lr: float) -> None:
     """``param -= lr * grad`` in place, for float32 device arrays of one shape.
 
     Flops: 2 per element."""
-    if not (_is_device_array(param) and _is_device_array(grad)):
+    if not (is_device_array(param) and is_device_array(grad)):
         raise TypeError("sgd_update updates device arrays in place: param and grad must be "
                         f"numba device arrays, got {type(param).__name__}, {type(grad).__name__}")
-    _check_dims("grad.shape", grad.shape, "param.shape", param.shape)
+    check_equal("grad.shape", grad.shape, "param.shape", param.shape)
     for name, v in (("param", param), ("grad", grad)):
         if v.dtype != np.float32:
             raise TypeError(f"{name} must have dtype float32, got {v.dtype}")
@@ -288,49 +288,22 @@ def sgd_update(param: Array, grad: Array, lr: float) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def _is_device_array(x: object) -> bool:
-    # Real and simulated numba device arrays both carry this marker.
-    return bool(getattr(x, "__cuda_ndarray__", False))
-
-
-def _check_arrays(**arrays: tuple[object, int]) -> bool:
-    """Check float32, C-contiguous arrays of the given ranks, all on the host or all on the
-    device; return True if on the device."""
-    kinds = {check_float32_array(name, x, ndim) for name, (x, ndim) in arrays.items()}
-    if len(kinds) > 1:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    return kinds == {True}
-
-
 def _check_batch(x: Array, name: str = "x") -> None:
     if x.shape[0] == 0:
         raise ValueError(f"{name} must have a batch of at least one row, got shape {x.shape}")
 
 
-def _check_dims(name_a: str, a: object, name_b: str, b: object) -> None:
-    if a != b:
-        raise ValueError(f"{name_a} must equal {name_b}: got {a} and {b}")
-
-
 def _check_labels(labels: object, on_device: bool, logits_shape: tuple[int, int]) -> np.ndarray:
     """Check labels against the logits; return them as a host array."""
-    if on_device != _is_device_array(labels) or not (on_device or isinstance(labels, np.ndarray)):
+    if on_device != is_device_array(labels) or not (on_device or isinstance(labels, np.ndarray)):
         kind = "a numba device array" if on_device else "a NumPy array"
         raise TypeError(f"labels must be {kind} like logits, got {type(labels).__name__}")
     if not np.issubdtype(labels.dtype, np.integer):
         raise TypeError(f"labels must have an integer dtype, got {labels.dtype}")
-    _check_dims("labels.shape", labels.shape, "(logits.shape[0],)", (logits_shape[0],))
+    check_equal("labels.shape", labels.shape, "(logits.shape[0],)", (logits_shape[0],))
     host = labels.copy_to_host() if on_device else labels
     bad = (host < 0) | (host >= logits_shape[1])
     if bad.any():
         raise ValueError(f"labels must be in [0, {logits_shape[1]}), got {host[bad][:5]} "
                          f"({int(bad.sum())} out of range)")
     return np.ascontiguousarray(host)
-
-
-def _to_device(x: Array) -> Array:
-    return x if _is_device_array(x) else cuda.to_device(x)
-
-
-def _back(x: Array, on_device: bool) -> Array:
-    return x if on_device else x.copy_to_host()

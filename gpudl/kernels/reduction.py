@@ -8,14 +8,9 @@ accumulates in float32 as real kernels do. The variants that write one partial s
 (v2 to v5) launch again on those partials until a single block writes the result; their
 partials arrays are poisoned with NaN first, so a block that never writes turns the sum into
 NaN. The atomic variants (v1, v6) add into a zeroed accumulator: a block that never adds
-shows up only as a wrong sum, which the tests catch with the error bound below.
+shows up only as a wrong sum, which the tests catch with the variant's error bound.
 
-Accuracy: every input element goes through at most ``depth =`` :func:`addition_depth`
-float32 additions on its way to the result, each rounding with a relative error of at most
-``u = 2**-24``, so the computed sum differs from the exact one by at most
-``depth * u / (1 - depth * u) * sum(abs(x))`` (Higham, *Accuracy and Stability of Numerical
-Algorithms*, 2002, section 4.2), which is below ``depth * 2**-23 * sum(abs(x))`` (the float32
-``eps``) while ``depth <= 2**23``: 8 levels per launch for the trees, but n for v1.
+How accurate each variant's sum is: :mod:`gpudl.kernels.reduction_error`.
 
 NaN in the input gives NaN, ``inf - inf`` gives NaN and a lone ``inf`` gives ``inf``, as in
 NumPy; a sum past the float32 range overflows to ``inf``.
@@ -26,7 +21,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
 
 from gpudl import backend
 
@@ -36,11 +30,9 @@ from numba import cuda, float32, int32, uint64
 from numba.cuda.cudadrv import driver
 
 from gpudl.checks import check_float32_array
-from gpudl.kernels import elementwise
-from gpudl.kernels.arrays import poisoned
-
-# A NumPy array or a numba device array (whose class differs between GPU and simulator).
-Array = Any
+from gpudl.kernels import grid
+from gpudl.kernels.arrays import Array, poisoned, to_device
+from gpudl.kernels.grid import blocks_to_cover
 
 __all__ = [
     "THREADS_PER_BLOCK",
@@ -54,8 +46,16 @@ __all__ = [
     "v6_one_pass_atomic",
     "v7_last_block",
     "LOADS",
-    "addition_depth",
+    "ACCUMULATORS",
+    "atomic_pass",
+    "blocks_for",
+    "grid_stride_blocks",
+    "grid_stride_passes",
+    "check_variant",
     "reduce_sum",
+    "tree_passes",
+    "workspace",
+    "zero_accumulator",
 ]
 
 #: Threads per block. The trees halve the number of active threads at each step, so this
@@ -224,7 +224,7 @@ def v6_one_pass_atomic(x, out):
 
 #: Loads in flight per thread in v7's loop, and the accumulators they are added into.
 LOADS = 8
-_ACCUMULATORS = 4
+ACCUMULATORS = 4
 _NAN = np.float32(np.nan)
 
 
@@ -234,15 +234,15 @@ def _thread_sum_in_flight(x):
     n = uint64(x.size)
     stride = uint64(cuda.gridsize(1))
     i = uint64(cuda.grid(1))
-    acc = cuda.local.array(_ACCUMULATORS, float32)
+    acc = cuda.local.array(ACCUMULATORS, float32)
     v = cuda.local.array(LOADS, float32)
-    for k in range(_ACCUMULATORS):
+    for k in range(ACCUMULATORS):
         acc[k] = float32(0)
     while i + uint64(LOADS - 1) * stride < n:
         for k in range(LOADS):  # unrolled: LOADS loads in flight
             v[k] = x[i + uint64(k) * stride]
         for k in range(LOADS):  # four independent chains of additions, not one
-            acc[k % _ACCUMULATORS] += v[k]
+            acc[k % ACCUMULATORS] += v[k]
         i += uint64(LOADS) * stride
     while i < n:  # fewer than LOADS elements left for this thread
         acc[0] += x[i]
@@ -292,30 +292,32 @@ def v7_last_block(x, out, partials, arrived):
 # ------------------------------------------------------------------------------------------
 
 
-def _blocks_to_cover(n: int) -> int:
-    return math.ceil(n / TPB)
+def blocks_for(n: int) -> int:
+    """Blocks of TPB threads for one thread per element of ``n``."""
+    return blocks_to_cover(n, TPB)
 
 
 def grid_stride_blocks(n: int) -> int:
     """One full wave of resident blocks of TPB threads (4 on the simulator), at most enough
     to cover ``n`` elements once."""
-    return elementwise.grid_stride_blocks(n, TPB)
+    return grid.grid_stride_blocks(n, TPB)
 
 
-def _zero(out: Array) -> None:
+def zero_accumulator(out: Array) -> None:
+    """Set the accumulator of an atomic variant to 0, on the device."""
     driver.device_memset(out, 0, out.nbytes)
 
 
-def _tree_passes(kernel: Callable, x: Array, out: Array) -> None:
+def tree_passes(kernel: Callable, x: Array, out: Array) -> None:
     """One thread per element: n values -> ceil(n / 256) partials -> ... -> out[0]."""
     while x.size > TPB:
-        partials = poisoned(_blocks_to_cover(x.size))
+        partials = poisoned(blocks_for(x.size))
         kernel[partials.size, TPB](x, partials)
         x = partials
     kernel[1, TPB](x, out)
 
 
-def _grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
+def grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
     """A fixed grid writes one partial per block; one block then sums them into out[0]."""
     blocks = grid_stride_blocks(x.size)
     if blocks > 1:
@@ -325,9 +327,9 @@ def _grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
     kernel[1, TPB](x, out)
 
 
-def _atomic_pass(kernel: Callable, blocks_for: Callable[[int], int], x: Array, out: Array) -> None:
+def atomic_pass(kernel: Callable, blocks_for: Callable[[int], int], x: Array, out: Array) -> None:
     """Zero the accumulator out[0], then one launch whose threads or blocks add into it."""
-    _zero(out)
+    zero_accumulator(out)
     kernel[blocks_for(x.size), TPB](x, out)
 
 
@@ -341,7 +343,7 @@ def workspace() -> tuple[Array, Array]:
     key = "simulator" if backend.is_simulator() else cuda.get_current_device().id
     if key not in _WORKSPACES:
         counter = cuda.to_device(np.zeros(1, dtype=np.int32))
-        _WORKSPACES[key] = (poisoned(elementwise.grid_stride_blocks(1 << 62, TPB)), counter)
+        _WORKSPACES[key] = (poisoned(grid.grid_stride_blocks(1 << 62, TPB)), counter)
     return _WORKSPACES[key]
 
 
@@ -353,48 +355,14 @@ def _last_block_pass(x: Array, out: Array) -> None:
 
 #: Variant name -> launcher(x, out) on device arrays (x.size >= 1); the sum ends in out[0].
 VARIANTS: dict[str, Callable[[Array, Array], None]] = {
-    "v1_atomic": functools.partial(_atomic_pass, v1_atomic, _blocks_to_cover),
-    "v2_interleaved": functools.partial(_tree_passes, v2_interleaved),
-    "v3_sequential": functools.partial(_tree_passes, v3_sequential),
-    "v4_first_add_grid_stride": functools.partial(_grid_stride_passes, v4_first_add_grid_stride),
-    "v5_warp_shuffle": functools.partial(_grid_stride_passes, v5_warp_shuffle),
-    "v6_one_pass_atomic": functools.partial(_atomic_pass, v6_one_pass_atomic, grid_stride_blocks),
+    "v1_atomic": functools.partial(atomic_pass, v1_atomic, blocks_for),
+    "v2_interleaved": functools.partial(tree_passes, v2_interleaved),
+    "v3_sequential": functools.partial(tree_passes, v3_sequential),
+    "v4_first_add_grid_stride": functools.partial(grid_stride_passes, v4_first_add_grid_stride),
+    "v5_warp_shuffle": functools.partial(grid_stride_passes, v5_warp_shuffle),
+    "v6_one_pass_atomic": functools.partial(atomic_pass, v6_one_pass_atomic, grid_stride_blocks),
     "v7_last_block": _last_block_pass,
 }
-
-
-def addition_depth(n: int, variant: str) -> int:
-    """The most float32 additions any of ``n`` input elements goes through in ``variant``.
-
-    v1: a chain of n atomics. v2, v3: 8 tree levels per launch. v4, v5: each thread's
-    grid-stride chain, 8 levels, then one block's chain over the partials and 8 levels. v6:
-    the chain, 8 levels, then one atomic per block. v7: each of a thread's 4 accumulators
-    takes at most a quarter of its c elements plus the LOADS - 1 of its tail, 2 levels join
-    them, 8 levels in the block, then the last block's chain over the partials and 8 levels.
-    Never more than n: an addition with only one element below it (the rest are padding
-    zeros) is exact.
-    """
-    _check_variant(variant)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if variant == "v1_atomic":
-        return n
-    if variant in ("v2_interleaved", "v3_sequential"):
-        launches, size = 1, n
-        while size > TPB:
-            launches, size = launches + 1, _blocks_to_cover(size)
-        return min(n, launches * LOG2_TPB)
-    blocks = grid_stride_blocks(n)
-    per_thread = math.ceil(n / (blocks * TPB))
-    if variant == "v7_last_block":
-        chain = math.ceil(per_thread / _ACCUMULATORS) + LOADS - 1 + 2
-        return min(n, chain + LOG2_TPB + _blocks_to_cover(blocks) + LOG2_TPB)
-    depth = per_thread + LOG2_TPB
-    if variant == "v6_one_pass_atomic":
-        depth += blocks
-    elif blocks > 1:
-        depth += _blocks_to_cover(blocks) + LOG2_TPB
-    return min(n, depth)
 
 
 def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
@@ -403,12 +371,12 @@ def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
     The result is the float32 value the kernel ``VARIANTS[variant]`` computed; an empty
     vector gives 0.0 without a launch.
     """
-    _check_variant(variant)
-    on_device = check_float32_array("x", x, 1)
+    check_variant(variant)
+    check_float32_array("x", x, 1)
     if x.size == 0:
         return 0.0
     out = poisoned(1)
-    VARIANTS[variant](x if on_device else cuda.to_device(x), out)
+    VARIANTS[variant](to_device(x), out)
     return float(out.copy_to_host()[0])
 
 
@@ -417,7 +385,8 @@ def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def _check_variant(variant: str) -> None:
+def check_variant(variant: str) -> None:
+    """``ValueError`` unless ``variant`` is a key of :data:`VARIANTS`."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
 

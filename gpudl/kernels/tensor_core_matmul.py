@@ -38,8 +38,8 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from gpudl.checks import check_float32_array
-from gpudl.kernels.arrays import filled, poisoned
-from gpudl.kernels.mma import EPS32, ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
+from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
+from gpudl.kernels.mma import ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
 from gpudl.kernels.mma import K as MMA_K
 from gpudl.kernels.mma import M as MMA_M
 from gpudl.kernels.mma import N as MMA_N
@@ -241,10 +241,10 @@ def matmul(a: Array, b: Array, variant: str = "v2_shared_tiles") -> Array:
                          f"shape {b.shape} (a.shape[1] must equal b.shape[0])")
     check_tensor_cores()
     (m, k), n = a.shape, b.shape[1]
-    if m * n * k == 0:
-        return filled((m, n), 0) if on_device else np.zeros((m, n), np.float32)
-    a_d, b_d = (x if getattr(x, "__cuda_ndarray__", False) else cuda.to_device(x)
-                for x in (a, b))
-    c = poisoned((m, n))
-    VARIANTS[variant](packed(a_d), packed(b_d, transpose=True), c)
-    return c if on_device else c.copy_to_host()
+    if k == 0:  # an empty sum: zeros (and nothing to launch)
+        return zeros((m, n), on_device)
+
+    def launch(a_d: Array, b_d: Array, c: Array) -> None:
+        VARIANTS[variant](packed(a_d), packed(b_d, transpose=True), c)
+
+    return launch_into_poisoned(launch, (a, b), [(m, n)], on_device)[0]

@@ -1,10 +1,23 @@
-"""Distributed training with torch.distributed: launching workers, collectives, and the
-parallel strategies built on them.
+"""Distributed training with torch.distributed: one package per parallel strategy, each with its
+collectives apart from its maths, over one shared floor.
 
-Book section: *Chapter 1, "What connects GPUs"*, *Chapter 5, "Data parallelism"* and
-*Chapter 6, "Model parallelism"*.
+Book section: *Chapter 5, "Data parallelism"* and *Chapter 6, "Model parallelism"* (and the
+chapters that first use each piece).
 
-Every worker here has the signature ``worker(rank, world_size, *args)`` and runs either from a
-notebook through :func:`gpudl.parallel.launch.spawn` or from a script started with ``torchrun``
-through :func:`gpudl.parallel.launch.run_under_torchrun`.
+The floor every strategy stands on:
+
+* :mod:`.launch`: starting workers (``worker(rank, world_size, *args)``) from a notebook
+  (:func:`gpudl.parallel.launch.spawn`) or under ``torchrun``
+  (:func:`gpudl.parallel.launch.run_under_torchrun`), the rank's device and clock;
+* :mod:`.messages`: the messages collectives are checked with;
+* :mod:`.degrees`: how many ways each strategy splits the work, checked once;
+* :mod:`.reference`: the toy models, their batches, and the same training in one process,
+  which every strategy must reproduce;
+* :mod:`.encoder_plan`: the Megatron split of the encoder as a DTensor plan.
+
+The strategies, siblings that import the floor and never each other: :mod:`.data`
+(Chapter 5, and Chapter 3's gradient timeline), :mod:`.zero` (Chapter 4's sharded optimizer
+and Chapter 2's sharded state), :mod:`.pipeline` and :mod:`.tensor` (Chapter 6), and
+:mod:`.mesh` (FSDP2 on the encoder and the two-dimensional mesh, Chapter 6). Each runs under
+``torchrun -m gpudl.parallel.<strategy>``.
 """

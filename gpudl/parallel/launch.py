@@ -1,6 +1,6 @@
 """Start a worker on several processes, each with a process group, and collect the results.
 
-Book section: *Chapter 1, "What connects GPUs"* (first use) and *Chapter 5, "Data parallelism"*.
+Book section: *Chapter 1, "What connects GPUs"*.
 
 A worker is a function ``worker(rank, world_size, *args)`` defined at the top level of a module
 (spawned children import it by name, so a function typed into a notebook cannot be one). It runs
@@ -11,7 +11,8 @@ two ways, with the same code:
 * :func:`run_under_torchrun` runs it inside a script started by ``torchrun`` (one process per
   rank, any number of nodes), or as a single process when the script is started plainly.
 
-NCCL is used when every rank on a machine can have a GPU of its own, gloo otherwise.
+NCCL is used when every rank on a machine can have a GPU of its own, gloo otherwise. Inside a
+worker, :func:`device_and_sync` gives the rank's device and :class:`Clock` times it.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from gpudl.checks import check_int
+
 __all__ = [
+    "Clock",
     "WorkerError",
     "default_backend",
+    "device_and_sync",
     "hello",
     "rank0_print",
     "run_under_torchrun",
@@ -79,14 +84,36 @@ def rank0_print(*args: Any, **kwargs: Any) -> None:
         print(*args, **kwargs)
 
 
-def _check_world_size(world_size: object) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(
-            f"world_size must be an int (the number of processes), "
-            f"got {type(world_size).__name__} {world_size!r}"
-        )
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
+def device_and_sync() -> tuple[torch.device, Callable[[], None]]:
+    """The device this rank's messages live on (its GPU under NCCL, else the CPU) and a
+    function that waits for the GPU's queued work (a no-op on the CPU)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device()), torch.cuda.synchronize
+    return torch.device("cpu"), lambda: None
+
+
+class Clock:
+    """Marks of "now", as seconds of ``time.perf_counter`` on the CPU and as CUDA events
+    recorded on the current stream on a GPU; :meth:`seconds` turns them into seconds since
+    the first mark."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> float | torch.cuda.Event:
+        """Now: a ``time.perf_counter`` reading, or a CUDA event recorded on the stream."""
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: float | torch.cuda.Event, mark: float | torch.cuda.Event) -> float:
+        """Seconds from mark ``start`` to mark ``mark`` (waiting for an event to complete)."""
+        if not self.cuda:
+            return mark - start
+        mark.synchronize()
+        return start.elapsed_time(mark) / 1e3
 
 
 def _check_worker(worker: object) -> None:
@@ -229,7 +256,7 @@ def spawn(
     :class:`WorkerError` naming the rank, with its traceback, and the other ranks are stopped;
     if the workers have not all finished after ``timeout`` seconds, :class:`TimeoutError`.
     """
-    _check_world_size(world_size)
+    check_int("world_size", world_size, 1)
     if not 0 < timeout < math.inf:
         raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
     _check_worker(worker)

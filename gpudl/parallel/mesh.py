@@ -4,15 +4,17 @@ two-dimensional device mesh.
 Book section: *Chapter 6, "Sharding the encoder"* and *"Two dimensions"*.
 
 :func:`fsdp_worker` shards every block of :func:`gpudl.models.make_encoder` with FSDP2
-(``fully_shard``, as Chapter 2's :mod:`gpudl.parallel.sharding` does for an MLP): each rank
+(``fully_shard``, as Chapter 2's :mod:`gpudl.parallel.zero.fsdp` does for an MLP): each rank
 keeps ``1/N`` of every parameter, gathers a block's parameters just before using it, and
 reduce-scatters its gradients, while every rank runs its own slice of the batch (data
 parallelism with sharded state, ZeRO stage 3).
 
 :func:`mesh_2d_worker` arranges the ranks in a grid of ``data x tensor`` (a
-:class:`ParallelDegrees`): the ranks of a row share a batch slice and split every block
-with :data:`gpudl.parallel.tensor_parallel.DTENSOR_PLAN`; the ranks of a column hold the
-same shards and average their gradients, by FSDP2 over the mesh's ``"data"`` dimension.
+:class:`ParallelDegrees` whose sharding degree is its data degree):
+the ranks of a row share a batch slice and split every block with
+:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`; the ranks of a column hold the same shards
+and average their gradients, by FSDP2 over the mesh's ``"data"`` dimension, which also
+shards the state.
 
 ``torchrun --standalone --nproc_per_node=4 -m gpudl.parallel.mesh`` runs both (FSDP2 on 4
 ranks, then 2 x 2) and prints each one's distance from one process.
@@ -22,26 +24,23 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
 from gpudl.checks import check_int
-from gpudl.models import EncoderConfig, encoder_batch, make_encoder
-from gpudl.parallel.comms import device_and_sync
-from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
-from gpudl.parallel.pipeline_parallel import reference_steps
-from gpudl.parallel.sharding import local_bytes
-from gpudl.parallel.tensor_parallel import DTENSOR_PLAN, check_plan
+from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
+from gpudl.parallel.degrees import ParallelDegrees
+from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
+from gpudl.parallel.launch import device_and_sync, rank0_print, run_under_torchrun, spawn
+from gpudl.parallel.reference import encoder_sgd_run, local_bytes, sgd_steps, whole
 
 __all__ = [
-    "SMALL",
-    "ParallelDegrees",
+    "MESH_2X2",
+    "MESH_CONFIG",
     "fsdp_worker",
     "main",
     "mesh_2d_worker",
@@ -50,70 +49,46 @@ __all__ = [
 ]
 
 #: The encoder of the equivalence runs, four blocks, small enough for four ranks on two cores.
-SMALL = EncoderConfig(layers=4)
+MESH_CONFIG = EncoderConfig(layers=4)
 
 
-@dataclass(frozen=True)
-class ParallelDegrees:
-    """How many ways each strategy splits the work: ``data`` (batch slices) times ``tensor``
-    (shards of every layer) ranks in all."""
-
-    data: int = 1
-    tensor: int = 1
-
-    def __post_init__(self) -> None:
-        check_int("data", self.data, 1)
-        check_int("tensor", self.tensor, 1)
-
-    @property
-    def world_size(self) -> int:
-        return self.data * self.tensor
-
-    def check(self, world_size: int) -> None:
-        """``ValueError`` unless the degrees multiply to ``world_size``: every rank must have
-        exactly one place in the grid."""
-        if self.world_size != world_size:
-            raise ValueError(f"the parallel degrees must multiply to the world size: data "
-                             f"{self.data} x tensor {self.tensor} = {self.world_size}, but the "
-                             f"world size is {world_size}")
+def _check_mesh(degrees: ParallelDegrees, config: EncoderConfig, batch: int) -> None:
+    """``ValueError`` unless ``degrees`` describe a data x tensor mesh this module runs
+    (FSDP2 shards the state over the data dimension: sharding = data) and split the encoder's
+    heads and widths and the batch evenly."""
+    if not isinstance(degrees, ParallelDegrees):
+        raise TypeError(f"degrees must be a ParallelDegrees, got {type(degrees).__name__}")
+    if degrees.pipeline != 1 or degrees.sharding != degrees.data:
+        raise ValueError(f"the 2-D mesh is data x tensor with the state sharded over the data "
+                         f"dimension (pipeline 1, sharding = data), got {degrees}")
+    for what in ("heads", "hidden", "ffn"):
+        degrees.check_divides("tensor", what, getattr(config, what))
+    degrees.check_divides("data", "the batch", check_int("batch", batch, 1))
 
 
-def _check_batch(batch: int, ways: int) -> None:
-    check_int("batch", batch, 1)
-    if batch % ways:
-        raise ValueError(f"the batch ({batch}) must split evenly into {ways} data-parallel "
-                         "slices")
+def _sgd_on_slice(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
+                  lr: float, data_group: torch.distributed.ProcessGroup | None,
+                  data_ways: int) -> dict:
+    """SGD steps on this rank's slice (:func:`sgd_steps`); the loss
+    reported is the whole batch's (the mean over the equal data-parallel slices), the
+    gradients whole."""
 
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    return (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu()
-
-
-def _train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
-           data_group: torch.distributed.ProcessGroup | None, data_ways: int) -> dict:
-    """SGD steps on this rank's slice; the loss reported is the whole batch's (the mean over
-    the equal data-parallel slices), the gradients whole."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses, grads = [], []
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
+    def whole_batch_loss(loss: torch.Tensor) -> float:
         total = loss.detach().clone()
         dist.all_reduce(total, group=data_group)
-        losses.append(total.item() / data_ways)
-        grads.append({name: _full(p.grad) for name, p in model.named_parameters()})
-        optimizer.step()
-    return {"losses": losses, "grads": grads}
+        return total.item() / data_ways
+
+    return sgd_steps(model, x, y, steps, lr, whole_batch_loss, whole)
 
 
 def fsdp_worker(rank: int, world_size: int, config: EncoderConfig, batch: int, steps: int,
                 lr: float, dtype: torch.dtype) -> dict:
     """``steps`` SGD steps of the encoder with FSDP2 on every block and the root, rank
     ``r`` on samples ``[r b/N, (r + 1) b/N)``. Returns ``losses`` and ``grads`` (as
-    :func:`gpudl.parallel.pipeline_parallel.reference_steps`), ``param_bytes`` (this rank's
+    :func:`encoder_sgd_run`), ``param_bytes`` (this rank's
     shards) and ``full_param_bytes`` (the whole model)."""
-    _check_batch(batch, world_size)
+    degrees = ParallelDegrees(data=world_size, sharding=world_size)
+    share = degrees.check_divides("data", "the batch", batch)
     device, _ = device_and_sync()
     model = make_encoder(config, dtype=dtype).to(device)
     full_bytes = local_bytes(list(model.parameters()))
@@ -121,23 +96,23 @@ def fsdp_worker(rank: int, world_size: int, config: EncoderConfig, batch: int, s
     for block in model:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    mine = slice(rank * batch // world_size, (rank + 1) * batch // world_size)
-    x, y = (t[mine].to(device) for t in encoder_batch(config, batch, dtype=dtype))
+    x, y = (t[rank * share:(rank + 1) * share].to(device)
+            for t in encoder_batch(config, batch, dtype=dtype))
     param_bytes = local_bytes(list(model.parameters()))
     return {"rank": rank, "param_bytes": param_bytes, "full_param_bytes": full_bytes,
-            **_train(model, x, y, steps, lr, None, world_size)}
+            **_sgd_on_slice(model, x, y, steps, lr, None, world_size)}
 
 
 def mesh_2d_worker(rank: int, world_size: int, degrees: ParallelDegrees,
                    config: EncoderConfig, batch: int, steps: int, lr: float,
                    dtype: torch.dtype) -> dict:
     """``steps`` SGD steps on a ``degrees.data x degrees.tensor`` mesh: tensor parallelism
-    (:data:`~gpudl.parallel.tensor_parallel.DTENSOR_PLAN`) along ``"tensor"``, FSDP2 along
+    (:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`) along ``"tensor"``, FSDP2 along
     ``"data"``, each data-parallel row on its slice of the batch. Returns ``losses``,
     ``grads`` (whole, as one process names them) and ``coords``, this rank's
     ``(data, tensor)`` place in the grid."""
-    degrees.check(world_size)
-    _check_batch(batch, degrees.data)
+    degrees.check_world_size(world_size)
+    _check_mesh(degrees, config, batch)
     # Gathering a (data, tensor)-sharded gradient whole takes two all-gathers, and DTensor
     # warns that this is slow; the check does it once per step, on purpose.
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
@@ -146,46 +121,48 @@ def mesh_2d_worker(rank: int, world_size: int, degrees: ParallelDegrees,
                             mesh_dim_names=("data", "tensor"))
     model = make_encoder(config, dtype=dtype).to(device)
     for block in model:
-        check_plan(block, DTENSOR_PLAN)
+        check_dtensor_plan(block, DTENSOR_PLAN)
         parallelize_module(block, mesh["tensor"], DTENSOR_PLAN)
         fully_shard(block, mesh=mesh["data"])
     fully_shard(model, mesh=mesh["data"])
-    row = mesh["data"].get_local_rank()
-    mine = slice(row * batch // degrees.data, (row + 1) * batch // degrees.data)
-    x, y = (t[mine].to(device) for t in encoder_batch(config, batch, dtype=dtype))
+    row, share = mesh["data"].get_local_rank(), batch // degrees.data
+    x, y = (t[row * share:(row + 1) * share].to(device)
+            for t in encoder_batch(config, batch, dtype=dtype))
     return {"rank": rank, "coords": (row, mesh["tensor"].get_local_rank()),
-            **_train(model, x, y, steps, lr, mesh["data"].get_group(), degrees.data)}
+            **_sgd_on_slice(model, x, y, steps, lr, mesh["data"].get_group(), degrees.data)}
 
 
-def run_fsdp(world_size: int = 2, config: EncoderConfig = SMALL, batch: int = 8,
+def run_fsdp(world_size: int = 2, config: EncoderConfig = MESH_CONFIG, batch: int = 8,
              steps: int = 2, lr: float = 0.05, dtype: torch.dtype = torch.float32,
              timeout: float = 120.0) -> list[dict]:
     """Spawn ``world_size`` ranks running :func:`fsdp_worker`; one dict per rank."""
-    _check_batch(batch, check_int("world_size", world_size, 1))
+    world_size = check_int("world_size", world_size, 1)
+    ParallelDegrees(data=world_size, sharding=world_size).check_divides("data", "the batch",
+                                                                        batch)
     return spawn(fsdp_worker, world_size, config, batch, steps, lr, dtype, timeout=timeout)
 
 
-def run_mesh_2d(degrees: ParallelDegrees = ParallelDegrees(2, 2), config: EncoderConfig = SMALL,
+#: The 2 x 2 mesh of the book, two data-parallel rows (each sharding the state, FSDP2) of two
+#: tensor shards.
+MESH_2X2 = ParallelDegrees(data=2, tensor=2, sharding=2)
+
+
+def run_mesh_2d(degrees: ParallelDegrees = MESH_2X2, config: EncoderConfig = MESH_CONFIG,
                 batch: int = 8, steps: int = 2, lr: float = 0.05,
                 dtype: torch.dtype = torch.float32, timeout: float = 120.0) -> list[dict]:
-    """Spawn ``degrees.world_size`` ranks running :func:`mesh_2d_worker`; one dict per rank."""
-    if not isinstance(degrees, ParallelDegrees):
-        raise TypeError(f"degrees must be a ParallelDegrees, got {type(degrees).__name__}")
-    for what in ("heads", "hidden", "ffn"):
-        if getattr(config, what) % degrees.tensor:
-            raise ValueError(f"{what} ({getattr(config, what)}) must be divisible by the "
-                             f"tensor-parallel degree ({degrees.tensor})")
-    _check_batch(batch, degrees.data)
+    """Spawn ``degrees.world_size`` ranks running :func:`mesh_2d_worker`; one dict per rank.
+    The degrees and sizes are checked before anything is started."""
+    _check_mesh(degrees, config, batch)
     return spawn(mesh_2d_worker, degrees.world_size, degrees, config, batch, steps, lr, dtype,
                  timeout=timeout)
 
 
 def _both_worker(rank: int, world_size: int) -> dict[str, float]:
-    reference = reference_steps(SMALL, 8, 2, 0.05)
-    runs = {"fsdp2": fsdp_worker(rank, world_size, SMALL, 8, 2, 0.05, torch.float32)}
+    reference = encoder_sgd_run(MESH_CONFIG, 8, 2, 0.05)
+    runs = {"fsdp2": fsdp_worker(rank, world_size, MESH_CONFIG, 8, 2, 0.05, torch.float32)}
     if world_size == 4:
-        runs["2x2"] = mesh_2d_worker(rank, world_size, ParallelDegrees(2, 2), SMALL, 8, 2,
-                                     0.05, torch.float32)
+        runs["2x2"] = mesh_2d_worker(rank, world_size, MESH_2X2, MESH_CONFIG, 8, 2, 0.05,
+                                     torch.float32)
     return {name: max((got["grads"][s][k] - g).abs().max().item()
                       for s, step in enumerate(reference["grads"]) for k, g in step.items())
             for name, got in runs.items()}

@@ -28,7 +28,7 @@ from gpudl.plots.ch02 import (
 from gpudl.plots.ch03 import gradient_timeline, linear_dataflow, matmul_tiling, tile_geometry
 from gpudl.plots.ch04 import optimizer_traffic, zero_partition
 from gpudl.plots.ch05 import bucket_timeline, ddp_overlap, ring_schedule, ring_steps
-from gpudl.plots.ch06 import tensor_parallel_split
+from gpudl.plots.ch06 import pipeline_schedules, pipeline_timelines, tensor_parallel_split
 from gpudl.plots.ch07 import memory_by_zero_stage, training_time_and_cost
 from gpudl.plots.ch08 import (
     attention_bytes,
@@ -46,7 +46,7 @@ __all__ = [
     "tile_geometry", "matmul_tiling", "linear_dataflow", "gradient_timeline",
     "optimizer_traffic", "zero_partition",
     "ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap",
-    "tensor_parallel_split",
+    "pipeline_schedules", "pipeline_timelines", "tensor_parallel_split",
     "training_time_and_cost", "memory_by_zero_stage",
     "roofline_precisions", "online_softmax_tiles", "mma_fragments", "attention_bytes",
     "rate_bars",

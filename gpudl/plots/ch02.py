@@ -132,14 +132,14 @@ def tile_load_requests() -> dict[str, list[int]]:
     """The shared-memory words that the first warp's column read of the transpose tile
     asks for, in ``v2_shared`` (32 x 32 tile) and ``v3_padded`` (32 x 33), traced on the
     simulator on one 32 x 32 block: name -> the 32 lanes' word indices."""
-    from gpudl.kernels import memory
+    from gpudl.kernels import transpose
     from gpudl.trace import trace
 
     x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
     words = {}
-    for name, kernel in (("shared", memory.v2_shared), ("padded", memory.v3_padded)):
+    for name, kernel in (("shared", transpose.v2_shared), ("padded", transpose.v3_padded)):
         out = np.full((32, 32), np.nan, dtype=np.float32)
-        t = trace(kernel, *memory.transpose_grid(x.shape), x, out)
+        t = trace(kernel, *transpose.transpose_grid(x.shape), x, out)
         request = t.requests("shared", "load", "tile")[0]
         words[name] = [a // BANK_BYTES for a in request.addresses]
     return words
@@ -210,7 +210,7 @@ def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
 
 def state_bytes(rows: Sequence[dict]) -> Figure:
     """Bytes of parameters, gradients and Adam state on rank 0 for each strategy and world
-    size (rows of :func:`gpudl.parallel.sharding.state_bytes`, rank 0's), stacked."""
+    size (rows of :func:`gpudl.parallel.zero.fsdp.state_bytes`, rank 0's), stacked."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [f"{r['strategy']}\nN={r['world_size']}" for r in rows]
     bottom = np.zeros(len(rows))

@@ -24,24 +24,24 @@ def tile_geometry(variant: str) -> dict:
     stages: ``rows`` x ``cols`` of C, slabs ``depth`` deep of A and B in shared memory, and
     the (row, column) offsets in the tile of thread 0's outputs, which it keeps in
     registers. Read from the module's launch configuration and tile constants."""
-    from gpudl.kernels import matmul as mm
+    from gpudl.kernels import matmul as matmul_kernels
 
     if variant not in TILED_VARIANTS:
         raise ValueError(f"variant must be one of {TILED_VARIANTS}, got {variant!r}")
     big = 1 << 12
-    grid, block = mm.launch_config(variant, big, big)
+    grid, block = matmul_kernels.launch_config(variant, big, big)
     rows, cols = big // grid[1], big // grid[0]
     threads = 1
     for b in block:
         threads *= b
     if variant == "v3_tiled":
-        depth, outputs = mm.TILE, [(0, 0)]
+        depth, outputs = matmul_kernels.TILE, [(0, 0)]
     elif variant == "v4_register_1d":
-        depth, outputs = mm.V4_BK, [(i, 0) for i in range(mm.V4_TM)]
+        depth, outputs = matmul_kernels.V4_BK, [(i, 0) for i in range(matmul_kernels.V4_TM)]
     else:
-        depth = mm.V5_BK
-        outputs = [(i * mm.V5_THREAD_ROWS, j * mm.V5_THREAD_COLS)
-                   for i in range(mm.V5_TM) for j in range(mm.V5_TN)]
+        depth = matmul_kernels.V5_BK
+        outputs = [(i * matmul_kernels.V5_THREAD_ROWS, j * matmul_kernels.V5_THREAD_COLS)
+                   for i in range(matmul_kernels.V5_TM) for j in range(matmul_kernels.V5_TN)]
     return {"variant": variant, "rows": rows, "cols": cols, "depth": depth,
             "threads": threads, "outputs": outputs}
 
@@ -129,7 +129,7 @@ def linear_dataflow(batch: int = 32, in_features: int = 64, out_features: int = 
 
 def gradient_timeline(events: Sequence[dict]) -> Figure:
     """One backward pass with DDP on one rank (``events`` of
-    :func:`gpudl.parallel.grad_timeline.timeline_worker`): a row per parameter, marked when
+    :func:`gpudl.parallel.data.timeline_worker`): a row per parameter, marked when
     its gradient became ready, then a row per bucket, a bar from the start to the end of its
     all-reduce; milliseconds since the backward pass started. A dotted line marks the last
     gradient: bars that start left of it overlap the computation."""

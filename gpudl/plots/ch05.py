@@ -18,7 +18,7 @@ __all__ = ["ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap"]
 
 def ring_schedule(world_size: int) -> list[np.ndarray]:
     """The state of a ring all-reduce after each step, by the rule of
-    :func:`gpudl.parallel.comms.ring_all_reduce`: at reduce-scatter step ``s`` rank ``r``
+    :func:`gpudl.parallel.data.ring_all_reduce`: at reduce-scatter step ``s`` rank ``r``
     sends chunk ``r - s`` to rank ``r + 1``, which adds it to its own; at all-gather step
     ``s`` it sends chunk ``r + 1 - s``, which replaces the receiver's (indices modulo N).
     Element ``[r, c]`` of each state counts the ranks' contributions in rank ``r``'s chunk

@@ -1,22 +1,63 @@
-"""Chapter 6's figure of tensor parallelism: the column and row split of a feed-forward
-network and its all-reduces. (The pipeline schedules are drawn by
-:func:`gpudl.parallel.pipeline_parallel.plot_schedules`.)
+"""Chapter 6's figures: pipeline timelines (simulated or measured, by
+:mod:`gpudl.parallel.pipeline`), and the column and row split of tensor parallelism.
 
-Book section: Chapter 6, Model parallelism, "Tensor parallelism".
+Book section: Chapter 6, Model parallelism, "The bubble" and "Tensor parallelism".
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from gpudl.checks import check_int
+from gpudl.parallel.pipeline.schedule import idle_fraction, simulate
 from gpudl.plots._style import finish
 
-__all__ = ["tensor_parallel_split"]
+__all__ = ["pipeline_schedules", "pipeline_timelines", "tensor_parallel_split"]
 
 _COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
            "#8c8c8c")
+
+
+def pipeline_timelines(timelines_by_name: dict[str, Sequence[Sequence[dict]]],
+                       unit: str = "ms") -> Figure:
+    """A Gantt chart per schedule: one row per stage, forwards light and backwards dark, each
+    bar labelled with its micro-batch; white is where the stage waits."""
+    scale = {"ms": 1e3, "s": 1.0, "slots": 1.0}[unit]
+    stages = max(len(t) for t in timelines_by_name.values())
+    fig, axes = plt.subplots(len(timelines_by_name), 1, squeeze=False,
+                             figsize=(7, 0.3 + len(timelines_by_name) * (0.8 + 0.3 * stages)))
+    colors = {"F": "#9ecae1", "B": "#3182bd"}
+    for ax, (name, timelines) in zip(axes[:, 0], timelines_by_name.items(), strict=True):
+        for stage, timeline in enumerate(timelines):
+            for event in timeline:
+                start, width = event["start_s"] * scale, (event["end_s"] - event["start_s"]) * scale
+                ax.barh(stage, width, left=start, color=colors[event["kind"]], edgecolor="white")
+                ax.text(start + width / 2, stage, str(event["microbatch"]), ha="center",
+                        va="center", fontsize=7)
+        ax.set_yticks(range(len(timelines)), [f"stage {s}" for s in range(len(timelines))])
+        ax.invert_yaxis()
+        ax.set_title(f"{name}: idle {idle_fraction(timelines):.0%}", fontsize=9)
+        ax.set_xlabel(f"time ({unit})", fontsize=8)
+        ax.set_xlim(left=0)
+        ax.tick_params(labelsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def pipeline_schedules(stages: int = 4, microbatches: int = 4) -> Figure:
+    """Chapter 6's schedule figure: the naive split beside GPipe and 1F1B with
+    ``microbatches`` micro-batches, simulated with a micro-batch's forward taking 1 unit and
+    its backward 2; the naive split's passes carry the whole batch (``microbatches`` times
+    as long), so the three charts share one time axis."""
+    m = check_int("microbatches", microbatches, 1)
+    timelines = {"naive, m = 1": simulate("naive", stages, 1, 1.0 * m, 2.0 * m)}
+    for name in ("gpipe", "1f1b"):
+        timelines[f"{name}, m = {m}"] = simulate(name, stages, m)
+    return pipeline_timelines(timelines, unit="slots")
 
 
 def tensor_parallel_split(hidden: int = 32, ffn: int = 64, degree: int = 2) -> Figure:

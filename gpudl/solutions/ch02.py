@@ -12,7 +12,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_float32_array, check_int
 from gpudl.estimate import ridge_point, roofline
 from gpudl.hardware import SPECS
 from gpudl.trace import trace
@@ -79,8 +79,7 @@ def column_read_conflicts(width: int) -> int:
     Word ``k * width`` lies in bank ``(k * width) % 32``: with a width of 32 (or 64) every
     lane's word is in bank 0, a 32-way conflict; a width of 33 spreads them over all 32 banks.
     Counted by the tracer, so this runs on the simulator only."""
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ValueError(f"width must be an integer >= 1, got {width!r}")
+    check_int("width", width, 1)
     out = np.full(WARP, np.nan, dtype=np.float32)
     t = trace(_column_read_kernel, 1, WARP, out, width, dynamic_shared_bytes=WARP * width * 4)
     if not np.array_equal(out, np.arange(WARP, dtype=np.float32) * width):

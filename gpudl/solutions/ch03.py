@@ -12,7 +12,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 # isort: split
 import numpy as np
 
-from gpudl.kernels import matmul as mm
+from gpudl.kernels import matmul as matmul_kernels
 from gpudl.trace import trace
 
 
@@ -90,9 +90,11 @@ def naive_and_coalesced_sectors(m: int = 32, k: int = 16,
     out = {}
     for variant in ("v1_naive", "v2_coalesced"):
         c = np.full((m, n), np.nan, dtype=np.float32)
-        grid, block = mm.launch_config(variant, m, n)
-        t = trace(getattr(mm, variant), grid, block, a, b, c)
-        if not (np.abs(c - mm.reference(a, b)) <= mm.error_bound(a, b)).all():
+        grid, block = matmul_kernels.launch_config(variant, m, n)
+        t = trace(getattr(matmul_kernels, variant), grid, block, a, b, c)
+        if not (
+            np.abs(c - matmul_kernels.reference(a, b)) <= matmul_kernels.error_bound(a, b)
+        ).all():
             raise RuntimeError(f"{variant} returned a wrong product")
         out[variant] = {"load a": t.sectors_per_request("a").mean,
                         "load b": t.sectors_per_request("b").mean,

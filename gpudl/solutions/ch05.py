@@ -14,8 +14,8 @@ from torch import nn
 
 from gpudl.checks import check_int
 from gpudl.estimate import data_parallel_step_time
-from gpudl.parallel.comms import ring_chunks
-from gpudl.parallel.sharding import make_mlp
+from gpudl.parallel.data import ring_chunks
+from gpudl.parallel.reference import make_mlp
 
 
 def _gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -57,8 +57,9 @@ def weighted_average(dims: Sequence[int], x: torch.Tensor, y: torch.Tensor,
     consecutive samples of ``x, y`` each. Returns the plain average of the replicas' mean
     gradients and the average weighted by ``shares[r] / sum(shares)``; only the second is the
     gradient of the whole batch's mean loss."""
-    if sum(shares) != len(x) or any(isinstance(s, bool) or not isinstance(s, int) or s < 1
-                                    for s in shares):
+    for i, share in enumerate(shares):
+        check_int(f"shares[{i}]", share, 1)
+    if sum(shares) != len(x):
         raise ValueError(f"shares must be positive ints adding up to the batch of {len(x)}, "
                          f"got {list(shares)}")
     model = make_mlp(dims)
@@ -72,7 +73,7 @@ def weighted_average(dims: Sequence[int], x: torch.Tensor, y: torch.Tensor,
 
 
 def ring_bytes_per_rank(numel: int, world_size: int, itemsize: int = 4) -> list[int]:
-    """The bytes each rank sends in :func:`gpudl.parallel.comms.ring_all_reduce` of a tensor
+    """The bytes each rank sends in :func:`gpudl.parallel.data.ring_all_reduce` of a tensor
     of ``numel`` elements (Chapter 5, exercise 3).
 
     In the reduce-scatter rank ``r`` sends chunks ``r, r - 1, ..., r - N + 2``: every chunk

@@ -19,7 +19,7 @@ from gpudl.estimate import (
     model_state_memory,
 )
 from gpudl.models import BERT_BASE, EncoderConfig, make_encoder
-from gpudl.parallel.pipeline_parallel import schedule
+from gpudl.parallel.pipeline import schedule
 
 #: BERT's WordPiece vocabulary, positions and segments (Devlin et al. 2019).
 BERT_VOCAB, BERT_POSITIONS, BERT_SEGMENTS = 30_522, 512, 2

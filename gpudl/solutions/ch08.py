@@ -25,13 +25,14 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_bool, check_float32_array
 from gpudl.estimate import ridge_point
 from gpudl.hardware import spec
-from gpudl.kernels import attention as at
-from gpudl.kernels.arrays import poisoned
+from gpudl.kernels import attention as attention_kernels
+from gpudl.kernels import attention_error
+from gpudl.kernels.arrays import EPS32, poisoned
 
-TILE = at.TILE
+TILE = attention_kernels.TILE
 
 # ------------------------------------------------------------------------------------------
 # Exercise 1: the backward pass
@@ -90,7 +91,7 @@ def backward_kernels(d: int, causal: bool) -> tuple[Any, Any]:
                 x += q_s[ty, c] * k_s[tx, c]
                 dp += do_s[ty, c] * v_s[tx, c]
             seen = i < s and j < s and (j <= i or not causal)
-            ds_s[ty, tx] = math.exp(x * scale - row_lse) * (dp - row_delta) if seen \
+            ds_s[ty, tx] = math.exp(x * scale - row_lse) * (dp - row_delta) if seen\
                 else float32(0)
             cuda.syncthreads()
             for r in range(n_out):
@@ -170,16 +171,17 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarra
     """``(dq, dk, dv)`` for float32 host arrays of shape ``(heads, s, d)``, from the
     forward's output ``o`` and log-sum-exp ``lse`` (:func:`gpudl.kernels.attention.forward`)
     and the gradient ``do`` of the loss with respect to ``o`` (exercise 1)."""
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    check_bool("causal", causal)
     for name, x, ndim in (("q", q, 3), ("k", k, 3), ("v", v, 3), ("o", o, 3), ("do", do, 3),
                           ("lse", lse, 2)):
         check_float32_array(name, x, ndim)
         if x.shape != q.shape[:ndim]:
             raise ValueError(f"{name} must have shape {q.shape[:ndim]}, got {x.shape}")
     heads, s, d = q.shape
-    if not 1 <= d <= at.MAX_HEAD_DIM or heads * s == 0:
-        raise ValueError(f"need heads, s >= 1 and 1 <= d <= {at.MAX_HEAD_DIM}, got {q.shape}")
+    if not 1 <= d <= attention_kernels.MAX_HEAD_DIM or heads * s == 0:
+        raise ValueError(
+            f"need heads, s >= 1 and 1 <= d <= {attention_kernels.MAX_HEAD_DIM}, got {q.shape}"
+        )
     arrays = [cuda.to_device(x) for x in (q, k, v, do, lse)]
     delta = poisoned((heads, s))
     _row_dots[(-(-s // 32), heads), 32](cuda.to_device(o), arrays[3], delta)
@@ -208,7 +210,7 @@ def backward_error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndar
     q, k, v, o, do = (np.asarray(x, np.float64) for x in (q, k, v, o, do))
     s, d = q.shape[1], q.shape[2]
     n_round = s + 2 * -(-s // TILE) + 32
-    bound_o, bound_lse = at.error_bound(q, k, v, causal)
+    bound_o, bound_lse = attention_error.error_bound(q, k, v, causal)
     seen = np.tril(np.ones((s, s), bool)) if causal else np.ones((s, s), bool)
     x = q @ k.transpose(0, 2, 1) / math.sqrt(d)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -217,7 +219,7 @@ def backward_error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndar
         lse = m + np.log(np.exp(x - m).sum(-1, keepdims=True))
         p = np.exp(x - lse)
         a = np.abs(q) @ np.abs(k).transpose(0, 2, 1) / math.sqrt(d)
-        u = at.EPS32 / 2
+        u = EPS32 / 2
         t = np.where(seen, ((d + 2) * a + np.abs(x - lse) + 4) * u + bound_lse[..., None], 0)
         dp = do @ v.transpose(0, 2, 1)
         e_dp = (d + 1) * u * np.abs(do) @ np.abs(v).transpose(0, 2, 1)
@@ -269,7 +271,7 @@ def bf16_matmul_crossing(gpu: str) -> int:
 def bytes_saved(heads: int, s: int, d: int) -> tuple[int, float]:
     """The device-memory bytes v2 saves over v1 (not causal), and v1's bytes over v2's
     (exercise 4), from :func:`gpudl.kernels.attention.traffic`."""
-    v1 = sum(at.traffic("v1_three_kernels", heads, s, d).values())
-    v2 = sum(at.traffic("v2_fused", heads, s, d).values())
+    v1 = sum(attention_kernels.traffic("v1_three_kernels", heads, s, d).values())
+    v2 = sum(attention_kernels.traffic("v2_fused", heads, s, d).values())
     return v1 - v2, v1 / v2
 

@@ -1,0 +1,46 @@
+"""Cost models: what an operation should cost, from first principles, to hold measurements to.
+
+Book section: one module per chapter's model: :mod:`.roofline` (*Chapter 2, "The roofline"*),
+:mod:`.collectives` (*Chapter 5, "A cost model for a step"*, and the all-reduce of *Chapter 1*),
+:mod:`.bubble` (*Chapter 6, "The bubble"*), :mod:`.training` and :mod:`.memory` (*Chapter 7*),
+and :mod:`.cli`, Chapter 7's calculators on the command line. Every public name of the models
+is importable from :mod:`gpudl.estimate` itself.
+
+Units throughout: bytes, seconds, and bytes per second (not bits, not GB/s).
+"""
+
+from gpudl.estimate.bubble import bubble_fraction
+from gpudl.estimate.collectives import (
+    allreduce_bytes_per_rank,
+    allreduce_time,
+    data_parallel_step_time,
+    fit_allreduce,
+)
+from gpudl.estimate.memory import RECOMPUTE, activation_memory, model_state_memory
+from gpudl.estimate.roofline import KERNEL_INTENSITY, ridge_point, roofline
+from gpudl.estimate.training import (
+    mfu,
+    training_cost,
+    training_energy,
+    training_flops,
+    training_time,
+)
+
+__all__ = [
+    "bubble_fraction",
+    "allreduce_bytes_per_rank",
+    "allreduce_time",
+    "data_parallel_step_time",
+    "fit_allreduce",
+    "model_state_memory",
+    "training_flops",
+    "mfu",
+    "training_time",
+    "training_cost",
+    "training_energy",
+    "activation_memory",
+    "RECOMPUTE",
+    "roofline",
+    "ridge_point",
+    "KERNEL_INTENSITY",
+]

@@ -1,0 +1,176 @@
+"""``python -m gpudl estimate ...``: Chapter 7's calculators on the command line.
+
+Book section: *Chapter 7, "A case study and choosing a GPU"* (the calculators' command line).
+
+* ``estimate time``: training compute (``6ND``, plus attention if its sizes are given), then
+  time, GPU-hours, energy at the board power and, with ``--price``, cost on a GPU of
+  :data:`gpudl.hardware.SPECS` at a given MFU.
+* ``estimate mfu``: the MFU a run implies, from its tokens per second (or tokens and hours).
+* ``estimate memory``: model state per GPU (ZeRO stages 0-3) plus activations, and which GPUs
+  it fits on.
+* ``estimate gpus``: the comparison table.
+
+The parsing lives here; the arithmetic is the rest of :mod:`gpudl.estimate` and
+:mod:`gpudl.hardware`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpudl import estimate
+from gpudl.hardware import PRECISIONS, SPECS, compare_gpus, peak_flops
+
+__all__ = ["add_parser", "run"]
+
+_GPU_HELP = "a GPU of gpudl.hardware.SPECS, one of: " + "; ".join(SPECS)
+
+
+def _gpu_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu", required=True, choices=list(SPECS), metavar="NAME",
+                        help=_GPU_HELP)
+    parser.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
+    parser.add_argument("--dtype", choices=list(PRECISIONS), default="bf16",
+                        help="whose datasheet peak to use: fp32, fp16 (tensor cores) or bf16 "
+                             "(default)")
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", type=float, required=True, help="parameters, e.g. 1e9")
+    for flag, meaning in (("--layers", "layers"), ("--heads", "attention heads"),
+                          ("--head-dim", "head size"), ("--seq-len", "sequence length")):
+        parser.add_argument(flag, type=int, help=f"{meaning} (give all four to add the "
+                                                 "attention flops)")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the ``estimate`` command and its four sub-commands to ``python -m gpudl``."""
+    parser = commands.add_parser(
+        "estimate", help="training time, MFU, memory, GPU table",
+        description="Chapter 7's calculators: training time, cost and energy; MFU; memory per "
+                    "GPU; the GPU table.")
+    sub = parser.add_subparsers(dest="calculator", required=True)
+
+    p_time = sub.add_parser("time", help="compute, time, energy and cost of a training run")
+    _model_options(p_time)
+    p_time.add_argument("--tokens", type=float, required=True, help="training tokens")
+    _gpu_options(p_time)
+    p_time.add_argument("--mfu", type=float, required=True,
+                        help="model flops utilisation, in (0, 1], e.g. 0.4")
+    p_time.add_argument("--price", type=float,
+                        help="price per GPU-hour, in any currency (your provider's)")
+
+    p_mfu = sub.add_parser("mfu", help="the MFU a run's throughput implies")
+    _model_options(p_mfu)
+    p_mfu.add_argument("--tokens-per-second", type=float, help="measured throughput")
+    p_mfu.add_argument("--tokens", type=float, help="tokens of the whole run (with --hours)")
+    p_mfu.add_argument("--hours", type=float, help="duration of the whole run (with --tokens)")
+    _gpu_options(p_mfu)
+
+    p_mem = sub.add_parser("memory", help="memory per GPU, and the GPUs it fits on")
+    p_mem.add_argument("--params", type=float, required=True, help="parameters, e.g. 1e9")
+    p_mem.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs (default 1)")
+    p_mem.add_argument("--zero-stage", type=int, default=0, choices=range(4),
+                       help="ZeRO stage 0-3 (default 0: nothing sharded)")
+    p_mem.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    p_mem.add_argument("--precision", choices=["mixed", "fp32"], default="mixed")
+    for flag, meaning in (("--seq-len", "sequence length"), ("--batch", "micro-batch size"),
+                          ("--hidden", "hidden size"), ("--heads", "attention heads"),
+                          ("--layers", "layers")):
+        p_mem.add_argument(flag, type=int,
+                           help=f"{meaning} (give all five to add activations)")
+    p_mem.add_argument("--recompute", choices=list(estimate.RECOMPUTE), default="none")
+
+    p_gpus = sub.add_parser("gpus", help="the GPUs of gpudl.hardware.SPECS side by side")
+    p_gpus.add_argument("--gb-per-gpu", type=float,
+                        help="memory a GPU must hold, in GB, to mark the GPUs it fits")
+    for calculator in (p_time, p_mfu, p_mem, p_gpus):
+        calculator.set_defaults(estimate_parser=calculator)
+
+
+def _flops_per_token(args: argparse.Namespace) -> float:
+    return estimate.training_flops(args.params, 1, n_layers=args.layers, n_heads=args.heads,
+                                   head_dim=args.head_dim, seq_len=args.seq_len)
+
+
+def _time(args: argparse.Namespace) -> None:
+    flops = _flops_per_token(args) * args.tokens
+    peak = peak_flops(args.gpu, args.dtype)
+    seconds = estimate.training_time(flops, args.gpus, peak, args.mfu)
+    joules = estimate.training_energy(seconds, args.gpus, SPECS[args.gpu].tdp_watts)
+    print(f"training compute: {flops:.4g} flop")
+    print(f"{args.gpus} x {args.gpu} at {peak / 1e12:g} TFLOP/s ({args.dtype}) and MFU "
+          f"{args.mfu:.1%}: {seconds / 3600:.4g} h ({seconds / 86400:.3g} days), "
+          f"{seconds / 3600 * args.gpus:.4g} GPU-hours")
+    print(f"energy at {SPECS[args.gpu].tdp_watts:g} W per GPU (board power, GPUs only): "
+          f"{joules / 3.6e6:.4g} kWh ({joules:.4g} J)")
+    if args.price is not None:
+        cost = estimate.training_cost(seconds, args.gpus, args.price)
+        print(f"cost at {args.price:g} per GPU-hour: {cost:.4g}")
+
+
+def _mfu(args: argparse.Namespace) -> None:
+    if args.tokens_per_second is not None:
+        if args.tokens is not None or args.hours is not None:
+            raise ValueError("give either --tokens-per-second or --tokens and --hours, not both")
+        rate = args.tokens_per_second
+    elif args.tokens is not None and args.hours is not None:
+        for name, value in (("--tokens", args.tokens), ("--hours", args.hours)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        rate = args.tokens / (args.hours * 3600)
+    else:
+        raise ValueError("give --tokens-per-second, or --tokens and --hours")
+    per_token = _flops_per_token(args)
+    peak = peak_flops(args.gpu, args.dtype)
+    value = estimate.mfu(rate, per_token, args.gpus, peak)
+    print(f"model flops per token: {per_token:.4g}; throughput {rate:.4g} tokens/s")
+    print(f"{args.gpus} x {args.gpu} at {peak / 1e12:g} TFLOP/s ({args.dtype}): MFU {value:.1%}")
+    if value > 1:
+        print("above 100%: more than the GPUs' peak, so the inputs cannot all be true")
+
+
+def _memory(args: argparse.Namespace) -> None:
+    state = estimate.model_state_memory(args.params, n_gpus=args.gpus,
+                                        zero_stage=args.zero_stage, optimizer=args.optimizer,
+                                        precision=args.precision)
+    print(f"model state per GPU: {state / 1e9:.4g} GB ({args.optimizer}, {args.precision} "
+          f"precision, ZeRO stage {args.zero_stage}, {args.gpus} data-parallel GPU"
+          f"{'s' if args.gpus != 1 else ''})")
+    sizes = (args.seq_len, args.batch, args.hidden, args.heads, args.layers)
+    total = state
+    if any(v is not None for v in sizes):
+        if None in sizes:
+            raise ValueError("activations need all of --seq-len, --batch, --hidden, --heads "
+                             "and --layers")
+        if args.layers < 1:
+            raise ValueError(f"--layers must be >= 1, got {args.layers}")
+        per_layer = estimate.activation_memory(args.seq_len, args.batch, args.hidden,
+                                               args.heads, recompute=args.recompute)
+        total += per_layer * args.layers
+        print(f"activations: {args.layers} layers x {per_layer / 1e9:.4g} GB = "
+              f"{per_layer * args.layers / 1e9:.4g} GB (recompute {args.recompute})")
+    print(f"total per GPU: {total / 1e9:.4g} GB")
+    rows = compare_gpus(total)
+    print("fits on:", ", ".join(r["name"] for r in rows if r["fits"]) or "none")
+    print("not on:", ", ".join(r["name"] for r in rows if not r["fits"]) or "none")
+
+
+def _gpus(args: argparse.Namespace) -> None:
+    need = None if args.gb_per_gpu is None else args.gb_per_gpu * 1e9
+    print(f"{'GPU':<16}{'memory GB':>10}{'GB/s':>8}{'FP32 TF/s':>11}{'train TF/s':>12}"
+          f"{'TDP W':>7}{'TFLOP/J':>9}" + ("  fits" if need is not None else ""))
+    for r in compare_gpus(need):
+        fits = "" if need is None else f"  {'yes' if r['fits'] else 'no'}"
+        print(f"{r['name']:<16}{r['memory_gb']:>10g}{r['bandwidth_gbs']:>8g}"
+              f"{r['fp32_tflops']:>11g}{r['training_tflops']:>12g}{r['tdp_watts']:>7g}"
+              f"{r['tflop_per_joule']:>9.3f}{fits}")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run the calculator ``args`` names; bad values exit with argparse's usage error."""
+    calculators = {"time": _time, "mfu": _mfu, "memory": _memory, "gpus": _gpus}
+    try:
+        calculators[args.calculator](args)
+    except (TypeError, ValueError) as err:
+        args.estimate_parser.error(str(err))

@@ -1,0 +1,99 @@
+"""Memory per GPU: model state (parameters, gradients, optimizer state) under ZeRO, and the
+activations a transformer layer keeps for its backward pass.
+
+Book section: *Chapter 7, "Memory: model state and activations"*; model state is first met in
+*Chapter 2, "Memory across GPUs"*, fused attention's activations in *Chapter 8, "What fused
+attention saves"*. Units: bytes, seconds, and bytes per second (not bits, not GB/s).
+"""
+
+from __future__ import annotations
+
+from gpudl.checks import check_bool, check_choice, check_int, check_positive
+
+__all__ = ["RECOMPUTE", "activation_memory", "model_state_memory"]
+
+
+def model_state_memory(
+    n_params: float,
+    *,
+    n_gpus: int = 1,
+    zero_stage: int = 0,
+    optimizer: str = "adam",
+    precision: str = "mixed",
+) -> float:
+    """Bytes of model state (parameters, gradients, optimizer state) that each GPU holds.
+
+    Book section: *Chapter 2, "Memory across GPUs"*. The accounting of ZeRO (Rajbhandari et
+    al. 2020), in bytes per parameter::
+
+        optimizer  precision  params  grads  optimizer state (K)
+        adam       mixed      2       2      12  fp32 master copy, momentum, variance
+        adam       fp32       4       4       8  momentum, variance (params are the master)
+        sgd        mixed      2       2       8  fp32 master copy, momentum
+        sgd        fp32       4       4       4  momentum
+
+    (SGD means SGD with momentum.) Stage 0 is plain data parallelism: every GPU holds it all.
+    ZeRO stage 1 divides the optimizer state among the ``n_gpus`` GPUs, stage 2 the gradients
+    as well, stage 3 the parameters as well. Not counted: Adam's step counter, activations,
+    temporary buffers and fragmentation.
+    """
+    check_positive("n_params", n_params)
+    check_int("n_gpus", n_gpus, 1)
+    if check_int("zero_stage", zero_stage, 0) > 3:
+        raise ValueError(f"zero_stage must be from 0 to 3, got {zero_stage}")
+    check_choice("optimizer", optimizer, ("adam", "sgd"))
+    check_choice("precision", precision, ("mixed", "fp32"))
+    params, grads, state = {
+        ("adam", "mixed"): (2, 2, 12), ("adam", "fp32"): (4, 4, 8),
+        ("sgd", "mixed"): (2, 2, 8), ("sgd", "fp32"): (4, 4, 4),
+    }[optimizer, precision]
+    ways = lambda stage: n_gpus if zero_stage >= stage else 1  # how many GPUs share it
+    return n_params * (params / ways(3) + grads / ways(2) + state / ways(1))
+
+
+#: What :func:`activation_memory` can leave out and recompute in the backward pass.
+RECOMPUTE = ("none", "selective", "full")
+
+
+def activation_memory(
+    seq_len: int, batch_size: int, hidden: int, n_heads: int, *, recompute: str = "none",
+    fused_attention: bool = False,
+) -> float:
+    """Bytes of activations one Transformer layer keeps for its backward pass.
+
+    Book section: *Chapter 7, "Memory: model state and activations"* and *Chapter 8, "What fused
+    attention saves"*. The accounting of Korthikanti et al. (2022) for a GPT-style layer
+    (attention and a feed-forward block four times as wide, 16-bit activations, 1-byte dropout
+    masks), with ``s = seq_len``, ``b = batch_size``, ``h = hidden`` and ``a = n_heads``,
+    without tensor or sequence parallelism::
+
+        recompute="none":       s b h (34 + 5 a s / h)
+        recompute="selective":  34 s b h     (the a s^2 b score matrices are recomputed)
+        recompute="full":       2 s b h      (only the layer's input is kept)
+
+    ``34 s b h`` are the inputs of the layer's products, norms and activation functions and
+    the dropout masks; ``5 a s^2 b`` the softmax output, its dropout mask and its dropped-out
+    copy, which grow with the square of the sequence. With full recomputation the backward
+    pass rebuilds one layer's activations at a time, so that layer's full amount is needed
+    again, briefly, on top of the stored inputs of all layers.
+
+    ``fused_attention=True`` is a fused kernel (FlashAttention, Chapter 8): it never stores
+    the scores, and its backward pass recomputes them from Q, K and V (already counted in the
+    ``34 s b h``) and one float32 log-sum-exp per row of scores, ``4 a s b`` bytes (a dropout
+    mask is regenerated from the random generator's state, not stored). Without
+    recomputation a layer then keeps ``s b h (34 + 4 a / h)``; selective and full
+    recomputation keep what they kept.
+    """
+    s = check_int("seq_len", seq_len, 1)
+    b = check_int("batch_size", batch_size, 1)
+    h = check_int("hidden", hidden, 1)
+    a = check_int("n_heads", n_heads, 1)
+    check_choice("recompute", recompute, RECOMPUTE)
+    check_bool("fused_attention", fused_attention)
+    if recompute == "full":
+        return float(2 * s * b * h)
+    if recompute == "selective":
+        return float(34 * s * b * h)
+    if fused_attention:
+        return float(s * b * h * 34 + 4 * a * s * b)
+    return float(s * b * h * 34 + 5 * a * s * s * b)

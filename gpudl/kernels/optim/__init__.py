@@ -1,0 +1,89 @@
+"""Optimizer steps as kernels: SGD with momentum, Adam and AdamW, unfused to multi-tensor.
+
+Book section: Chapter 4, "Optimizers on the GPU" (the update rules, the four Adam variants, the
+bytes each moves, mixed precision) and "Is shared memory the answer? The articles' claim" (claim
+C6).
+
+Every kernel updates its arrays in place, element by element, as ``torch.optim`` does, and
+follows the order of operations of torch's single-tensor code path (``foreach=False``), so
+that NaN and infinity propagate as they do in torch: Adam's first moment is updated with
+torch's ``lerp`` formula, its second moment as ``v * beta2 + ((1 - beta2) * g) * g`` and the
+parameter as ``p + (-step_size * m) / denom``. All arithmetic is float32 on float32 state.
+
+The Adam variants (:data:`VARIANTS`) compute the same thing and differ in how many times the
+update crosses the memory bus:
+
+* ``unfused``: one kernel per elementwise operation, as an eager framework runs it;
+* ``fused``: one kernel, one pass: 28 bytes per parameter;
+* ``shared``: ``fused`` with the four arrays staged through shared memory, as the source
+  articles suggest; the same 28 bytes of device memory, plus the shared traffic;
+* ``multi_tensor``: ``fused`` in a grid-stride loop over a grid sized to the GPU, so that one
+  launch covers any number of elements: :mod:`gpudl.optim` keeps all the tensors of a
+  parameter group in flat buffers and updates them with one launch per step.
+
+:func:`adam_step_mixed` is the mixed-precision step: float16 or bfloat16 parameters and
+gradients, float32 master weights and moments. :func:`traffic` counts the launches and the
+bytes of device and shared memory each step asks for, on the simulator (:mod:`gpudl.trace`).
+
+Accuracy: :func:`reference_adam` and :func:`reference_sgd` are torch's formulas in float64;
+:func:`adam_error_bound` and :func:`sgd_error_bound` bound how far a float32 step may be from
+them, elementwise, by adding the rounding errors along each result's path (derivation in their
+docstrings), barring underflow and overflow.
+
+One module per topic: :mod:`.hyper` (the hyperparameters and kernel scalars),
+:mod:`.reference` (float64 references and error bounds), :mod:`.adam`, :mod:`.mixed`,
+:mod:`.sgd` (the kernels), :mod:`.traffic` (how they are launched and counted). Every public
+name is importable from :mod:`gpudl.kernels.optim` itself.
+"""
+
+from gpudl.kernels.arrays import EPS32
+from gpudl.kernels.optim.adam import (
+    BYTES_PER_PARAM,
+    DEFAULT_VARIANT,
+    VARIANTS,
+    adam_element,
+    adam_step,
+    launch_fused,
+    launch_multi_tensor,
+    launch_shared,
+    v1_unfused,
+    v2_fused,
+    v3_shared,
+    v4_multi_tensor,
+)
+from gpudl.kernels.optim.hyper import (
+    AdamScalars,
+    SgdScalars,
+    adam_scalars,
+    check_adam_hyper,
+    check_sgd_hyper,
+    sgd_scalars,
+)
+from gpudl.kernels.optim.mixed import (
+    LOW_DTYPES,
+    adam_mixed,
+    adam_step_mixed,
+    bf16_to_f32,
+    f32_to_bf16,
+    launch_mixed,
+)
+from gpudl.kernels.optim.reference import (
+    adam_error_bound,
+    reference_adam,
+    reference_sgd,
+    sgd_error_bound,
+)
+from gpudl.kernels.optim.sgd import launch_sgd, sgd_kernel, sgd_momentum_kernel, sgd_step
+from gpudl.kernels.optim.traffic import THREADS, Traffic, launch, recorded_launches, traffic
+
+__all__ = [
+    "THREADS", "EPS32", "BYTES_PER_PARAM", "VARIANTS", "DEFAULT_VARIANT", "LOW_DTYPES",
+    "AdamScalars", "SgdScalars", "Traffic",
+    "check_adam_hyper", "check_sgd_hyper", "adam_scalars", "sgd_scalars",
+    "reference_adam", "adam_error_bound", "reference_sgd", "sgd_error_bound",
+    "adam_element", "bf16_to_f32", "f32_to_bf16",
+    "v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor", "adam_mixed", "sgd_kernel",
+    "sgd_momentum_kernel",
+    "launch", "launch_fused", "launch_shared", "launch_multi_tensor", "launch_mixed",
+    "launch_sgd", "adam_step", "adam_step_mixed", "sgd_step", "traffic", "recorded_launches",
+]

@@ -1,0 +1,39 @@
+"""What each Adam variant costs per step of a model, counted on the simulator.
+
+Book section: *Chapter 4, "What each variant moves, counted"*.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpudl.kernels import optim as kernels
+from gpudl.optim.adam import Adam
+
+__all__ = ["traffic_table"]
+
+
+def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
+                  variants: tuple[str, ...] = tuple(kernels.VARIANTS)) -> list[dict]:
+    """For one Adam step of a model whose parameter tensors have ``sizes`` elements: the
+    kernel launches and the bytes of device ("global") and shared memory each variant's
+    kernels access, counted access by access on the simulator
+    (:func:`gpudl.kernels.optim.traffic`); run it through :func:`gpudl.trace.on_simulator`
+    on a GPU. One row per variant: ``variant``, ``launches``, ``global_bytes``,
+    ``shared_bytes``, ``params`` and the bytes per parameter."""
+    n = sum(sizes)
+    rows = []
+    for variant in variants:
+        gen = torch.Generator().manual_seed(0)
+        params = [torch.randn(s, generator=gen).requires_grad_() for s in sizes]
+        opt = Adam(params, lr=1e-3, variant=variant)
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()  # the first step (flattens the multi_tensor buffers): not counted
+        with kernels.traffic() as t:
+            opt.step()
+        rows.append({"variant": variant, "launches": t.launches, "params": n,
+                     "global_bytes": t.total("global"), "shared_bytes": t.total("shared"),
+                     "global_bytes_per_param": t.total("global") / n,
+                     "shared_bytes_per_param": t.total("shared") / n})
+    return rows

@@ -1,0 +1,57 @@
+"""The messages every rank sends when a collective is measured or checked, and the exact
+results each rank must get back.
+
+Book section: *Chapter 1, "What connects GPUs"*. The bandwidth benchmarks that send these
+messages are :mod:`gpudl.bench.allreduce`'s; :mod:`gpudl.parallel.data.comms` checks its ring
+all-reduce with them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["ITEMSIZE", "check_allreduce", "check_p2p", "expected_sum", "rank_input"]
+
+#: Bytes per element of a message (the messages are float32).
+ITEMSIZE = 4
+
+
+def rank_input(rank: int, numel: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Rank ``rank``'s message: element ``i`` is ``i % 1024 + 1024 * rank`` (float32).
+
+    Every rank and element differ, so a chunk sent to the wrong place shows; the values are
+    small integers, so the sum is exact in float32 whatever order the ranks add in.
+    """
+    i = torch.arange(numel, device=device)
+    return (i % 1024 + 1024 * rank).to(torch.float32)
+
+
+def expected_sum(world_size: int, numel: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The sum over all ranks of :func:`rank_input`: what every rank must hold afterwards."""
+    i = torch.arange(numel, device=device)
+    return (world_size * (i % 1024) + 1024 * (world_size * (world_size - 1) // 2)).to(
+        torch.float32
+    )
+
+
+def _check_exact(result: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    wrong = (result.flatten() != expected).nonzero().flatten()
+    if len(wrong):
+        first = int(wrong[0])
+        raise RuntimeError(
+            f"{what} is wrong at {len(wrong)} of {result.numel()} elements; the first is "
+            f"index {first}: got {result.flatten()[first].item()}, "
+            f"expected {expected[first].item()}"
+        )
+
+
+def check_allreduce(result: torch.Tensor, world_size: int) -> None:
+    """Raise ``RuntimeError`` unless ``result`` is exactly the all-reduced sum of the inputs."""
+    expected = expected_sum(world_size, result.numel(), result.device)
+    _check_exact(result, expected, f"all-reduce over {world_size} ranks")
+
+
+def check_p2p(received: torch.Tensor, sender: int) -> None:
+    """Raise ``RuntimeError`` unless ``received`` is exactly rank ``sender``'s message."""
+    expected = rank_input(sender, received.numel(), received.device)
+    _check_exact(received, expected, f"message from rank {sender}")

@@ -1,0 +1,207 @@
+"""What every parallel strategy is compared with: the toy models, their batches, and the same
+training in one process.
+
+Book section: *Chapter 5, "Why averaging gives large-batch training"* (a strategy is right when
+it reproduces one process on the whole batch).
+
+Each strategy of :mod:`gpudl.parallel` trains a model here on a batch here and must give what
+one of the single-process runs here gives: the loss after an Adam step
+(:func:`adam_step_loss`), Adam's parameters step by step (:func:`adam_run`), the gradients of
+one backward pass (:func:`mlp_gradients`) or the losses and gradients of SGD steps on the
+encoder (:func:`encoder_sgd_run`, the loop of :func:`sgd_steps`). The helpers that turn a
+rank's results into what one process has to compare with live here too: :func:`whole`
+(a DTensor gathered), :func:`flat_parameters`, :func:`local_bytes` and
+:func:`optimizer_state_bytes` (the state a rank holds), and :func:`average_gradients`, plain
+data parallelism's average: the replicated baseline of the sharded strategies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from gpudl.checks import check_widths
+from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
+
+__all__ = [
+    "BATCH_PER_RANK",
+    "SHARDING_DIMS",
+    "TIMELINE_BATCH_PER_RANK",
+    "TIMELINE_DIMS",
+    "ZERO_DIMS",
+    "adam_run",
+    "adam_step_loss",
+    "average_gradients",
+    "encoder_sgd_run",
+    "flat_parameters",
+    "local_bytes",
+    "make_batch",
+    "make_mlp",
+    "mlp_gradients",
+    "optimizer_state_bytes",
+    "sgd_steps",
+    "whole",
+]
+
+#: Samples per rank in the toy MLPs' batches.
+BATCH_PER_RANK = 8
+#: Chapter 2's MLP (its state counted with and without sharding), with 98,880 parameters, and
+#: every Linear's dim 0 (256, 256, 64) divides by 4.
+SHARDING_DIMS = (64, 256, 256, 64)
+#: Chapter 4's MLP for ZeRO, with 30 inputs, two hidden layers of 64, 11 outputs, 6,859
+#: parameters, an odd number, so that the flat buffer needs padding at every world size the
+#: book uses (2, 3 and 4).
+ZERO_DIMS = (30, 64, 64, 11)
+#: Chapter 3's MLP for the gradient timeline, with 7 Linear layers, 1,042,240 parameters (4.0 MiB
+#: of fp32 gradients). The first layers are the widest, so the backward pass still has most
+#: of its work left when the last layers' buckets are all-reduced.
+TIMELINE_DIMS = (1024, 512, 512, 256, 256, 128, 128, 64)
+#: Samples per rank in the timeline's batch.
+TIMELINE_BATCH_PER_RANK = 64
+
+
+# --- the toy models and their batches ------------------------------------------------------
+
+
+def make_mlp(dims: Sequence[int], seed: int = 0) -> nn.Sequential:
+    """Linear layers of widths ``dims`` with ReLUs between, initialised from ``seed`` (the
+    caller's random state is left as it was)."""
+    dims = check_widths("dims", dims)
+    layers: list[nn.Module] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
+            layers += [nn.Linear(d_in, d_out), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def make_batch(world_size: int, dims: Sequence[int], batch_per_rank: int = BATCH_PER_RANK,
+               seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of a whole batch for ``make_mlp(dims)``, ``batch_per_rank`` samples
+    for each rank (rank ``r`` takes rows ``[r b, (r + 1) b)``), the same for the same
+    ``seed`` in every run."""
+    generator = torch.Generator().manual_seed(seed)
+    n = batch_per_rank * world_size
+    return (torch.randn(n, dims[0], generator=generator),
+            torch.randn(n, dims[-1], generator=generator))
+
+
+# --- the single-process runs ------------------------------------------------------------------
+
+
+def adam_step_loss(world_size: int, dims: Sequence[int] = SHARDING_DIMS,
+                   lr: float = 1e-2) -> float:
+    """The loss after one Adam step on the whole batch of ``world_size`` ranks
+    (:func:`make_batch`, mean-squared error), in one process: what the replicated and the
+    sharded runs of :mod:`gpudl.parallel.zero.fsdp` must reproduce."""
+    model = make_mlp(dims)
+    x, y = make_batch(world_size, dims)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+    with torch.no_grad():
+        return nn.functional.mse_loss(model(x), y).item()
+
+
+def adam_run(world_size: int, steps: int, lr: float, dims: Sequence[int] = ZERO_DIMS) -> dict:
+    """One process, ``torch.optim.Adam``, step ``s`` on the whole batch of ``world_size``
+    ranks drawn with seed ``s``: what every sharded optimizer of :mod:`gpudl.parallel.zero`
+    must reproduce. ``params``: the flat parameters after each step; ``losses``: the batch's
+    loss before each step; ``state_bytes``: Adam's moments."""
+    model = make_mlp(dims)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    params, losses = [], []
+    for step in range(steps):
+        x, y = make_batch(world_size, dims, seed=step)
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        params.append(flat_parameters(model))
+        losses.append(loss.item())
+    return {"params": params, "losses": losses, "state_bytes": optimizer_state_bytes(optimizer)[0]}
+
+
+def mlp_gradients(world_size: int, dims: Sequence[int] = TIMELINE_DIMS,
+                  batch_per_rank: int = TIMELINE_BATCH_PER_RANK,
+                  ranks: Sequence[int] | None = None
+                  ) -> dict[str, torch.Tensor]:
+    """The gradients of the mean-squared error of :func:`make_mlp` in one process, on the
+    samples of ``ranks`` of :func:`make_batch` (all of the batch when ``None``): with all of
+    it, what DDP must give every rank."""
+    model = make_mlp(dims)
+    x, y = make_batch(world_size, dims, batch_per_rank)
+    if ranks is not None:
+        rows = torch.cat([torch.arange(r * batch_per_rank, (r + 1) * batch_per_rank)
+                          for r in ranks])
+        x, y = x[rows], y[rows]
+    nn.functional.mse_loss(model(x), y).backward()
+    return {name: p.grad for name, p in model.named_parameters()}
+
+
+def sgd_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
+              loss_of: Callable[[torch.Tensor], float] = lambda loss: loss.item(),
+              gradient_of: Callable[[torch.Tensor], torch.Tensor] = torch.clone) -> dict:
+    """``steps`` SGD steps of ``model`` on ``x, y`` (mean-squared error): ``losses`` (one per
+    step, before its update, as ``loss_of`` reads it) and ``grads`` (one dict of parameter
+    name to ``gradient_of`` its gradient per step). A parallel rank passes the functions that
+    make its slice's loss the whole batch's and its shards' gradients whole."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    losses, grads = [], []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        losses.append(loss_of(loss))
+        grads.append({name: gradient_of(p.grad) for name, p in model.named_parameters()})
+        optimizer.step()
+    return {"losses": losses, "grads": grads}
+
+
+def encoder_sgd_run(config: EncoderConfig, batch: int, steps: int, lr: float,
+                    dtype: torch.dtype = torch.float32) -> dict:
+    """``steps`` SGD steps of the whole encoder (:func:`gpudl.models.make_encoder`) in one
+    process on the whole batch (:func:`sgd_steps`): what the pipeline, tensor-parallel, FSDP
+    and two-dimensional runs must reproduce."""
+    model = make_encoder(config, dtype=dtype)
+    x, y = encoder_batch(config, batch, dtype=dtype)
+    return sgd_steps(model, x, y, steps, lr)
+
+
+# --- what a rank holds, as one process would see it -------------------------------------------
+
+
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """``t`` whole, detached, on the CPU: a DTensor gathered from its shards."""
+    return (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu()
+
+
+def flat_parameters(model: nn.Module) -> torch.Tensor:
+    """All of ``model``'s parameters, flattened into one tensor on the CPU."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+
+
+def local_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of this rank's part of each tensor (its local shard, for a DTensor)."""
+    local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
+    return sum(t.numel() * t.element_size() for t in local)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> tuple[int, int]:
+    """``(state, steps)``: bytes of the tensors ``optimizer`` holds in its state on this rank,
+    without and with only the ``"step"`` counters (which ZeRO's accounting leaves out)."""
+    states = list(optimizer.state.values())
+    return (local_bytes([t for s in states for k, t in s.items()
+                         if k != "step" and isinstance(t, torch.Tensor)]),
+            local_bytes([s["step"] for s in states if isinstance(s.get("step"), torch.Tensor)]))
+
+
+def average_gradients(model: nn.Module) -> None:
+    """The collective of plain data parallelism: every rank ends with the mean gradient."""
+    for param in model.parameters():
+        dist.all_reduce(param.grad)
+        param.grad /= dist.get_world_size()

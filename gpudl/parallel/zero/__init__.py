@@ -1,0 +1,65 @@
+"""ZeRO: the model state sharded across the data-parallel ranks.
+
+Book section: *Chapter 4, "Sharding the optimizer across GPUs"* (stage 1) and *Chapter 2,
+"Memory across GPUs"* (stage 3, by FSDP2).
+
+In plain data parallelism every rank holds the whole model, its gradients and the whole Adam
+state, and every rank performs the same update. ZeRO stage 1 (Rajbhandari et al. 2020) keeps
+the replicated model and gradients but gives each of the ``N`` ranks one ``1/N`` shard of the
+optimizer: each rank keeps the moments of its shard only and updates only its shard. One
+module per topic:
+
+* :mod:`.comms`: the collectives on flat buffers (reduce-scatter, all-gather, and the naive
+  all-reduce then slice);
+* :mod:`.optimizer`: :class:`ZeroAdam` and :class:`NaiveZeroAdam`, the flat padded buffer and
+  each rank's shard of it (the maths: ``torch.optim.Adam`` on one flat tensor);
+* :mod:`.training`: a small MLP trained with each, and with PyTorch's
+  ``ZeroRedundancyOptimizer``, against one process's Adam
+  (``torchrun --standalone --nproc_per_node=2 -m gpudl.parallel.zero``);
+* :mod:`.fsdp`: the bytes of model state each rank holds, replicated or sharded by FSDP2
+  (ZeRO stage 3).
+
+Every public name of stage 1 is importable from :mod:`gpudl.parallel.zero` itself; stage 3's
+from :mod:`gpudl.parallel.zero.fsdp`.
+"""
+
+from gpudl.parallel.zero.comms import (
+    all_gather_shards,
+    all_reduce_mean_then_slice,
+    reduce_scatter_mean,
+)
+from gpudl.parallel.zero.optimizer import NaiveZeroAdam, ZeroAdam, padded_numel, shard_range
+from gpudl.parallel.zero.training import (
+    ATOL,
+    LR,
+    OPTIMIZERS,
+    RTOL,
+    STEPS,
+    format_table,
+    main,
+    matches_reference,
+    max_difference,
+    train_worker,
+    zero_training,
+)
+
+__all__ = [
+    "ATOL",
+    "LR",
+    "OPTIMIZERS",
+    "RTOL",
+    "STEPS",
+    "NaiveZeroAdam",
+    "ZeroAdam",
+    "all_gather_shards",
+    "all_reduce_mean_then_slice",
+    "format_table",
+    "main",
+    "matches_reference",
+    "max_difference",
+    "padded_numel",
+    "reduce_scatter_mean",
+    "shard_range",
+    "train_worker",
+    "zero_training",
+]

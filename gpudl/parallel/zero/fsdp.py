@@ -1,0 +1,138 @@
+"""What sharding saves: the bytes of parameters, gradients and Adam state each rank holds after
+a training step, with the model replicated or sharded by FSDP2.
+
+Book section: *Chapter 2, "Memory across GPUs"*. The formula is
+:func:`gpudl.estimate.model_state_memory` (ZeRO's accounting); this module counts the bytes in
+the tensors a step leaves on each rank, to hold the formula to, on the MLP of
+:data:`~gpudl.parallel.reference.SHARDING_DIMS`.
+
+FSDP2 (``torch.distributed.fsdp.fully_shard``) shards every parameter along dim 0: with
+``N`` ranks and ``d0`` rows, each rank owns a chunk of ``c = ceil(d0 / N)`` rows, so rank ``r``
+holds rows ``[r c, min((r + 1) c, d0))`` (:func:`shard_numel`), and the last ranks may hold
+fewer rows, or none. The parameter's storage is padded to ``c`` rows on every rank, so that the
+all-gather moves equal chunks; the local tensor (``DTensor.to_local()``), its gradient and its
+Adam state have the unpadded size. The gradients are reduce-scattered and Adam updates only the
+local shard, so parameters, gradients and optimizer state are all divided: ZeRO stage 3.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from gpudl.checks import check_widths
+from gpudl.parallel.launch import device_and_sync, spawn
+from gpudl.parallel.reference import (
+    BATCH_PER_RANK,
+    SHARDING_DIMS,
+    average_gradients,
+    local_bytes,
+    make_batch,
+    make_mlp,
+)
+
+__all__ = ["LR", "STRATEGIES", "format_table", "shard_numel", "state_bytes", "state_bytes_worker"]
+
+STRATEGIES = ("replicated", "fsdp2")
+#: Adam's learning rate in the measured step, as in :func:`gpudl.parallel.reference.adam_step_loss`.
+LR = 1e-2
+
+
+def shard_numel(shape: Sequence[int], world_size: int, rank: int) -> int:
+    """Elements of a parameter of ``shape`` that FSDP2 leaves on ``rank`` (see the module)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    d0, rest = shape[0], math.prod(shape[1:])
+    chunk = math.ceil(d0 / world_size)
+    return max(0, min((rank + 1) * chunk, d0) - rank * chunk) * rest
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+def _shard(model: nn.Module, device_type: str) -> None:
+    """FSDP2: shard each Linear (a unit of all-gather), then the root."""
+    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def state_bytes_worker(
+    rank: int, world_size: int, strategy: str, dims: Sequence[int] = SHARDING_DIMS
+) -> dict:
+    """One Adam step of :func:`make_mlp` (fp32), then the bytes of model state on this rank.
+
+    Every rank builds the same model (same seed) and takes its own slice of
+    :func:`make_batch` (mean-squared error). ``"replicated"``: each rank keeps the
+    whole model and the gradients are all-reduced; ``"fsdp2"``: ``fully_shard`` on every
+    Linear and the root. Returned, counted from the local tensors: ``param_bytes``,
+    ``grad_bytes``, ``adam_bytes`` (``exp_avg`` and ``exp_avg_sq``) and their sum
+    ``total_bytes``, ZeRO's model state; ``step_bytes`` apart, Adam's step counters (one fp32
+    scalar per parameter tensor, whole on every rank, not in ZeRO's accounting). Also
+    ``n_params`` and ``loss``, the batch's loss after the step: the same on every rank, and as
+    :func:`gpudl.parallel.reference.adam_step_loss` to rounding.
+    """
+    _check_strategy(strategy)
+    device, _ = device_and_sync()
+    model = make_mlp(dims).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    if strategy == "fsdp2":
+        _shard(model, device.type)
+    mine = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
+    x, y = (t[mine].to(device) for t in make_batch(world_size, dims))
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+
+    nn.functional.mse_loss(model(x), y).backward()
+    if strategy == "replicated":
+        average_gradients(model)
+    optimizer.step()
+
+    params = list(model.parameters())  # counted before the next forward can unshard them
+    states = [optimizer.state[p] for p in params]
+    counts = {
+        "param_bytes": local_bytes(params),
+        "grad_bytes": local_bytes([p.grad for p in params]),
+        "adam_bytes": local_bytes([s[k] for s in states for k in ("exp_avg", "exp_avg_sq")]),
+        "step_bytes": local_bytes([s["step"] for s in states]),
+    }
+    with torch.no_grad():
+        loss = nn.functional.mse_loss(model(x), y).detach()
+    dist.all_reduce(loss)
+    return {
+        "rank": rank, "world_size": world_size, "strategy": strategy, "n_params": n_params,
+        **counts,
+        "total_bytes": counts["param_bytes"] + counts["grad_bytes"] + counts["adam_bytes"],
+        "loss": loss.item() / world_size,
+    }
+
+
+def state_bytes(
+    world_size: int, strategy: str, dims: Sequence[int] = SHARDING_DIMS, timeout: float = 120.0
+) -> list[dict]:
+    """Spawn ``world_size`` ranks running :func:`state_bytes_worker`; one dict per rank."""
+    _check_strategy(strategy)
+    check_widths("dims", dims)
+    return spawn(state_bytes_worker, world_size, strategy, tuple(dims), timeout=timeout)
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows of :func:`state_bytes` as a text table, in bytes."""
+    lines = [f"{'strategy':>10} {'ranks':>5} {'rank':>4} {'params':>8} {'grads':>8} "
+             f"{'Adam m,v':>8} {'total':>8} {'steps':>5}"]
+    for row in rows:
+        lines.append(
+            f"{row['strategy']:>10} {row['world_size']:>5} {row['rank']:>4} "
+            f"{row['param_bytes']:>8} {row['grad_bytes']:>8} {row['adam_bytes']:>8} "
+            f"{row['total_bytes']:>8} {row['step_bytes']:>5}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""gpudl.parallel.degrees: the degrees multiply to the world size, the sharding degree divides
+the data degree, and each degree divides what it splits, with one kind of error."""
+
+import pytest
+
+from gpudl.parallel.degrees import ParallelDegrees
+
+
+def test_degrees_multiply_to_the_world_size():
+    assert ParallelDegrees(2, 2).world_size == 4
+    assert ParallelDegrees(data=2, tensor=2, pipeline=3, sharding=2).world_size == 12
+    ParallelDegrees(2, 2).check_world_size(4)
+    with pytest.raises(ValueError, match=r"data 2 x tensor 2 x pipeline 1 = 4, but the world "
+                                         "size is 8"):
+        ParallelDegrees(2, 2).check_world_size(8)
+
+
+@pytest.mark.parametrize("args, error", [((0, 2), ValueError), ((2.0, 2), TypeError),
+                                         ((True, 2), TypeError), ((2, -1), ValueError),
+                                         ((2, 1, 0), ValueError), ((2, 1, 1, 0), ValueError)])
+def test_degrees_must_be_positive_ints(args, error):
+    with pytest.raises(error):
+        ParallelDegrees(*args)
+
+
+def test_the_sharding_degree_divides_the_data_degree():
+    assert ParallelDegrees(data=4, sharding=2).sharding == 2
+    with pytest.raises(ValueError, match=r"sharding degree \(3\) must divide the data-parallel "
+                                         r"degree \(4\)"):
+        ParallelDegrees(data=4, sharding=3)
+
+
+def test_each_degree_must_divide_what_it_splits():
+    degrees = ParallelDegrees(data=2, tensor=4, pipeline=3)
+    assert degrees.check_divides("data", "the batch", 8) == 4
+    assert degrees.check_divides("tensor", "heads", 12) == 3
+    assert degrees.check_divides("pipeline", "the encoder's layers", 12) == 4
+    with pytest.raises(ValueError, match=r"heads \(6\) must be divisible by the tensor-parallel "
+                                         r"degree \(4\), so that every rank holds an equal share"):
+        degrees.check_divides("tensor", "heads", 6)
+    with pytest.raises(ValueError, match=r"the batch \(7\) .* data-parallel degree \(2\)"):
+        degrees.check_divides("data", "the batch", 7)
