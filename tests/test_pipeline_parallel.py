@@ -198,7 +198,7 @@ def test_every_schedule_equals_one_process_and_the_bubble_is_measured(world_size
 
 def test_plot_timelines_draws_one_chart_per_schedule():
     fig = plots.pipeline_timelines(
-        {name: pipeline.simulate(name, 4, 4) for name in ("gpipe", "1f1b")}, unit="slots")
+        {name: pipeline.simulate(name, 4, 4) for name in ("gpipe", "1f1b")}, unit="units")
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == [
         f"{name}: idle {bubble_fraction(4, 4):.0%}" for name in ("gpipe", "1f1b")]

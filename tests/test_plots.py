@@ -234,9 +234,13 @@ def test_optimizer_traffic_plots_the_counted_bytes():
     rows = [{"variant": "unfused", "launches": 14, "global_bytes_per_param": 72.0,
              "shared_bytes_per_param": 0.0},
             {"variant": "shared", "launches": 2, "global_bytes_per_param": 28.0,
-             "shared_bytes_per_param": 56.0}]
+             "shared_bytes_per_param": 56.0},
+            {"variant": "multi_tensor", "launches": 1, "global_bytes_per_param": 28.0,
+             "shared_bytes_per_param": 0.0}]
     fig = plots.optimizer_traffic(rows)
-    assert [p.get_height() for p in fig.axes[0].patches] == [72.0, 28.0, 0.0, 56.0]
+    assert [p.get_height() for p in fig.axes[0].patches] == [72.0, 28.0, 28.0, 0.0, 56.0, 0.0]
+    labels = {t.get_text() for t in fig.axes[0].texts}
+    assert {"14 launches", "2 launches", "1 launch"} <= labels
 
 
 def test_zero_partition_totals_are_the_zero_accounting():

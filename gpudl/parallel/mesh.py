@@ -12,9 +12,9 @@ parallelism with sharded state, ZeRO stage 3).
 :func:`mesh_2d_worker` arranges the ranks in a grid of ``data x tensor`` (a
 :class:`ParallelDegrees` whose sharding degree is its data degree):
 the ranks of a row share a batch slice and split every block with
-:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`; the ranks of a column hold the same shards
-and average their gradients, by FSDP2 over the mesh's ``"data"`` dimension, which also
-shards the state.
+:data:`~gpudl.parallel.encoder_plan.DTENSOR_PLAN`; the ranks of a column own the same
+tensor-parallel slice and average their gradients, by FSDP2 over the mesh's ``"data"``
+dimension, which also splits that slice's state between them.
 
 ``torchrun --standalone --nproc_per_node=4 -m gpudl.parallel.mesh`` runs both (FSDP2 on 4
 ranks, then 2 x 2) and prints each one's distance from one process.

@@ -31,8 +31,8 @@ def optimizer_traffic(rows: Sequence[dict]) -> Figure:
     ax.bar(x + 0.2, shared, 0.4, label="shared memory", color="#dd8452")
     for k, r in enumerate(rows):
         ax.text(k - 0.2, device[k], f"{device[k]:g}", ha="center", va="bottom")
-        ax.text(k, max(device[k], shared[k]) + 0.12 * max(device), f"{r['launches']} launches",
-                ha="center")
+        launches = f"{r['launches']} launch" + ("es" if r["launches"] != 1 else "")
+        ax.text(k, max(device[k], shared[k]) + 0.12 * max(device), launches, ha="center")
     ax.axhline(28, color="k", ls=":", lw=1, label="28 B: read p, g, m, v; write p, m, v")
     ax.set(xticks=x, xticklabels=names, ylabel="bytes per parameter",
            ylim=(0, max(device) * 1.75),

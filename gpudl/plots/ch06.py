@@ -26,7 +26,7 @@ def pipeline_timelines(timelines_by_name: dict[str, Sequence[Sequence[dict]]],
                        unit: str = "ms") -> Figure:
     """A Gantt chart per schedule: one row per stage, forwards light and backwards dark, each
     bar labelled with its micro-batch; white is where the stage waits."""
-    scale = {"ms": 1e3, "s": 1.0, "slots": 1.0}[unit]
+    scale = {"ms": 1e3, "s": 1.0, "units": 1.0}[unit]
     stages = max(len(t) for t in timelines_by_name.values())
     fig, axes = plt.subplots(len(timelines_by_name), 1, squeeze=False,
                              figsize=(7, 0.3 + len(timelines_by_name) * (0.8 + 0.3 * stages)))
@@ -57,7 +57,7 @@ def pipeline_schedules(stages: int = 4, microbatches: int = 4) -> Figure:
     timelines = {"naive, m = 1": simulate("naive", stages, 1, 1.0 * m, 2.0 * m)}
     for name in ("gpipe", "1f1b"):
         timelines[f"{name}, m = {m}"] = simulate(name, stages, m)
-    return pipeline_timelines(timelines, unit="slots")
+    return pipeline_timelines(timelines, unit="units")
 
 
 def tensor_parallel_split(hidden: int = 32, ffn: int = 64, degree: int = 2) -> Figure:
