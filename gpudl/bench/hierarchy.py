@@ -231,7 +231,8 @@ def table(results: dict[str, Any]) -> str:
              for row in rows]
     lines.insert(2, "  ".join("-" * w for w in widths))
     lines += [
-        "registers: an FMA reads 3 register operands per core per clock; the registers row",
-        "is FP32 cores x 3 x 4 bytes x SM clock over the HBM bandwidth: derived, not measured.",
+        "registers: an FMA reads 3 register operands per core per clock; on a GPU the",
+        "registers row is FP32 cores x 3 x 4 bytes x SM clock over the measured HBM bandwidth",
+        "(derived, not measured).",
     ]
     return "\n".join(lines)

@@ -170,7 +170,7 @@ def sectors_per_request(rows: Sequence[dict]) -> Figure:
     """Sectors per warp request for each access pattern (rows of
     :func:`gpudl.kernels.memory.coalescing_report`), against the ideal."""
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    names = [r["pattern"] for r in rows]
+    names = [r["pattern"].replace(" ", "\n") for r in rows]  # two lines: the labels fit
     ax.bar(names, [r["sectors"] for r in rows], label="traced")
     ax.axhline(rows[0]["ideal"], color="k", ls="--", lw=1, label="ideal (coalesced)")
     ax.set(ylabel="32-byte sectors per request", title="One warp's float32 load")

@@ -108,6 +108,7 @@ def linear_dataflow(batch: int = 32, in_features: int = 64, out_features: int = 
     _box(ax, 0, 6, 2.4, 1.3, f"X\n{b} x {k}", blue, "X")
     _box(ax, 3.6, 6, 2.4, 1.3, f"W\n{k} x {n}", blue, "W")
     _box(ax, 8.2, 6, 2.4, 1.3, f"Y = XW + b\n{b} x {n}", green, "Y")
+    ax.text(3.0, 6.65, "×", ha="center", va="center", fontsize=16)  # X times W
     _arrow(ax, (6.0, 6.65), (8.2, 6.65), "1 product")
     ax.text(5.3, 7.7, f"forward: {forward:,} flops", ha="center")
     _box(ax, 8.2, 1.5, 2.4, 1.3, f"dY\n{b} x {n}", orange, "dY")

@@ -34,9 +34,10 @@ def roofline_precisions(peaks: dict[str, float], peak_bandwidth: float,
         ax.axvline(ridge, color="grey", ls=":", lw=0.8)
     for name, (intensity, precision) in points.items():
         ax.plot(intensity, attainable(intensity, peaks[precision], peak_bandwidth), "o",
-                label=f"{name} ({intensity:.3g} flop/B)")
+                label=f"{name} ({intensity:,.3g} flop/B)" if intensity < 1000
+                else f"{name} ({intensity:,.0f} flop/B)")
     ax.set(xlabel="arithmetic intensity (flop/byte)", ylabel="attainable flop/s", title=title)
-    ax.legend(fontsize=6.5, loc="lower right")
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return finish(fig)
 
 

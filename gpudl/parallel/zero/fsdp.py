@@ -126,13 +126,14 @@ def state_bytes(
 
 
 def format_table(rows: list[dict]) -> str:
-    """The rows of :func:`state_bytes` as a text table, in bytes."""
+    """The rows of :func:`state_bytes` as a text table, every column in bytes (the step
+    counters are Adam's, one per parameter tensor)."""
     lines = [f"{'strategy':>10} {'ranks':>5} {'rank':>4} {'params':>8} {'grads':>8} "
-             f"{'Adam m,v':>8} {'total':>8} {'steps':>5}"]
+             f"{'Adam m,v':>8} {'total':>8} {'step counters':>13}"]
     for row in rows:
         lines.append(
             f"{row['strategy']:>10} {row['world_size']:>5} {row['rank']:>4} "
             f"{row['param_bytes']:>8} {row['grad_bytes']:>8} {row['adam_bytes']:>8} "
-            f"{row['total_bytes']:>8} {row['step_bytes']:>5}"
+            f"{row['total_bytes']:>8} {row['step_bytes']:>13}"
         )
     return "\n".join(lines)
