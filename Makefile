@@ -24,10 +24,11 @@ help:
 	@echo "make serve      serve the built book on http://localhost:8000"
 	@echo "make clean      remove _build and $(VENV)"
 
-$(STAMP): pyproject.toml
+# constraints.txt: the exact versions CI proves together (pyproject.toml holds the ranges)
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 env: $(STAMP)

@@ -19,7 +19,9 @@ Book section: *Preface* and README, "Commands".
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,6 +70,7 @@ def execute_notebooks(names: list[str], timeout: int = 1800) -> None:
     whose cell raises is left as it was (not half-executed); the others still run, and the
     command then exits with an error naming the failures."""
     import nbformat
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
@@ -90,21 +93,30 @@ def execute_notebooks(names: list[str], timeout: int = 1800) -> None:
             elapsed = time.perf_counter() - done["t"]
             print(f"  cell {done['n']}/{n_code} done ({elapsed:.1f} s so far)", flush=True)
 
+        # the kernel talks to this process over local sockets (IPC) named by an absolute path
+        # (the kernel runs in notebooks/), not over unencrypted TCP
+        sockets = Path(tempfile.mkdtemp(prefix="gpudl-kernel-")) / "ipc"
         client = NotebookClient(
             nb,
+            km=AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(sockets)),
             timeout=timeout,
             kernel_name="python3",
             resources={"metadata": {"path": str(NOTEBOOKS)}},
             record_timing=False,
             on_cell_executed=on_cell_executed,
         )
+        client.owns_km = True  # so that it shuts the kernel down when done
         try:
             client.execute()
         except CellExecutionError as error:
             print(f"  FAILED, {path.name} left unchanged: {error}", flush=True)
             failed.append(path.name)
             continue
-        nbformat.write(nb, path)
+        finally:
+            shutil.rmtree(sockets.parent, ignore_errors=True)
+        partial = path.with_name(f".{path.name}.part")  # whole or not at all, even if killed
+        nbformat.write(nb, partial)
+        partial.replace(path)
         print(f"  wrote {path} in {time.perf_counter() - done['t']:.1f} s", flush=True)
     if failed:
         raise SystemExit(f"notebooks that raised (left unchanged): {', '.join(failed)}")

@@ -91,6 +91,8 @@ def test_the_bound_catches_one_key_left_out():
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+# the simulator runs the kernels' scalar maths in Python, which warns on NaN - NaN
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_nan_propagates_as_in_the_reference(variant):
     q, k, v = qkv(1, 18, 4, seed=6)
     q[0, 2, 1] = np.nan  # all of row 2

@@ -131,10 +131,12 @@ def test_time_interleaved_takes_turns_and_times_each_call_alone():
     assert log[:9] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3  # warm-up, one after another
     timed = log[9:]
     inners = {"a": 10, "b": 3, "c": 3}  # choose_inner of each warm-up time
-    assert len(timed) == 20 * sum(inners.values())
+    # the fake clock gives every sample the same time: stable after the least, 5 rounds
+    rounds_taken = timing.POLICY["min_repeats"]
+    assert len(timed) == rounds_taken * sum(inners.values())
     # round r starts with the r-th name (rotated), and each sample is `inner` calls in a row
     rounds, i = [], 0
-    for _ in range(20):
+    for _ in range(rounds_taken):
         order = []
         for _ in fns:
             name = timed[i]
@@ -145,13 +147,13 @@ def test_time_interleaved_takes_turns_and_times_each_call_alone():
     assert rounds[0] == ["a", "b", "c"] and rounds[1] == ["b", "c", "a"]
     assert rounds[2] == ["c", "a", "b"] and rounds[3] == rounds[0]
     for name, seconds in (("a", 1e-4), ("b", 5e-4), ("c", 2e-3)):
-        assert len(result[name].samples) == 20
+        assert len(result[name].samples) == rounds_taken
         assert result[name].median == pytest.approx(seconds)
         assert (result[name].method, result[name].meaningful) == ("wall-clock", False)
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"warmup": 2}, "warmup must be >= 3"), ({"repeats": 19}, "repeats must be >= 20"),
+    ({"warmup": 2}, "warmup must be >= 3"), ({"repeats": 4}, "repeats must be >= 5"),
     ({"inner": 2}, "inner must be >= 3"), ({"repeats": 0}, "repeats must be >= 1"),
 ])
 def test_time_interleaved_refuses_less_than_the_policy(kwargs, match):
@@ -185,3 +187,34 @@ def test_the_first_launch_s_host_delay_is_outside_the_window():
     out = cuda.device_array_like(x)
     one = timing.time_cuda(memory.launch_copy, x, out, inner=1)
     assert one.median < 10e-6  # an empty-sized kernel, not a numba launch (tens of us)
+
+
+def test_sampling_stops_once_the_median_is_stable_or_the_call_is_slow():
+    steady = [1e-3] * 5
+    assert timing.spread(steady) == 0 and timing.stable(steady, 5e-3)
+    assert not timing.stable(steady[:4], 4e-3)  # fewer than the least
+    noisy = [1e-3, 2e-3] * 10  # the middle half spans 100 % of the median
+    assert timing.spread(noisy) > timing.POLICY["spread"]
+    assert not timing.stable(noisy, 0.03)
+    assert timing.stable(noisy * 3, 0.09)  # at most 50 samples
+    slow = [0.118, 0.125, 0.13, 0.118, 0.14]  # reduction v1 at 2**26 on an H200
+    assert timing.stable(slow, sum(slow))  # half a second of samples says it
+    assert not timing.stable([float("nan")] * 5, 5e-3)  # NaN is never stable
+    assert timing.spread([1e-3]) == float("inf")
+
+
+@pytest.mark.simulator_only
+def test_time_interleaved_keeps_sampling_until_every_call_is_stable():
+    clock, log = FakeClock(), []
+    durations = iter([1e-3, 3e-3] * 100)  # "b" jitters from sample to sample
+
+    def jittery():
+        clock.now += next(durations)
+        log.append("b")
+
+    result = timing.time_interleaved({"a": clock.call(2e-3, log, "a"), "b": jittery},
+                                     clock=clock)
+    # "a" is stable at once, "b" never (while its samples take under half a second)
+    assert len(result["a"].samples) == len(result["b"].samples) > timing.POLICY["min_repeats"]
+    assert sum(result["b"].samples) * 3 >= timing.POLICY["row_s"] or (
+        len(result["b"].samples) == timing.POLICY["max_repeats"])

@@ -51,7 +51,8 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     with its transfers (``"cpu_vs_gpu"``); the divergence demo in both modes
     (``"divergence"``)."""
     n = backend.pick(gpu=1 << 26, sim=4096) if n is None else n
-    repeats = backend.pick(gpu=20, sim=2) if repeats is None else repeats
+    # on a GPU, samples until the median is stable (gpudl.bench.timing.POLICY)
+    repeats = backend.pick(gpu=None, sim=2) if repeats is None else repeats
     check_int("n", n, 1)
     # Ten launches per pair of events on a GPU hide Python's launch overhead (timing.time_cuda).
     timed = {"warmup": backend.pick(gpu=3, sim=1), "repeats": repeats}
@@ -62,7 +63,8 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     y_host = rng.standard_normal(n, dtype=np.float32)
     x, y = cuda.to_device(x_host), cuda.to_device(y_host)
     out = cuda.device_array(n, dtype=np.float32)
-    print(f"[elementwise] n = {n:,} float32, {repeats} repeats, {backend.name()}", flush=True)
+    how = "samples until stable" if repeats is None else f"{repeats} repeats"
+    print(f"[elementwise] n = {n:,} float32, {how}, {backend.name()}", flush=True)
 
     rows = []
     for variant, launch in elementwise_kernels.VARIANTS.items():
@@ -99,7 +101,7 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
                      ("numba_cpu_parallel", elementwise_kernels.saxpy_numba_cpu)):
         np.testing.assert_allclose(fn(alpha, x_cpu, y_cpu, out_cpu), expected, rtol=1e-6,
                                    atol=1e-5)
-        timing = time_cpu(fn, alpha, x_cpu, y_cpu, out_cpu, warmup=1, repeats=max(repeats, 5))
+        timing = time_cpu(fn, alpha, x_cpu, y_cpu, out_cpu, warmup=1, repeats=max(repeats or 5, 5))
         rows.append(row(f"saxpy {name}", timing, 3 * n_cpu * 4, group="cpu_vs_gpu", n=n_cpu))
     if on_gpu:  # the kernel alone is the "saxpy" row above, timed at the same n
         rows.append(row("saxpy cuda_kernel", saxpy_timings["saxpy"], 3 * n * 4,

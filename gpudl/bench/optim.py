@@ -142,7 +142,8 @@ def _timings(shapes: list[int], timed: dict, few: dict) -> dict:
     if not backend.is_simulator():
         timings = time_interleaved({name: steps[name] for name in compared},
                                    warmup=max(3, timed["warmup"]),
-                                   repeats=max(20, timed["repeats"]))
+                                   repeats=None if timed["repeats"] is None
+                                   else max(5, timed["repeats"]))
     for name, step in steps.items():
         if name not in timings:
             plan = few if len(shapes) > 1 and name in PER_TENSOR else timed
@@ -173,10 +174,12 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
     small = backend.pick(gpu=(1000, 10**4), sim=(6, 40)) if small is None else small
     for size in (*sizes, *small):
         check_int("size", size, 1)
-    repeats = backend.pick(gpu=20, sim=1) if repeats is None else check_int("repeats", repeats, 1)
+    # on a GPU, samples until the median is stable (gpudl.bench.timing.POLICY)
+    repeats = (backend.pick(gpu=None, sim=1) if repeats is None
+               else check_int("repeats", repeats, 1))
     timed = {"warmup": backend.pick(gpu=3, sim=0), "repeats": repeats}
     # one launch (or seven) per tensor and step: over many tensors a few runs say it
-    few = {"warmup": min(timed["warmup"], 1), "repeats": min(repeats, 5)}
+    few = {"warmup": min(timed["warmup"], 1), "repeats": min(repeats or 5, 5)}
     device = tensor_device()
     layouts = _layouts(tuple(sizes), tuple(small))
     rows = []

@@ -11,13 +11,15 @@ back to the wall clock and marks the result as meaningless for GPU speed. :func:
 times CPU code (NumPy, Numba on the CPU) with the wall clock, where that is the right tool.
 
 Fair comparisons (:func:`time_interleaved`) follow one policy, :data:`POLICY`: at least 3
-warm-up calls; at least 20 samples, of which the median is reported; at least 3 calls per
-sample and enough of them to fill about a millisecond (:func:`choose_inner`); the GPU kept busy
-before each start event, so that the host's delay in issuing the first call is not timed; and
-the contenders (gpudl's kernel and torch's, say) timed in turns, sample by sample, so that a
-change of clock speed or temperature during the run affects them alike. A result whose bytes
-fit in the L2 cache measures latency and the cache, not device memory: :func:`row_kind` says
-which a row is.
+warm-up calls; at least 3 calls per sample and enough of them to fill about a millisecond
+(:func:`choose_inner`); samples taken until the median is stable (:func:`stable`: at least 5,
+and the middle half of them within 2 % of the median, or half a second of samples for a slow
+call; at most 50), of which the median is reported; the GPU kept busy before each start event,
+so that the host's delay in issuing the first call is not timed; and the contenders (gpudl's
+kernel and torch's, say) timed in turns, sample by sample, so that a change of clock speed or
+temperature during the run affects them alike. :func:`time_cuda` takes samples the same way
+unless it is given a number of ``repeats``. A result whose bytes fit in the L2 cache measures
+latency and the cache, not device memory: :func:`row_kind` says which a row is.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudl import backend
@@ -35,10 +37,14 @@ from gpudl.checks import check_int, check_positive, check_real
 from numba import cuda
 
 __all__ = ["Timing", "POLICY", "time_cuda", "time_cpu", "time_interleaved", "choose_inner",
-           "hold_kernel", "row_kind", "gbps", "gflops"]
+           "spread", "stable", "hold_kernel", "row_kind", "gbps", "gflops"]
 
-#: The fair-timing policy of :func:`time_interleaved` (the least of each).
-POLICY = {"warmup": 3, "repeats": 20, "inner": 3, "sample_s": 1e-3}
+#: The fair-timing policy: the least warm-up calls and calls per sample, the seconds a sample
+#: should fill, and when sampling stops (:func:`stable`): at least ``min_repeats`` samples,
+#: then as soon as their :func:`spread` is at most ``spread`` or they have taken ``row_s``
+#: seconds, and at ``max_repeats`` samples at the latest.
+POLICY = {"warmup": 3, "inner": 3, "sample_s": 1e-3, "min_repeats": 5, "max_repeats": 50,
+          "spread": 0.02, "row_s": 0.5}
 _MAX_INNER = 1000
 _HOLD_NS = 200_000  # how long the GPU is kept busy before a start event
 
@@ -73,9 +79,34 @@ class Timing:
         return text if self.meaningful else f"{text} {_SIMULATOR_NOTE}"
 
 
-def _check_counts(**counts: int) -> None:
+def _check_counts(**counts: int | None) -> None:
     for name, value in counts.items():
-        check_int(name, value, 0 if name == "warmup" else 1)
+        if not (name == "repeats" and value is None):
+            check_int(name, value, 0 if name == "warmup" else 1)
+
+
+def spread(samples: Sequence[float]) -> float:
+    """How far the middle half of ``samples`` strays from their median: the interquartile
+    range over the median (``inf`` for fewer than 2 samples or a median of 0; NaN never
+    counts as stable)."""
+    if len(samples) < 2:
+        return math.inf
+    median = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    out = (q3 - q1) / median if median > 0 else math.inf
+    return out if not math.isnan(out) else math.inf
+
+
+def stable(samples: Sequence[float], seconds: float) -> bool:
+    """Whether :data:`POLICY` stops sampling after ``samples``, which took ``seconds``: at
+    ``max_repeats``; or with at least ``min_repeats``, once their :func:`spread` is at most
+    ``spread`` (2 %) or they have taken ``row_s`` (a slow call is timed a few times only)."""
+    n = len(samples)
+    if n >= POLICY["max_repeats"]:
+        return True
+    if n < POLICY["min_repeats"]:
+        return False
+    return spread(samples) <= POLICY["spread"] or seconds >= POLICY["row_s"]
 
 
 def _wall_clock(fn: Callable, args: tuple, warmup: int, repeats: int, inner: int,
@@ -114,7 +145,7 @@ def _event_sample(fn: Callable, args: tuple, inner: int) -> float:
 
 
 def time_cuda(
-    fn: Callable, *args: object, warmup: int = 3, repeats: int = 20, inner: int = 1
+    fn: Callable, *args: object, warmup: int = 3, repeats: int | None = None, inner: int = 1
 ) -> Timing:
     """Time ``fn(*args)`` on the GPU with CUDA events (wall clock on the simulator).
 
@@ -123,16 +154,20 @@ def time_cuda(
     call. With ``inner > 1`` the host also prepares each next launch
     while the GPU runs the current one, so Python's launch overhead no longer adds to short
     kernels. The events are recorded on the default stream, where numba launches kernels and
-    torch runs its operations, so both can be timed.
+    torch runs its operations, so both can be timed. ``repeats`` samples are taken, or, with
+    ``repeats=None``, as many as :func:`stable` asks for (5 to 50).
     """
     _check_counts(warmup=warmup, repeats=repeats, inner=inner)
     if backend.is_simulator():
-        samples = _wall_clock(fn, args, warmup, repeats, inner)
+        samples = _wall_clock(fn, args, warmup, repeats or POLICY["min_repeats"], inner)
         return Timing(tuple(samples), "wall-clock", False)
     for _ in range(warmup):
         fn(*args)
     cuda.synchronize()
-    samples = [_event_sample(fn, args, inner) for _ in range(repeats)]
+    samples: list[float] = []
+    while (len(samples) < repeats if repeats is not None
+           else not stable(samples, sum(samples) * inner)):
+        samples.append(_event_sample(fn, args, inner))
     return Timing(tuple(samples), "cuda-events", True)
 
 
@@ -144,18 +179,20 @@ def choose_inner(call_s: float) -> int:
 
 
 def time_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 3,
-                     repeats: int = 20, inner: int | None = None,
+                     repeats: int | None = None, inner: int | None = None,
                      clock: Callable[[], float] = time.perf_counter) -> dict[str, Timing]:
     """Time several calls against each other, fairly (:data:`POLICY`): each warmed up
     ``warmup`` times; ``inner`` calls per sample (by default :func:`choose_inner` of each
-    one's warm-up time); then ``repeats`` rounds of one sample of each, the order rotated
-    from round to round. CUDA events on a GPU, the wall clock ``clock`` on the simulator.
-    ``ValueError`` below the policy's least warm-up, samples or inner calls."""
+    one's warm-up time); then rounds of one sample of each, the order rotated from round to
+    round: ``repeats`` rounds, or, with ``repeats=None``, until :func:`stable` holds for every
+    call. CUDA events on a GPU, the wall clock ``clock`` on the simulator. ``ValueError``
+    below the policy's least warm-up, samples or inner calls."""
     if not fns:
         raise ValueError("fns must name at least one call")
     _check_counts(warmup=warmup, repeats=repeats)
     for name, least, value in (("warmup", POLICY["warmup"], warmup),
-                               ("repeats", POLICY["repeats"], repeats),
+                               ("repeats", POLICY["min_repeats"],
+                                POLICY["min_repeats"] if repeats is None else repeats),
                                ("inner", POLICY["inner"], POLICY["inner"] if inner is None
                                 else inner)):
         if value < least:
@@ -172,12 +209,20 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 3
         inners[name] = inner or choose_inner(max((clock() - start) / warmup, 1e-9))
     names = list(fns)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(repeats):
+
+    def more(r: int) -> bool:
+        if repeats is not None:
+            return r < repeats
+        return not all(stable(samples[n], sum(samples[n]) * inners[n]) for n in names)
+
+    r = 0
+    while more(r):
         for name in names[r % len(names):] + names[:r % len(names)]:
             if on_gpu:
                 samples[name].append(_event_sample(fns[name], (), inners[name]))
             else:
                 samples[name].append(_wall_clock(fns[name], (), 0, 1, inners[name], clock)[0])
+        r += 1
     method = "cuda-events" if on_gpu else "wall-clock"
     return {name: Timing(tuple(samples[name]), method, on_gpu) for name in names}
 

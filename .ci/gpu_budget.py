@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Measure what each step of the one-call GPU run costs, on a CPU (CONTRIBUTING.md, "GPU runs").
+
+    .venv/bin/python .ci/gpu_budget.py measure [ITEM ...]   # default: every topic and notebook
+    .venv/bin/python .ci/gpu_budget.py show                 # the stored measurements
+
+An ITEM is a benchmark topic (``elementwise``, ...) or a notebook (``notebook:01-hardware``).
+Each is run on Numba's CUDA simulator with `.ci/budget_record/` on PYTHONPATH, which records
+every kernel it launches (module, name, argument types) and the seconds it spends in simulated
+kernels, in ``gpudl.trace.on_simulator`` and in spawned ranks. Then every recorded kernel
+defined at module level is compiled for sm_90 with numba's real CUDA target
+(``GPUDL_BACKEND=compile``: typing, lowering and NVVM to PTX, what a GPU machine does at a
+kernel's first launch before its driver assembles the PTX) and assembled with ``ptxas``, each
+timed. The results go into the ``measured`` part of `.ci/gpu-budget.json`; its ``plan`` (the
+limits of the GPU run, set by hand from these numbers) is left as it is.
+
+What an item costs on a GPU, from these: its simulated-kernel seconds vanish (a GPU runs at
+large sizes in milliseconds), its other seconds (Python, traces on the simulator, CPU ranks)
+stay, and it compiles its kernels: all of them in a process that starts cold, only the new
+ones where an earlier phase's results are reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUDGET = ROOT / ".ci" / "gpu-budget.json"
+RECORDER = ROOT / ".ci" / "budget_record"
+
+
+def _topics() -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("GPUDL_BACKEND", "simulator")
+    from gpudl.bench import TOPICS
+
+    return list(TOPICS)
+
+
+def _notebooks() -> list[str]:
+    return [f"notebook:{p.stem}" for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+
+
+def _environment(record_dir: str) -> dict[str, str]:
+    path = os.pathsep.join([str(RECORDER), str(ROOT)])
+    return os.environ | {"GPUDL_BACKEND": "simulator", "GPUDL_BUDGET_DIR": record_dir,
+                         "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
+def _run_item(item: str, record_dir: str) -> float:
+    """Run ``item`` on the simulator with the recorder; its wall seconds."""
+    env = _environment(record_dir)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpudl-budget-") as tmp:
+        if item.startswith("notebook:"):
+            name = item.split(":", 1)[1]
+            copy = Path(tmp) / f"{name}.ipynb"
+            copy.write_bytes((ROOT / "notebooks" / f"{name}.ipynb").read_bytes())
+            code = ("import nbformat, os, sys; from nbclient import NotebookClient;"
+                    "os.environ.pop('GPUDL_BUDGET_DRIVER');"
+                    "nb = nbformat.read(sys.argv[1], as_version=4);"
+                    "NotebookClient(nb, timeout=1800, kernel_name='python3', resources="
+                    f"{{'metadata': {{'path': {str(ROOT / 'notebooks')!r}}}}}).execute()")
+            command = [sys.executable, "-c", code, str(copy)]
+            # the recorder must not run in this driver, only in the notebook's kernel
+            env = env | {"GPUDL_BUDGET_DRIVER": "1"}
+        else:
+            command = [sys.executable, "-m", "gpudl", "bench", item, "--results", tmp]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"{item} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return time.perf_counter() - start
+
+
+def _records(record_dir: str) -> list[dict]:
+    out = []
+    for path in Path(record_dir).glob("*.pickle"):
+        with open(path, "rb") as f:
+            out.append(pickle.load(f))
+    return out
+
+
+_COMPILE = r"""
+import json, pickle, sys, time, importlib, subprocess, tempfile, os
+import gpudl
+from gpudl import ptx
+ptx.prepare_compiler()
+from numba import cuda
+jobs = pickle.load(open(sys.argv[1], "rb"))
+ptxas = ptx.find_tool("ptxas")
+out = {}
+for key, types in jobs:
+    module, name, _ = key
+    fn = importlib.import_module(module)
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    fn = getattr(fn, "py_func", fn)
+    start = time.perf_counter()
+    try:
+        code, _ = cuda.compile_ptx(fn, pickle.loads(types), cc=(9, 0))
+    except Exception as err:  # report, do not stop the others
+        out[repr(key)] = {"error": f"{type(err).__name__}: {err}"[:300]}
+        continue
+    nvvm = time.perf_counter() - start
+    assemble = None
+    if ptxas is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "k.ptx")
+            open(src, "w").write(code)
+            start = time.perf_counter()
+            subprocess.run([str(ptxas), "-arch=sm_90", src, "-o", os.path.join(tmp, "k.cubin")],
+                           check=True, capture_output=True)
+            assemble = time.perf_counter() - start
+    out[repr(key)] = {"nvvm_s": nvvm, "ptxas_s": assemble}
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+def _compile(keys: set, types_of: dict[tuple, bytes]) -> dict:
+    """Seconds to compile each kernel of ``keys`` (module, name, argument types' names),
+    given the pickled argument types of each in ``types_of``."""
+    module_level = sorted((k, types_of[k]) for k in keys if "<locals>" not in k[1] and k[2])
+    with tempfile.TemporaryDirectory(prefix="gpudl-compile-") as tmp:
+        jobs, result = Path(tmp) / "jobs.pickle", Path(tmp) / "out.json"
+        jobs.write_bytes(pickle.dumps(module_level))
+        env = os.environ | {"GPUDL_BACKEND": "compile", "PYTHONPATH": str(ROOT)}
+        subprocess.run([sys.executable, "-c", _COMPILE, str(jobs), str(result)], cwd=ROOT,
+                       env=env, check=True, timeout=3600)
+        return json.loads(result.read_text())
+
+
+def measure(items: list[str]) -> dict:
+    measured: dict[str, dict] = {}
+    kernels_of: dict[str, set] = {}
+    types_of: dict[tuple, bytes] = {}
+    for item in items:
+        with tempfile.TemporaryDirectory(prefix="gpudl-record-") as record_dir:
+            print(f"[budget] {item} on the simulator ...", flush=True)
+            wall = _run_item(item, record_dir)
+            records = _records(record_dir)
+        main = [r for r in records if not r["nested"]]
+        keys = {k for r in records for k in r["kernels"]}
+        for r in records:
+            types_of.update(r["types"])
+        kernels_of[item] = keys
+        measured[item] = {
+            "simulator_s": round(wall, 1),
+            "simulated_kernels_s": round(sum(r["kernel_s"] for r in main), 1),
+            "on_simulator_s": round(sum(r["on_simulator_s"] for r in main), 1),
+            "spawn_s": round(sum(r["spawn_s"] for r in main), 1),
+            "kernels": len({k[:2] for k in keys}),
+            "signatures": len(keys),
+            "factory_kernels": len({k[:2] for k in keys if "<locals>" in k[1]}),
+        }
+        print(f"[budget] {item}: {measured[item]}", flush=True)
+    print("[budget] compiling the recorded kernels for sm_90 ...", flush=True)
+    every = set().union(*kernels_of.values()) if kernels_of else set()
+    compiled = _compile(every, types_of)
+    seen: set = set()
+    for item in items:
+        costs = [compiled.get(repr(k)) for k in kernels_of[item]]
+        timed = [c for c in costs if c and "nvvm_s" in c]
+        new = [compiled.get(repr(k)) for k in kernels_of[item] - seen]
+        new = [c for c in new if c and "nvvm_s" in c]
+        seen |= kernels_of[item]
+        measured[item] |= {
+            "compile_s": round(sum(c["nvvm_s"] + (c["ptxas_s"] or 0) for c in timed), 1),
+            "compile_new_s": round(sum(c["nvvm_s"] + (c["ptxas_s"] or 0) for c in new), 1),
+            "compile_failures": [k for k, c in compiled.items() if "error" in c
+                                 and any(repr(x) == k for x in kernels_of[item])],
+        }
+    return measured
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("measure", "show"):
+        print(__doc__)
+        return 2
+    budget = json.loads(BUDGET.read_text())
+    if argv[0] == "show":
+        print(json.dumps(budget.get("measured", {}), indent=1))
+        return 0
+    items = argv[1:] or [*_topics(), *_notebooks()]
+    known = {*_topics(), *_notebooks()}
+    unknown = [i for i in items if i not in known]
+    if unknown:
+        print(f"gpu_budget: unknown items {unknown}; known: {sorted(known)}", file=sys.stderr)
+        return 2
+    found = measure(items)
+    budget["measured"] = budget.get("measured", {}) | found
+    budget["measured_on"] = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+                             "how": "`.venv/bin/python .ci/gpu_budget.py measure`"}
+    BUDGET.write_text(json.dumps(budget, indent=1) + "\n")
+    print(f"[budget] wrote {BUDGET}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
