@@ -7,7 +7,8 @@ a notebook run on the simulator, its notebook kernel, its spawned ranks), it rec
   also runs on its CPU, in a child) and in ``gpudl.parallel.launch.spawn`` (ranks that run on
   CPUs when a machine has fewer GPUs than ranks);
 
-and writes them at exit to ``$GPUDL_BUDGET_DIR/<pid>.pickle``.
+and writes them to ``$GPUDL_BUDGET_DIR/<pid>.pickle`` after each launch, trace and spawn (a
+notebook's kernel may end without running ``atexit``).
 """
 
 import atexit
@@ -26,9 +27,15 @@ if (_DIR and os.environ.get("GPUDL_BACKEND") == "simulator"
     from gpudl.parallel import launch
 
     _NESTED = os.environ.get("GPUDL_BUDGET_NESTED") == "1"
-    _record = {"pid": os.getpid(), "nested": _NESTED, "argv": sys.argv[:3], "kernels": {}, "types": {},
-               "kernel_s": 0.0, "on_simulator_s": 0.0, "spawn_s": 0.0}
+    _record = {"pid": os.getpid(), "nested": _NESTED, "argv": sys.argv[:3], "kernels": {},
+               "types": {}, "kernel_s": 0.0, "on_simulator_s": 0.0, "spawn_s": 0.0}
     _depth = {"outer": 0}
+
+    def _write():
+        path = os.path.join(_DIR, f"{os.getpid()}.pickle")
+        with open(path + ".part", "wb") as f:
+            pickle.dump(_record, f)
+        os.replace(path + ".part", path)
 
     def _types(args):
         import numba
@@ -60,6 +67,7 @@ if (_DIR and os.environ.get("GPUDL_BACKEND") == "simulator"
         finally:
             if _depth["outer"] == 0:
                 _record["kernel_s"] += time.perf_counter() - start
+            _write()
 
     _sim_kernel.FakeCUDAKernel.__call__ = _recording_call
 
@@ -75,6 +83,7 @@ if (_DIR and os.environ.get("GPUDL_BACKEND") == "simulator"
                 _depth["outer"] -= 1
                 if _depth["outer"] == 0:
                     _record[key] += time.perf_counter() - start
+                _write()
                 if saved is None:
                     os.environ.pop("GPUDL_BUDGET_NESTED", None)
                 else:
@@ -84,10 +93,5 @@ if (_DIR and os.environ.get("GPUDL_BACKEND") == "simulator"
     trace.on_simulator = _timed(trace.on_simulator, "on_simulator_s")
     launch.spawn = _timed(launch.spawn, "spawn_s")
 
-    def _write():
-        path = os.path.join(_DIR, f"{os.getpid()}.pickle")
-        with open(path + ".part", "wb") as f:
-            pickle.dump(_record, f)
-        os.replace(path + ".part", path)
-
     atexit.register(_write)
+    _write()
