@@ -2,6 +2,7 @@
 """Measure what each step of the one-call GPU run costs, on a CPU (CONTRIBUTING.md, "GPU runs").
 
     .venv/bin/python .ci/gpu_budget.py measure [ITEM ...]   # default: every topic and notebook
+    .venv/bin/python .ci/gpu_budget.py plan                 # each notebook's limit from them
     .venv/bin/python .ci/gpu_budget.py show                 # the stored measurements
 
 An ITEM is a benchmark topic (``elementwise``, ...) or a notebook (``notebook:01-hardware``).
@@ -18,11 +19,15 @@ What an item costs on a GPU, from these: its simulated-kernel seconds vanish (a 
 large sizes in milliseconds), its other seconds (Python, traces on the simulator, CPU ranks)
 stay, and it compiles its kernels: all of them in a process that starts cold, only the new
 ones where an earlier phase's results are reused.
+
+``plan`` sets each notebook's limit on an H200 from its row (:func:`notebook_limit`) and says
+so in its ``basis``; the other steps' limits are set by hand, each with its basis.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -182,13 +187,52 @@ def measure(items: list[str], save=lambda measured: None) -> dict:
     return measured
 
 
+#: A notebook kernel's start on the H200 (ipykernel, then torch, numba and gpudl imported and a
+#: CUDA context made): the 4 s `python -m gpudl info` took there on 2026-12-01, plus 2 s.
+KERNEL_START_S = 6
+#: The GPU machine's 16 cores run spawned CPU ranks at least this much faster than this
+#: machine's 2 shared ones (4 ranks on 2 cores wait for each other half the time).
+CPU_RANKS_SPEEDUP = 2
+
+
+def notebook_limit(row: dict) -> tuple[int, str]:
+    """A notebook's limit on an H200 from what it costs here: its kernel's start, its own
+    kernels' compile (the benchmark cells reuse stored results: no compile, no timing), the
+    traces it runs on the simulator in a child (as here), its CPU ranks (faster there), and
+    its other Python; a quarter more, rounded up to 5 s."""
+    other = max(row["simulator_s"] - row["simulated_kernels_s"] - row["on_simulator_s"]
+                - row["spawn_s"], 0.0)
+    need = (KERNEL_START_S + row["compile_s"] + row["on_simulator_s"]
+            + row["spawn_s"] / CPU_RANKS_SPEEDUP + other)
+    limit = int(5 * math.ceil(1.25 * need / 5))
+    basis = (f"{KERNEL_START_S} s start + {row['compile_s']:.0f} s compile + "
+             f"{row['on_simulator_s']:.0f} s traces + {row['spawn_s']:.0f}/{CPU_RANKS_SPEEDUP} s "
+             f"CPU ranks + {other:.0f} s other Python, measured here; x 1.25")
+    return limit, basis
+
+
+def plan(budget: dict) -> None:
+    measured = budget.get("measured", {})
+    for name, entry in budget["plan"]["notebooks"].items():
+        row = measured.get(f"notebook:{name}")
+        if row is None or "compile_s" not in row:
+            raise SystemExit(f"gpu_budget: notebook {name} is not measured (run measure)")
+        entry["limit_s"], entry["basis"] = notebook_limit(row)
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("measure", "show"):
+    if not argv or argv[0] not in ("measure", "show", "plan"):
         print(__doc__)
         return 2
     budget = json.loads(BUDGET.read_text())
     if argv[0] == "show":
         print(json.dumps(budget.get("measured", {}), indent=1))
+        return 0
+    if argv[0] == "plan":
+        plan(budget)
+        BUDGET.write_text(json.dumps(budget, indent=1) + "\n")
+        for name, entry in budget["plan"]["notebooks"].items():
+            print(f"{name}: {entry['limit_s']} s ({entry['basis']})")
         return 0
     items = argv[1:] or [*_topics(), *_notebooks()]
     known = {*_topics(), *_notebooks()}
