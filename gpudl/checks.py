@@ -27,6 +27,7 @@ import numpy as np
 
 __all__ = [
     "check_bool",
+    "check_callable",
     "check_choice",
     "check_compute_capability",
     "check_equal",
@@ -35,6 +36,7 @@ __all__ = [
     "check_ints",
     "check_positive",
     "check_real",
+    "check_reals",
     "check_tensor",
     "check_widths",
     "is_device_array",
@@ -88,6 +90,13 @@ def check_bool(name: str, value: object) -> bool:
     return bool(value)
 
 
+def check_callable(name: str, value: object) -> Any:
+    """``value`` if it can be called (a function, a class); else a ``TypeError``."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r}")
+    return value
+
+
 def check_choice(name: str, value: object, choices: Iterable[Any]) -> Any:
     """``value`` if it is one of ``choices`` (names, or other values such as torch dtypes):
     ``TypeError`` if it is not of a type the choices have (``None``, a list, a str where a
@@ -121,6 +130,22 @@ def check_ints(name: str, values: object, minimum: int | None = 1,
         raise ValueError(f"{name} must hold at least {minimum_count} int(s), got "
                          f"{tuple(values)!r}")
     return tuple(check_int(f"{name}[{i}]", v, minimum) for i, v in enumerate(values))
+
+
+def check_reals(name: str, values: object, minimum: float | None = None, *,
+                strict: bool = False, minimum_count: int = 1) -> tuple[float, ...]:
+    """A sequence (or 1-D array) of at least ``minimum_count`` finite real numbers, each
+    ``>= minimum`` (``>`` with ``strict``), as a tuple of floats (:func:`check_real`)."""
+    if isinstance(values, np.ndarray) and values.ndim == 1:
+        values = values.tolist()
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__} "
+                        f"{values!r}")
+    if len(values) < minimum_count:
+        raise ValueError(f"{name} must hold at least {minimum_count} number(s), got "
+                         f"{tuple(values)!r}")
+    return tuple(check_real(f"{name}[{i}]", v, minimum, strict=strict)
+                 for i, v in enumerate(values))
 
 
 def check_widths(name: str, widths: object, minimum_count: int = 2) -> tuple[int, ...]:

@@ -56,19 +56,18 @@ def _check_cached(kernel: str, grid: tuple[int, int, int], block: tuple[int, int
                   shared_bytes: int) -> None:
     for axis, n, limit in zip("xyz", grid, MAX_GRID_DIMS, strict=True):
         if not 1 <= n <= limit:
-            raise ValueError(f"{kernel}: grid {axis} of {n:,} blocks is outside CUDA's limit "
-                             f"of 1 to {limit:,} blocks")
+            raise ValueError(f"{kernel}: griddim {grid} has {n:,} blocks along {axis}, outside "
+                             f"CUDA's limit of 1 to {limit:,}")
     for axis, n, limit in zip("xyz", block, MAX_BLOCK_DIMS, strict=True):
         if not 1 <= n <= limit:
-            raise ValueError(f"{kernel}: block {axis} of {n:,} threads is outside CUDA's limit "
-                             f"of 1 to {limit:,} threads")
+            raise ValueError(f"{kernel}: blockdim {block} has {n:,} threads along {axis}, "
+                             f"outside CUDA's limit of 1 to {limit:,}")
     if math.prod(block) > MAX_THREADS_PER_BLOCK:
-        raise ValueError(f"{kernel}: a block of {block[0]} x {block[1]} x {block[2]} = "
-                         f"{math.prod(block):,} threads is more than CUDA's limit of "
-                         f"{MAX_THREADS_PER_BLOCK:,} threads per block")
+        raise ValueError(f"{kernel}: blockdim {block} has {math.prod(block):,} threads, more "
+                         f"than CUDA's limit of {MAX_THREADS_PER_BLOCK:,} threads per block")
     if not 0 <= shared_bytes <= MAX_DYNAMIC_SHARED_BYTES:
-        raise ValueError(f"{kernel}: {shared_bytes:,} bytes of dynamic shared memory is "
-                         f"outside the limit of 0 to {MAX_DYNAMIC_SHARED_BYTES:,} bytes a "
+        raise ValueError(f"{kernel}: shared_bytes of {shared_bytes:,} is outside the limit of "
+                         f"0 to {MAX_DYNAMIC_SHARED_BYTES:,} bytes of dynamic shared memory a "
                          "launch gets without opting in")
 
 

@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 from gpudl import backend
-from gpudl.checks import check_compute_capability
+from gpudl.checks import check_choice, check_compute_capability, check_positive
 
 __all__ = ["KERNELS", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
            "find_tool", "available", "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas",
@@ -197,6 +197,7 @@ def compile_many(jobs: list[Job], cc: tuple[int, int] = _DEFAULT_CC,
     capability ``cc``. On the simulator one child process compiles them all, on numba's
     real CUDA target. ``ToolkitMissing`` without NVVM or libdevice."""
     cc = check_compute_capability("cc", cc)
+    check_positive("timeout", timeout)
     jobs = [(m, n, s, None if a is None else tuple(a)) for m, n, s, a in jobs]
     if not backend.is_simulator():
         prepare_compiler()
@@ -224,15 +225,19 @@ def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = _D
 def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
              timeout: float = 600) -> dict[str, str]:
     """The PTX of each kernel in ``names`` (keys of :data:`KERNELS`) for ``cc``."""
-    for name in names:
-        if name not in KERNELS:
-            raise ValueError(f"unknown kernel {name!r}; choose from {sorted(KERNELS)}")
+    check_compute_capability("cc", cc)
+    check_positive("timeout", timeout)
+    if not isinstance(names, list | tuple):
+        raise TypeError(f"names must be a list of kernel names, got {names!r}")
+    for i, name in enumerate(names):
+        check_choice(f"names[{i}]", name, sorted(KERNELS))
     texts = compile_many([(*KERNELS[name], None) for name in names], cc, timeout)
     return dict(zip(names, texts, strict=True))
 
 
 def ptx(name: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """The PTX of the kernel ``name`` (a key of :data:`KERNELS`) for ``cc``."""
+    check_choice("name", name, sorted(KERNELS))
     return ptx_many([name], cc)[name]
 
 
