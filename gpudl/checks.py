@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "check_array",
     "check_bool",
     "check_callable",
     "check_choice",
@@ -184,6 +185,20 @@ def check_float32_array(name: str, x: object, ndim: int) -> bool:
     if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):
         raise ValueError(f"{name} must be C-contiguous, got a strided view")
     return on_device
+
+
+def check_array(name: str, x: object, ndim: int | None = None,
+                kinds: str = "fiu") -> np.ndarray:
+    """``x`` if it is a NumPy array of a real dtype (``kinds``: float, signed or unsigned
+    int) and, given ``ndim``, of that rank: ``TypeError`` for another type or dtype,
+    ``ValueError`` for the wrong rank. The check of the NumPy references' inputs."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy array, got {type(x).__name__}")
+    if x.dtype.kind not in kinds:
+        raise TypeError(f"{name} must have a real dtype, got {x.dtype}")
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got {x.ndim}-D with shape {x.shape}")
+    return x
 
 
 def check_tensor(name: str, t: object, dtypes: Sequence[Any] | None = None,

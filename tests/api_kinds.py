@@ -36,6 +36,13 @@ class Kind:
         return Kind(self.what, (*self.wrong_type, *wrong_type),
                     (*self.wrong_value, *wrong_value), self.drawn_type, self.drawn_value)
 
+    def without(self, *values: Any) -> Kind:
+        """This kind less some bad values (one a callable cannot tell apart, say)."""
+        def keep(v: Any) -> bool:
+            return not any(v is w or (type(v) is type(w) and v == w) for w in values)
+        return Kind(self.what, tuple(filter(keep, self.wrong_type)),
+                    tuple(filter(keep, self.wrong_value)), self.drawn_type, self.drawn_value)
+
     def allowing_none(self) -> Kind:
         """This kind where ``None`` is also accepted (a default to be filled in)."""
         return Kind(f"{self.what} or None", tuple(v for v in self.wrong_type if v is not None),
@@ -151,6 +158,15 @@ def float32(ndim: int, shape: tuple[int, ...] | None = None) -> Kind:
     return Kind(f"float32 {ndim}-D array", (base.tolist(), base.astype(np.float64),
                                             base.astype(np.int32), None, 1.0),
                 (_float32((*shape, 2)), wider[..., ::2]))
+
+
+def real_array(ndim: int, shape: tuple[int, ...] | None = None) -> Kind:
+    """A NumPy array of a real dtype and rank ``ndim`` (a reference's input, any precision)."""
+    shape = shape or (4,) * ndim
+    base = _float32(shape)
+    return Kind(f"real {ndim}-D array", (base.tolist(), None, 1.0, base.astype(np.complex64),
+                                         np.full(shape, "a")),
+                (_float32((*shape, 2)),))
 
 
 def tensor(dtype: Any = None, shape: tuple[int, ...] = (4,), contiguous: bool = True,

@@ -38,6 +38,7 @@ from api_kinds import (
     integer,
     ints,
     real,
+    real_array,
     tensor,
     torch_dtype,
     widths,
@@ -274,3 +275,281 @@ add(f"{_E}.roofline.ridge_point", lambda: dict(peak_flops=1e15, peak_bandwidth=3
     peak_flops=POSITIVE, peak_bandwidth=POSITIVE)
 none(f"{_E}.cli.add_parser", CLI)
 none(f"{_E}.cli.run", CLI)
+
+# ------------------------------------------------------------------------------------------
+# gpudl.kernels: the grid, the array plumbing and the Chapter 1 to 3 kernels
+# ------------------------------------------------------------------------------------------
+
+_K = "gpudl.kernels"
+kernel(*(f"{_K}.{name}" for name in (
+    "elementwise.v1_naive", "elementwise.v2_grid_stride", "elementwise.v3_k_loads",
+    "elementwise.v4_vector4", "elementwise.saxpy_kernel", "elementwise.saxpy_k_loads",
+    "matmul.v1_naive", "matmul.v2_coalesced", "matmul.v3_tiled", "matmul.v4_register_1d",
+    "matmul.v5_register_2d", "memory.copy_kernel", "memory.copy_k_loads", "memory.copy_vector4",
+    "memory.copy_strided_kernel", "memory.copy_offset_kernel", "mma.warp_mma",
+    "optim.adam.v2_fused", "optim.adam.v3_shared", "optim.adam.v4_multi_tensor",
+    "optim.mixed.adam_mixed", "optim.sgd.sgd_kernel", "optim.sgd.sgd_momentum_kernel",
+    "reduction.v1_atomic", "reduction.v2_interleaved", "reduction.v3_sequential",
+    "reduction.v4_first_add_grid_stride", "reduction.v5_warp_shuffle",
+    "reduction.v6_one_pass_atomic", "reduction.v7_last_block", "tensor_core_matmul.pack_bf16",
+    "tensor_core_matmul.v1_warp_tiles", "tensor_core_matmul.v2_shared_tiles",
+    "transpose.v1_naive", "transpose.v2_shared", "transpose.v3_padded",
+    "transpose.v4_padded_loads_first", "attention.v1_scores", "attention.v1_softmax",
+    "attention.v1_pv")))
+kernel("gpudl.bench.timing.hold_kernel")
+for _name in ("optim.adam.adam_element", "optim.mixed.bf16_to_f32", "optim.mixed.f32_to_bf16"):
+    none(f"{_K}.{_name}", "a device function, called inside kernels")
+for _name in ("load4", "store4"):
+    none(f"{_K}.wide.{_name}", "a device function (simulated on the simulator), called "
+                               "inside kernels with indices they bound")
+
+_TPB = Kind("threads per block", (1.5, "256", True, None), (0, 16, 1056, 2048, -32))
+_V1 = float32(1)
+add(f"{_K}.grid.thread_ids", lambda: dict(blocks=1, threads_per_block=32), blocks=COUNT,
+    threads_per_block=integer(1, 1024))
+add(f"{_K}.grid.blocks_to_cover", lambda: dict(n=10, threads_per_block=32), n=SIZE,
+    threads_per_block=COUNT)
+add(f"{_K}.grid.resident_blocks", lambda: dict(threads_per_block=32),
+    threads_per_block=integer(1, 1024))
+add(f"{_K}.grid.grid_stride_blocks", lambda: dict(n=10, threads_per_block=32), n=SIZE,
+    threads_per_block=integer(1, 1024))
+add(f"{_K}.grid.check_threads_per_block", lambda: dict(threads_per_block=32),
+    threads_per_block=_TPB)
+
+_ARRAYS = "gpudl.kernels.arrays"
+add(f"{_ARRAYS}.filled", lambda: dict(shape=4, byte=0), byte=integer(0, 255),
+    shape=Kind("a shape", (1.5, None, "4", (2, 1.5)), (-1, (2, -1))))
+add(f"{_ARRAYS}.poisoned", lambda: dict(shape=4),
+    shape=Kind("a shape", (1.5, None, "4", (2, 1.5)), (-1, (2, -1))))
+add(f"{_ARRAYS}.zeros", lambda: dict(shape=4, on_device=False), on_device=BOOL,
+    shape=Kind("a shape", (1.5, None, "4"), (-1, (2, -1))))
+add(f"{_ARRAYS}.to_device", lambda: dict(x=f32(4)), x=Kind("an array", (None, [1.0], 1.0)))
+none(f"{_ARRAYS}.returned", PLUMBING)
+none(f"{_ARRAYS}.launch_into_poisoned", PLUMBING)
+none(f"{_ARRAYS}.launch_in_place", PLUMBING)
+add(f"{_ARRAYS}.check_arrays", lambda: dict(x=(f32(4), 1)),
+    x=Kind("an (array, rank) pair", ((f32(4).astype(np.float64), 1), (None, 1)),
+           ((f32(4, 1), 1),)))
+
+_E1 = f"{_K}.elementwise"
+add(f"{_E1}.reference_vector_add", lambda: dict(a=f32(5), b=f32(5)),
+    a=real_array(1).more((), (f32(6),)), b=real_array(1))
+add(f"{_E1}.vector_add", lambda: dict(a=f32(5), b=f32(5)), a=_V1.more((), (f32(6),)), b=_V1,
+    variant=choice("v1", "v2", "v3", "v4"), threads_per_block=_TPB)
+add(f"{_E1}.reference_saxpy", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
+    x=real_array(1).more((), (f32(6),)), y=real_array(1))
+add(f"{_E1}.saxpy", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
+    x=_V1.more((), (f32(6),)), y=_V1, variant=choice("v1", "v2"), threads_per_block=_TPB)
+for _name in ("saxpy_numpy", "saxpy_numba_cpu"):
+    add(f"{_E1}.{_name}", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
+        x=_V1.more((), (f32(6),)), y=_V1, out=_V1.allowing_none().more((), (f32(6),)))
+for _name in ("launch_v1", "launch_v2", "launch_v3", "launch_v4", "launch_saxpy",
+              "launch_saxpy_k"):
+    none(f"{_E1}.{_name}", "a launcher on device arrays its entry point checked (vector_add, "
+                           "saxpy); gpudl.launches.check_launch checks its launch")
+
+_M = f"{_K}.memory"
+add(f"{_M}.reference_copy", lambda: dict(x=f32(5)), x=real_array(1))
+add(f"{_M}.reference_copy_strided", lambda: dict(x=f32(5), stride=2), x=real_array(1),
+    stride=COUNT)
+add(f"{_M}.reference_copy_offset", lambda: dict(x=f32(5), offset=2), x=real_array(1),
+    offset=integer(0, 4))
+add(f"{_M}.copy", lambda: dict(x=f32(5)), x=_V1, variant=choice("v1", "v2", "v3"))
+add(f"{_M}.copy_strided", lambda: dict(x=f32(5), stride=2), x=_V1, stride=COUNT)
+add(f"{_M}.copy_offset", lambda: dict(x=f32(5), offset=2), x=_V1, offset=integer(0, 4))
+for _name in ("launch_copy", "launch_copy_k", "launch_copy_vector4"):
+    none(f"{_M}.{_name}", "a launcher on device arrays its entry point (copy) checked; "
+                          "gpudl.launches.check_launch checks its launch")
+add(f"{_M}.launch_copy_strided",
+    lambda: dict(x=resolve("numba.cuda").to_device(f32(8)),
+                 out=resolve("numba.cuda").to_device(f32(4)), stride=2), stride=COUNT.more(
+        (), (3,)))
+add(f"{_M}.launch_copy_offset",
+    lambda: dict(x=resolve("numba.cuda").to_device(f32(8)),
+                 out=resolve("numba.cuda").to_device(f32(4)), offset=2), offset=integer(0, 4))
+add(f"{_M}.coalescing_report", dict, strides=ints(1, 0), offsets=ints(0, 0))
+
+_T = f"{_K}.transpose"
+add(f"{_T}.reference_transpose", lambda: dict(x=f32(3, 5)), x=real_array(2))
+add(f"{_T}.transpose", lambda: dict(x=f32(3, 5)), x=float32(2),
+    variant=choice("naive", "shared", "padded", "padded_loads_first"))
+add(f"{_T}.transpose_grid", lambda: dict(shape=(3, 5)),
+    shape=Kind("a 2-D shape", (None, 3, (3, 1.5), "3,5", (3,)), ((0, 5), (3, -1))))
+add(f"{_T}.transpose_report", dict, side=integer(1, 256))
+for _name in ("launch_naive", "launch_shared", "launch_padded", "launch_padded_loads_first"):
+    none(f"{_T}.{_name}", "a launcher on device arrays its entry point (transpose) checked; "
+                          "gpudl.launches.check_launch checks its launch")
+
+_R = f"{_K}.reduction"
+_RVARIANT = choice("v1_atomic", "v2_interleaved", "v3_sequential", "v4_first_add_grid_stride",
+                   "v5_warp_shuffle", "v6_one_pass_atomic", "v7_last_block")
+add(f"{_R}.reference_sum", lambda: dict(x=f32(5)), x=float32(1))
+add(f"{_R}.reduce_sum", lambda: dict(x=f32(5)), x=_V1, variant=_RVARIANT)
+add(f"{_R}.check_variant", lambda: dict(variant="v1_atomic"), variant=_RVARIANT)
+add(f"{_R}.blocks_for", lambda: dict(n=5), n=SIZE)
+add(f"{_R}.grid_stride_blocks", lambda: dict(n=5), n=SIZE)
+for _name in ("atomic_pass", "grid_stride_passes", "tree_passes", "zero_accumulator"):
+    none(f"{_R}.{_name}", "a launcher on device arrays its entry point (reduce_sum) checked; "
+                          "gpudl.launches.check_launch checks its launch")
+none(f"{_R}.workspace", NO_ARGUMENT)
+add(f"{_K}.reduction_error.addition_depth", lambda: dict(n=5, variant="v1_atomic"), n=COUNT,
+    variant=_RVARIANT)
+add(f"{_K}.reduction_error.error_bound", lambda: dict(x=f32(5), variant="v1_atomic"),
+    x=float32(1), variant=_RVARIANT)
+
+_MM = f"{_K}.matmul"
+_MVARIANT = choice("v1_naive", "v2_coalesced", "v3_tiled", "v4_register_1d", "v5_register_2d")
+_A2 = float32(2, (3, 4)).more((), (f32(3, 5),))
+add(f"{_MM}.reference", lambda: dict(a=f32(3, 4), b=f32(4, 2)),
+    a=real_array(2, (3, 4)).more((), (f32(3, 5),)), b=real_array(2, (4, 2)))
+add(f"{_MM}.error_bound", lambda: dict(a=f32(3, 4), b=f32(4, 2)),
+    a=real_array(2, (3, 4)).more((), (f32(3, 5),)), b=real_array(2, (4, 2)))
+add(f"{_MM}.flops", lambda: dict(m=2, k=3, n=4), m=SIZE, k=SIZE, n=SIZE)
+add(f"{_MM}.launch_config", lambda: dict(variant="v5_register_2d", m=8, n=8),
+    variant=_MVARIANT, m=COUNT.more((), (8 * 65_536 * 16,)), n=COUNT)
+add(f"{_MM}.matmul", lambda: dict(a=f32(3, 4), b=f32(4, 2)), a=_A2, b=float32(2, (4, 2)),
+    variant=_MVARIANT)
+
+_NN = f"{_K}.nn"
+add(f"{_NN}.linear_forward_flops", lambda: dict(batch=2, in_features=3, out_features=4),
+    batch=SIZE, in_features=SIZE, out_features=SIZE, bias=BOOL)
+add(f"{_NN}.linear_backward_flops", lambda: dict(batch=2, in_features=3, out_features=4),
+    batch=SIZE, in_features=SIZE, out_features=SIZE, bias=BOOL)
+add(f"{_NN}.relu_flops", lambda: dict(size=4), size=SIZE)
+add(f"{_NN}.softmax_cross_entropy_flops", lambda: dict(batch=2, classes=3), batch=SIZE,
+    classes=COUNT)
+add(f"{_NN}.linear_forward", lambda: dict(x=f32(2, 3), w=f32(3, 4), b=f32(4)),
+    x=float32(2, (2, 3)).more((), (f32(2, 5),)), w=float32(2, (3, 4)), b=float32(1, (4,)))
+add(f"{_NN}.linear_backward", lambda: dict(x=f32(2, 3), w=f32(3, 4), dy=f32(2, 4)),
+    x=float32(2, (2, 3)), w=float32(2, (3, 4)).more((), (f32(5, 4),)),
+    dy=float32(2, (2, 4)).more((), (f32(2, 5),)))
+add(f"{_NN}.relu_forward", lambda: dict(x=f32(2, 3)), x=float32(2, (2, 3)))
+add(f"{_NN}.relu_backward", lambda: dict(x=f32(2, 3), dy=f32(2, 3)), x=float32(2, (2, 3)),
+    dy=float32(2, (2, 3)).more((), (f32(3, 2),)))
+add(f"{_NN}.softmax_cross_entropy",
+    lambda: dict(logits=f32(2, 3), labels=np.array([0, 2])), logits=float32(2, (2, 3)),
+    labels=Kind("class labels", ([0, 2], np.array([0.0, 2.0]), None),
+                (np.array([0, 3]), np.array([-1, 0]), np.array([0]))))
+
+
+def _device(*shape: int) -> Any:
+    from numba import cuda
+
+    return cuda.to_device(f32(*shape))
+
+
+add(f"{_NN}.sgd_update", lambda: dict(param=_device(4), grad=_device(4), lr=0.1),
+    param=Kind("a device array", (f32(4), None, [1.0])), lr=POSITIVE,
+    grad=Kind("a device array", (f32(4), None)).more((), ()))
+
+_BG = f"{_K}.bias_gelu"
+add(f"{_BG}.reference", lambda: dict(x=f32(2, 3), b=f32(3)), x=real_array(2, (2, 3)),
+    b=real_array(1, (3,)).more((), (f32(4),)))
+add(f"{_BG}.reference_backward", lambda: dict(dy=f32(2, 3), x=f32(2, 3), b=f32(3)),
+    dy=real_array(2, (2, 3)).more((), (f32(3, 2),)), x=real_array(2, (2, 3)),
+    b=real_array(1, (3,)))
+add(f"{_BG}.bias_gelu", lambda: dict(x=f32(2, 3), b=f32(3)), x=float32(2, (2, 3)),
+    b=float32(1, (3,)).more((), (f32(4),)))
+add(f"{_BG}.bias_gelu_backward", lambda: dict(dy=f32(2, 3), x=f32(2, 3), b=f32(3)),
+    dy=float32(2, (2, 3)).more((), (f32(3, 2),)), x=float32(2, (2, 3)), b=float32(1, (3,)))
+add(f"{_BG}.bias_gelu_tensor", lambda: dict(x=torch.ones(2, 3), b=torch.ones(3)),
+    x=tensor(shape=(2, 3), contiguous=False, wrong_dtype=torch.float64),
+    b=tensor(shape=(3,), contiguous=False, wrong_dtype=torch.float64).more((), (
+        torch.ones(4),)))
+none(f"{_BG}.BiasGeLU", "a torch.autograd.Function: bias_gelu_tensor checks its input")
+none(f"{_BG}.BiasGeLU.forward", "called by autograd through bias_gelu_tensor")
+none(f"{_BG}.BiasGeLU.backward", "called by autograd")
+
+_B = f"{_K}.buckets"
+_GRADS = Kind("gradient arrays", (f32(3), None, [f32(3).astype(np.float64)], "g"),
+              ([], [f32(3, 1)]))
+add(f"{_B}.offsets", lambda: dict(sizes=[3, 2]), sizes=ints(0, 0).more((), ([3, -1],)))
+add(f"{_B}.reference_pack", lambda: dict(grads=[f32(3), f32(2)], scale=0.5), scale=FINITE,
+    grads=Kind("gradient arrays", (f32(3), None, "g", [[1.0]]), ([f32(3, 1)],)))
+add(f"{_B}.reference_unpack", lambda: dict(bucket=f32(5), sizes=[3, 2]),
+    bucket=real_array(1, (5,)).more((), (f32(6),)), sizes=ints(0).more((), ([3, -1],)))
+add(f"{_B}.pack", lambda: dict(grads=[f32(3), f32(2)], bucket=f32(5), scale=0.5),
+    grads=_GRADS, bucket=float32(1, (5,)).more((), (f32(6),)), scale=FINITE,
+    variant=choice("v1_per_tensor", "v2_multi_tensor"))
+add(f"{_B}.unpack", lambda: dict(grads=[f32(3), f32(2)], bucket=f32(5)), grads=_GRADS,
+    bucket=float32(1, (5,)).more((), (f32(6),)),
+    variant=choice("v1_per_tensor", "v2_multi_tensor"))
+for _name in ("v1_per_tensor", "v2_multi_tensor"):
+    none(f"{_B}.{_name}", "a launcher on arrays its entry points (pack, unpack) checked")
+
+_D = f"{_K}.divergence"
+add(f"{_D}.divergence", lambda: dict(n=32, mode="warp", work=1, threads_per_block=32), n=COUNT,
+    mode=choice("parity", "warp"), work=COUNT, threads_per_block=_TPB)
+add(f"{_D}.reference_divergence", lambda: dict(n=32, mode="warp", work=1,
+                                               threads_per_block=32),
+    n=COUNT, mode=choice("parity", "warp"), work=COUNT, threads_per_block=_TPB)
+add(f"{_D}.divergence_paths", lambda: dict(mode="warp", n_threads=32, threads_per_block=32),
+    n_threads=COUNT, mode=choice("parity", "warp"), threads_per_block=_TPB)
+add(f"{_D}.launch_divergence",
+    lambda: dict(out=resolve("numba.cuda").to_device(np.zeros(32, np.int64)), mode="warp",
+                 work=1, threads_per_block=32),
+    mode=choice("parity", "warp"), work=COUNT, threads_per_block=_TPB)
+
+_H = f"{_K}.hierarchy"
+_CHAIN = Kind("a pointer chain", ([1, 0], None, np.array([1.0, 0.0]), np.array([[1, 0]])),
+              (np.array([1, 100_000], np.int32), np.array([1, -1], np.int32),
+               np.array([], np.int32), np.array([2, 0, -1], np.int32)))
+
+
+def _chain():
+    return resolve(f"{_H}.make_chain")(8, 2)
+
+
+add(f"{_H}.make_chain", lambda: dict(n_elements=8, stride_elements=2), n_elements=COUNT,
+    stride_elements=COUNT, seed=SIZE)
+add(f"{_H}.reference_chase", lambda: dict(chain=_chain(), steps=3), chain=_CHAIN,
+    steps=COUNT, start=integer(0, 7).more((), (1,)))
+add(f"{_H}.check_chase", lambda: dict(got=0, chain=_chain(), steps=4), chain=_CHAIN,
+    steps=COUNT, got=SIZE)
+add(f"{_H}.pointer_chase", lambda: dict(chain=_chain(), steps=3), chain=_CHAIN, steps=COUNT,
+    shared=BOOL)
+none(f"{_H}.launch_chase", "a launcher on device arrays its entry point (pointer_chase) "
+                           "checked; gpudl.launches.check_launch checks its launch")
+none(f"{_H}.grid_blocks", NO_ARGUMENT)
+add(f"{_H}.reference_read_sums",
+    lambda: dict(a=f32(64), reps=1, blocks=2, threads_per_block=32), a=real_array(1),
+    reps=COUNT, blocks=COUNT, threads_per_block=_TPB)
+add(f"{_H}.read_sums", lambda: dict(a=f32(64), reps=1, blocks=2, threads_per_block=32),
+    a=_V1.more((), (np.zeros(0, np.float32),)), reps=COUNT, blocks=COUNT.allowing_none(),
+    threads_per_block=_TPB)
+add(f"{_H}.reference_shared_sums", lambda: dict(src=f32(1024), iters=1, blocks=1),
+    src=real_array(1, (1024,)).more((), (f32(8),)), iters=COUNT, blocks=COUNT)
+add(f"{_H}.shared_sums", lambda: dict(src=f32(1024), iters=1, blocks=1),
+    src=float32(1, (1024,)).more((), (f32(8),)), iters=COUNT, blocks=COUNT.allowing_none())
+for _name in ("launch_read", "launch_shared_read"):
+    none(f"{_H}.{_name}", "a launcher on device arrays its entry point checked; "
+                          "gpudl.launches.check_launch checks its launch")
+add(f"{_H}.register_file_bandwidth_gbs", dict,
+    info=Kind("a DeviceInfo", ("H100", 1, {})))
+
+_AT = f"{_K}.attention"
+_Q = float32(3, (1, 5, 4)).more((), (f32(1, 5, 129), f32(1, 5, 0)))
+_AVARIANT = choice("v1_three_kernels", "v2_fused")
+_Q64 = real_array(3, (1, 5, 4))
+add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+    q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL)
+add(f"{_AT}.weighted", lambda: dict(p=f32(1, 5, 5), v=f32(1, 5, 4), causal=True),
+    p=real_array(3, (1, 5, 5)).more((), (f32(1, 5, 6),)), v=_Q64, causal=BOOL)
+add(f"{_AT}.traffic", lambda: dict(variant="v2_fused", heads=1, s=5, d=4), variant=_AVARIANT,
+    heads=COUNT, s=COUNT, d=integer(1, 128), causal=BOOL)
+add(f"{_AT}.traced_traffic",
+    lambda: dict(variant="v2_fused", q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+    variant=_AVARIANT, q=_Q, k=float32(3, (1, 5, 4)), v=float32(3, (1, 5, 4)), causal=BOOL)
+# a compiled-once factory (functools.cache): an unhashable argument fails in the cache first
+add(f"{_AT}.fused_kernel", lambda: dict(d=4, causal=False), d=integer(1, 128).without([2]),
+    causal=BOOL.without([True]))
+for _name in ("v1_three_kernels", "v2_fused"):
+    none(f"{_AT}.{_name}", "a launcher on device arrays its entry point (forward) checked; "
+                           "gpudl.launches.check_launch checks its launch")
+for _name in ("forward", "attention"):
+    add(f"{_AT}.{_name}", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+        q=_Q, k=float32(3, (1, 5, 4)).more((), (f32(1, 6, 4),)), v=float32(3, (1, 5, 4)),
+        causal=BOOL, variant=_AVARIANT)
+add(f"{_K}.attention_error.error_bound",
+    lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+    q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL)

@@ -62,10 +62,14 @@ def blocks_to_cover(n: int, threads_per_block: int) -> int:
     return -(-n // threads_per_block)
 
 
-@functools.cache
 def resident_blocks(threads_per_block: int) -> int:
     """Blocks of this size that all SMs hold at once (full occupancy); 4 on the simulator."""
-    check_int("threads_per_block", threads_per_block, 1, MAX_THREADS_PER_BLOCK)
+    return _resident_blocks(check_int("threads_per_block", threads_per_block, 1,
+                                      MAX_THREADS_PER_BLOCK))
+
+
+@functools.cache
+def _resident_blocks(threads_per_block: int) -> int:
     if backend.is_simulator():
         return 4
     dev = cuda.get_current_device()

@@ -37,7 +37,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint32
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_choice, check_float32_array
 from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
 from gpudl.kernels.mma import ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
 from gpudl.kernels.mma import K as MMA_K
@@ -210,8 +210,7 @@ _KERNELS: dict[str, Callable] = {"v1_warp_tiles": v1_warp_tiles,
 def launch_config(variant: str, m: int, n: int) -> tuple[tuple[int, int], int]:
     """``(griddim, blockdim)`` of ``variant`` for an (m, n) output: 128 threads per block,
     grid x over the columns of C."""
-    if variant not in _KERNELS:
-        raise ValueError(f"variant must be one of {list(_KERNELS)}, got {variant!r}")
+    check_choice("variant", variant, _KERNELS)
     if variant == "v1_warp_tiles":
         return (-(-n // (WARPS * MMA_N)), -(-m // MMA_M)), THREADS
     return (-(-n // BN), -(-m // BM)), THREADS
@@ -233,8 +232,7 @@ VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = {
 def matmul(a: Array, b: Array, variant: str = "v2_shared_tiles") -> Array:
     """``bf16(a) @ bf16(b)`` in float32 for float32 (M, K) and (K, N) arrays of any sizes,
     on tensor cores (compute capability 8.0 or later; the simulator emulates them)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
     on_device = check_float32_array("a", a, 2) | check_float32_array("b", b, 2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions do not match: a has shape {a.shape} and b has "

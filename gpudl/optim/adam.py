@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from gpudl.checks import check_choice
 from gpudl.interop import KernelArrays
 from gpudl.kernels import optim as kernels
 from gpudl.optim.tensors import (
@@ -100,8 +101,7 @@ class Adam(torch.optim.Optimizer):
         if amsgrad:
             raise ValueError("amsgrad=True is not implemented by gpudl.optim; use "
                              "torch.optim.Adam(amsgrad=True)")
-        if variant not in kernels.VARIANTS:
-            raise ValueError(f"variant must be one of {list(kernels.VARIANTS)}, got {variant!r}")
+        check_choice("variant", variant, kernels.VARIANTS)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": False, "maximize": maximize,
                     "decoupled_weight_decay": decoupled_weight_decay, "variant": variant}

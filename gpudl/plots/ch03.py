@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from gpudl.checks import check_choice
 from gpudl.plots._style import finish
 
 __all__ = ["tile_geometry", "matmul_tiling", "linear_dataflow", "gradient_timeline"]
@@ -26,8 +27,7 @@ def tile_geometry(variant: str) -> dict:
     registers. Read from the module's launch configuration and tile constants."""
     from gpudl.kernels import matmul as matmul_kernels
 
-    if variant not in TILED_VARIANTS:
-        raise ValueError(f"variant must be one of {TILED_VARIANTS}, got {variant!r}")
+    check_choice("variant", variant, TILED_VARIANTS)
     big = 1 << 12
     grid, block = matmul_kernels.launch_config(variant, big, big)
     rows, cols = big // grid[1], big // grid[0]

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from numba import cuda
 from torch import nn
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_int
 from gpudl.interop import as_kernel_array
 from gpudl.kernels import buckets as bucket_kernels
 from gpudl.parallel.data.timeline import expected_buckets
@@ -85,8 +85,7 @@ class GradientBuckets:
             if param.dtype != torch.float32 or not param.requires_grad:
                 raise TypeError(f"every parameter must be float32 and require a gradient, got "
                                 f"{param.dtype} (requires_grad={param.requires_grad})")
-        if variant not in BUCKET_VARIANTS:
-            raise ValueError(f"variant must be one of {list(BUCKET_VARIANTS)}, got {variant!r}")
+        check_choice("variant", variant, BUCKET_VARIANTS)
         ready = self.params[::-1]  # the backward pass produces the last layer's first
         groups = expected_buckets([p.numel() * p.element_size() for p in ready], bucket_cap_mb)
         self.buckets = [[ready[i] for i in group] for group in groups]

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from gpudl.checks import check_choice
 from gpudl.parallel.data.buckets import GradientBuckets, rank_device
 from gpudl.parallel.data.comms import broadcast_parameters, check_replicas
 from gpudl.parallel.data.sampling import (
@@ -145,8 +146,7 @@ class Replica:
 
 def check_strategy(strategy: object) -> None:
     """Raise ``ValueError`` unless ``strategy`` is one of :data:`STRATEGIES`."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    check_choice("strategy", strategy, STRATEGIES)
 
 
 def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,

@@ -26,7 +26,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from gpudl.checks import check_widths
+from gpudl.checks import check_choice, check_widths
 from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.reference import (
     BATCH_PER_RANK,
@@ -54,8 +54,7 @@ def shard_numel(shape: Sequence[int], world_size: int, rank: int) -> int:
 
 
 def _check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    check_choice("strategy", strategy, STRATEGIES)
 
 
 def _shard(model: nn.Module, device_type: str) -> None:
