@@ -553,3 +553,98 @@ for _name in ("forward", "attention"):
 add(f"{_K}.attention_error.error_bound",
     lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
     q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL)
+
+# ------------------------------------------------------------------------------------------
+# gpudl.kernels: tensor cores, wide loads, the optimizers
+# ------------------------------------------------------------------------------------------
+
+_MMA = f"{_K}.mma"
+_TILE_A = real_array(2, (16, 16)).more((), (f32(16, 8),))
+_TILE_B = real_array(2, (16, 8)).more((), (f32(8, 16),))
+for _name in ("fragments", "reference", "error_bound"):
+    add(f"{_MMA}.{_name}", lambda: dict(a=f32(16, 16), b=f32(16, 8), c=f32(16, 8)),
+        a=_TILE_A, b=_TILE_B, c=_TILE_B)
+add(f"{_MMA}.mma_tile", lambda: dict(a=f32(16, 16), b=f32(16, 8), c=f32(16, 8)),
+    a=float32(2, (16, 16)).more((), (f32(16, 8),)), b=float32(2, (16, 8)).more((), (
+        f32(8, 16),)), c=float32(2, (16, 8)))
+add(f"{_MMA}.bf16_round", lambda: dict(x=f32(3)), x=Kind("a real array", (None, 1.0, [1.0],
+                                                                     np.array(["a"]))))
+add(f"{_MMA}.bf16_words", lambda: dict(x=f32(2, 3)), x=real_array(2, (2, 3)),
+    k_padded=integer(0).allowing_none().more((), (8, 17)))
+add(f"{_MMA}.lanes", lambda: dict(matrix="a"), matrix=choice("a", "b", "c"))
+none(f"{_MMA}.mma_bf16", "the instruction, called inside kernels (bound per backend)")
+none(f"{_MMA}.check_tensor_cores", NO_ARGUMENT)
+
+_TC = f"{_K}.tensor_core_matmul"
+_TVARIANT = choice("v1_warp_tiles", "v2_shared_tiles")
+add(f"{_TC}.reference", lambda: dict(a=f32(3, 4), b=f32(4, 2)),
+    a=real_array(2, (3, 4)).more((), (f32(3, 5),)), b=real_array(2, (4, 2)))
+add(f"{_TC}.error_bound", lambda: dict(a=f32(3, 4), b=f32(4, 2)),
+    a=real_array(2, (3, 4)).more((), (f32(3, 5),)), b=real_array(2, (4, 2)))
+add(f"{_TC}.packed", lambda: dict(x=_device(3, 4)), x=Kind("a device array", (
+    f32(3, 4), None)), transpose=BOOL)
+add(f"{_TC}.launch_config", lambda: dict(variant="v2_shared_tiles", m=8, n=8),
+    variant=_TVARIANT, m=COUNT.more((), (16 * 65_536 * 64,)), n=COUNT)
+add(f"{_TC}.matmul", lambda: dict(a=f32(3, 4), b=f32(4, 2)), a=_A2, b=float32(2, (4, 2)),
+    variant=_TVARIANT)
+
+none(f"{_K}.wide.address", "arr: any object; None for what is not an array")
+none(f"{_K}.wide.check_aligned", "arr: any array (a traced one has no address and passes)")
+
+_O = f"{_K}.optim"
+_BETAS = Kind("a pair of betas", (0.9, "0.9,0.99", None, (0.9, "0.99"), (0.9, 0.99, 0.9)),
+              ((1.0, 0.99), (0.9, -0.1), (float("nan"), 0.99)))
+_ADAM = dict(lr=real(0), betas=_BETAS, eps=real(0), weight_decay=real(0))
+add(f"{_O}.hyper.check_adam_hyper",
+    lambda: dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0), **_ADAM)
+add(f"{_O}.hyper.check_sgd_hyper",
+    lambda: dict(lr=1e-3, momentum=0.9, dampening=0.0, weight_decay=0.0, nesterov=False),
+    lr=real(0), momentum=real(0), dampening=FINITE, weight_decay=real(0), nesterov=BOOL)
+add(f"{_O}.hyper.adam_scalars", lambda: dict(step=1), step=COUNT, decoupled=BOOL,
+    maximize=BOOL, **_ADAM)
+add(f"{_O}.hyper.sgd_scalars", lambda: dict(first=True, momentum=0.9), first=BOOL,
+    lr=real(0), momentum=real(0), dampening=FINITE, weight_decay=real(0), nesterov=BOOL,
+    maximize=BOOL)
+none(f"{_O}.hyper.AdamScalars", "the scalars adam_scalars computes from checked input")
+none(f"{_O}.hyper.SgdScalars", "the scalars sgd_scalars computes from checked input")
+_P4 = real_array(1, (4,)).more((), (f32(5),))
+for _name in ("reference_adam", "adam_error_bound"):
+    add(f"{_O}.reference.{_name}",
+        lambda: dict(p=f32(4), g=f32(4), m=f32(4), v=f32(4), step=1),
+        p=real_array(1, (4,)), g=_P4, m=_P4, v=_P4, step=COUNT, decoupled=BOOL,
+        maximize=BOOL, **_ADAM)
+add(f"{_O}.reference.reference_sgd", lambda: dict(p=f32(4), g=f32(4), buf=None, momentum=0.9),
+    p=real_array(1, (4,)), g=_P4, buf=_P4.allowing_none(), lr=real(0), momentum=real(0),
+    dampening=FINITE, weight_decay=real(0), nesterov=BOOL, maximize=BOOL)
+add(f"{_O}.reference.sgd_error_bound",
+    lambda: dict(p=f32(4), g=f32(4), buf=None, momentum=0.9),
+    p=real_array(1, (4,)), g=_P4, buf=_P4.allowing_none(), lr=real(0), momentum=real(0),
+    dampening=FINITE, weight_decay=real(0), nesterov=BOOL)
+_F4 = float32(1, (4,)).more((), (f32(5),))
+add(f"{_O}.adam.adam_step", lambda: dict(p=f32(4), g=f32(4), m=f32(4), v=f32(4), step=1),
+    p=float32(1, (4,)), g=_F4, m=_F4, v=_F4, step=COUNT, decoupled=BOOL, maximize=BOOL,
+    variant=choice("unfused", "fused", "shared", "multi_tensor"), **_ADAM)
+add(f"{_O}.sgd.sgd_step", lambda: dict(p=f32(4), g=f32(4), buf=f32(4), first=True,
+                                        momentum=0.9),
+    p=float32(1, (4,)), g=_F4, buf=_F4.without(None).more((), (None,)), first=BOOL, lr=real(0),
+    momentum=real(0), dampening=FINITE, weight_decay=real(0), nesterov=BOOL, maximize=BOOL)
+_LOW = Kind("a float16 array", (f32(4), f32(4).tolist(), None), (np.ones((4, 1), np.float16),
+                                                                  np.ones(8, np.float16)[::2]))
+add(f"{_O}.mixed.adam_step_mixed",
+    lambda: dict(p_low=np.ones(4, np.float16), g_low=np.ones(4, np.float16), master=f32(4),
+                 m=f32(4), v=f32(4), step=1),
+    p_low=_LOW, g_low=_LOW.more((np.ones(4, np.int16),)), master=_F4, m=_F4, v=_F4,
+    step=COUNT, decoupled=BOOL, maximize=BOOL, **_ADAM)
+for _name in ("adam.v1_unfused", "adam.launch_fused", "adam.launch_shared",
+              "adam.launch_multi_tensor", "mixed.launch_mixed", "sgd.launch_sgd"):
+    none(f"{_O}.{_name}", "a launcher on kernel arrays and scalars its entry point checked "
+                          "(adam_step, adam_step_mixed, sgd_step, gpudl.optim)")
+add(f"{_O}.traffic.blocks_for", lambda: dict(n=5), n=SIZE)
+none(f"{_O}.traffic.launch", "the one launch of the optimizer kernels, called by launchers")
+none(f"{_O}.traffic.Traffic", RECORD)
+add(f"{_O}.traffic.Traffic.total", dict, method("Traffic", lambda: resolve(
+    f"{_O}.traffic.Traffic")(), "total"), kind=choice("global", "shared"))
+none(f"{_O}.traffic.Traffic.record", "called by launch() while counting")
+none(f"{_O}.traffic.traffic", NO_ARGUMENT)
+add(f"{_O}.traffic.recorded_launches", dict,
+    lambda kw: resolve(f"{_O}.traffic.recorded_launches")(**kw).__enter__(), run=BOOL)
