@@ -33,6 +33,7 @@ __all__ = [
     "check_compute_capability",
     "check_equal",
     "check_float32_array",
+    "check_instance",
     "check_int",
     "check_ints",
     "check_positive",
@@ -95,6 +96,15 @@ def check_callable(name: str, value: object) -> Any:
     """``value`` if it can be called (a function, a class); else a ``TypeError``."""
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_instance(name: str, value: object, cls: type | tuple[type, ...]) -> Any:
+    """``value`` if it is an instance of ``cls`` (a set-up object, a model, a generator);
+    else a ``TypeError`` naming ``name`` and the class wanted."""
+    if not isinstance(value, cls):
+        wanted = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise TypeError(f"{name} must be a {wanted}, got {type(value).__name__}")
     return value
 
 

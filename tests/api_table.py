@@ -648,3 +648,96 @@ none(f"{_O}.traffic.Traffic.record", "called by launch() while counting")
 none(f"{_O}.traffic.traffic", NO_ARGUMENT)
 add(f"{_O}.traffic.recorded_launches", dict,
     lambda kw: resolve(f"{_O}.traffic.recorded_launches")(**kw).__enter__(), run=BOOL)
+
+# ------------------------------------------------------------------------------------------
+# gpudl.models
+# ------------------------------------------------------------------------------------------
+
+_MLP = "gpudl.models.mlp"
+
+
+@functools.cache
+def _trained_mlp():
+    model = resolve(f"{_MLP}.KernelMLP")((4, 3, 2))
+    model.loss_and_grads(f32(2, 4), np.array([0, 1]))
+    return model
+
+
+def _twin():
+    return resolve(f"{_MLP}.TorchTwin")(resolve(f"{_MLP}.KernelMLP")((4, 3, 2)).to_torch())
+
+
+_KINDS = choice("forward", "loss", "backward", "update")
+_OPS = choice("matmul", "bias", "relu", "softmax_xent", "sgd")
+_LABELS = Kind("labels", (None, [0, 1], f32(2)), (np.array([0]),))
+add(f"{_MLP}.FlopCounter.add", lambda: dict(kind="forward", op="matmul", flops=4),
+    method("FlopCounter", lambda: resolve(f"{_MLP}.FlopCounter")(), "add"), kind=_KINDS,
+    op=_OPS, flops=SIZE)
+add(f"{_MLP}.FlopCounter.total", dict,
+    method("FlopCounter", lambda: resolve(f"{_MLP}.FlopCounter")(), "total"),
+    kind=_KINDS.allowing_none(), op=_OPS.allowing_none())
+none(f"{_MLP}.FlopCounter", NO_ARGUMENT)
+none(f"{_MLP}.FlopCounter.by_kind", NO_ARGUMENT)
+none(f"{_MLP}.FlopCounter.reset", NO_ARGUMENT)
+add(f"{_MLP}.KernelMLP", lambda: dict(sizes=(4, 3, 2)), sizes=widths(2), seed=SIZE)
+add(f"{_MLP}.KernelMLP.sgd_step", lambda: dict(lr=0.1), lambda kw: _trained_mlp().sgd_step(
+    **kw), lr=POSITIVE)
+add(f"{_MLP}.KernelMLP.forward", lambda: dict(x=f32(2, 4)), lambda kw: _trained_mlp().forward(
+    **kw), x=Kind("a batch", ([[1.0] * 4], None, f32(2, 4).astype(np.float64)), (f32(2, 5),)))
+add(f"{_MLP}.KernelMLP.loss_and_grads", lambda: dict(x=f32(2, 4), labels=np.array([0, 1])),
+    lambda kw: resolve(f"{_MLP}.KernelMLP")((4, 3, 2)).loss_and_grads(**kw),
+    x=Kind("a batch", ([[1.0] * 4], None, f32(2, 4).astype(np.float64)), (f32(2, 5),)),
+    labels=_LABELS.more((), (np.array([0, 2]),)))
+add(f"{_MLP}.KernelMLP.to_torch", dict, lambda kw: _trained_mlp().to_torch(**kw),
+    dtype=torch_dtype(torch.float32, torch.float64))
+add(f"{_MLP}.KernelMLP.from_torch", lambda: dict(module=_trained_mlp().to_torch()),
+    module=Kind("a Sequential", (None, torch.nn.Linear(2, 2), "m"),
+                (torch.nn.Sequential(torch.nn.ReLU()),)))
+none(f"{_MLP}.KernelMLP.host_params", NO_ARGUMENT)
+none(f"{_MLP}.KernelMLP.count_flops", NO_ARGUMENT)
+add(f"{_MLP}.TorchTwin", lambda: dict(module=_trained_mlp().to_torch()),
+    module=Kind("a Sequential", (None, "m", 1)))
+add(f"{_MLP}.TorchTwin.sgd_step", lambda: dict(lr=0.1), lambda kw: _twin().sgd_step(**kw),
+    lr=POSITIVE)
+add(f"{_MLP}.TorchTwin.forward", lambda: dict(x=f32(2, 4)), lambda kw: _twin().forward(**kw),
+    x=Kind("a batch", ([[1.0] * 4], None), (f32(4),)))
+add(f"{_MLP}.TorchTwin.loss_and_grads", lambda: dict(x=f32(2, 4), labels=np.array([0, 1])),
+    lambda kw: _twin().loss_and_grads(**kw), x=Kind("a batch", ([[1.0] * 4], None), (f32(4),)),
+    labels=_LABELS)
+none(f"{_MLP}.TorchTwin.host_params", NO_ARGUMENT)
+add(f"{_MLP}.load_digits_split", dict, seed=SIZE)
+add(f"{_MLP}.batches", lambda: dict(n=10, batch_size=3, rng=np.random.default_rng(0)), n=SIZE,
+    batch_size=COUNT, rng=Kind("a Generator", (None, 0, np.random.RandomState(0))))
+add(f"{_MLP}.accuracy", lambda: dict(model=_trained_mlp(), x=f32(2, 4), y=np.array([0, 1])),
+    model=Kind("a model", (None, "m", torch.nn.Linear(2, 2))),
+    x=Kind("a batch", ([[1.0] * 4], None), (f32(4),)), y=_LABELS)
+
+
+def _data():
+    return (f32(4, 4), np.array([0, 1, 0, 1]), f32(2, 4), np.array([0, 1]))
+
+
+add(f"{_MLP}.train", lambda: dict(model=_trained_mlp(), data=_data(), epochs=1, batch_size=2,
+                                  lr=0.1),
+    model=Kind("a model", (None, "m")), epochs=COUNT, batch_size=COUNT, lr=POSITIVE,
+    seed=SIZE, data=Kind("a data split", (None, f32(4, 4), (f32(4, 4),) * 3,
+                                          (f32(4, 4), f32(4), f32(2, 4), np.array([0, 1])))))
+
+_ENC = "gpudl.models.encoder"
+_CONFIG = instance(object)
+add(f"{_ENC}.EncoderConfig", dict, layers=COUNT, hidden=COUNT.more((), (30,)), heads=COUNT,
+    ffn=COUNT, seq=COUNT)
+for _name in ("SelfAttention", "FeedForward", "EncoderBlock"):
+    add(f"{_ENC}.{_name}", lambda: dict(config=resolve(f"{_ENC}.EncoderConfig")()),
+        config=_CONFIG)
+    none(f"{_ENC}.{_name}.forward", "a torch module's forward: torch checks its input")
+_ENC_DTYPE = torch_dtype(torch.float32, torch.float64, torch.bfloat16, torch.float16)
+add(f"{_ENC}.make_encoder", lambda: dict(config=resolve(f"{_ENC}.EncoderConfig")(layers=1)),
+    config=_CONFIG, seed=SIZE, dtype=_ENC_DTYPE)
+add(f"{_ENC}.encoder_batch", lambda: dict(config=resolve(f"{_ENC}.EncoderConfig")(), batch=2),
+    config=_CONFIG, batch=COUNT, seed=SIZE, dtype=_ENC_DTYPE)
+add(f"{_ENC}.attend", lambda: dict(q=torch.ones(1, 2, 8), k=torch.ones(1, 2, 8),
+                                    v=torch.ones(1, 2, 8), head_dim=4),
+    q=tensor(shape=(1, 2, 8), contiguous=False).more((), (torch.ones(1, 2, 4),)),
+    k=tensor(shape=(1, 2, 8), contiguous=False), v=tensor(shape=(1, 2, 8), contiguous=False),
+    head_dim=COUNT.more((), (3,)))
