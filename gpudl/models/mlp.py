@@ -152,8 +152,8 @@ class KernelMLP:
         training does not need it, so that every linear layer's backward is exactly two
         products of its forward's size."""
         on_device = is_device_array(x)
-        x_d, labels_d = (x, labels) if on_device else (_to_device(x), _to_device(labels,
-                                                                                  "labels"))
+        x_d, labels_d = ((x, labels) if on_device
+                         else (_to_device(x, "x"), _to_device(labels, "labels")))
         logits, inputs, pre_activations = self._forward(x_d)
         loss, grad = nn.softmax_cross_entropy(logits, labels_d)
         self.flops.add("loss", "softmax_xent", nn.softmax_cross_entropy_flops(*logits.shape))
