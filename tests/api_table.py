@@ -741,3 +741,111 @@ add(f"{_ENC}.attend", lambda: dict(q=torch.ones(1, 2, 8), k=torch.ones(1, 2, 8),
     q=tensor(shape=(1, 2, 8), contiguous=False).more((), (torch.ones(1, 2, 4),)),
     k=tensor(shape=(1, 2, 8), contiguous=False), v=tensor(shape=(1, 2, 8), contiguous=False),
     head_dim=COUNT.more((), (3,)))
+
+# ------------------------------------------------------------------------------------------
+# gpudl.optim
+# ------------------------------------------------------------------------------------------
+
+_OPT = "gpudl.optim"
+
+
+def _param(*shape: int) -> torch.nn.Parameter:
+    p = torch.nn.Parameter(torch.ones(*shape))
+    p.grad = torch.ones(*shape)
+    return p
+
+
+_TORCH_LR = real(0).more((), (torch.tensor([0.1, 0.2]),))
+_SWITCH = Kind("a torch switch", (), (True,))
+add(f"{_OPT}.sgd.SGD", lambda: dict(params=[_param(3)], lr=0.1, momentum=0.9),
+    params=Kind("parameters", (None, 1, [torch.ones(2, dtype=torch.int64)]), ()),
+    lr=_TORCH_LR, momentum=real(0), dampening=FINITE, weight_decay=real(0), nesterov=BOOL,
+    maximize=BOOL, foreach=_SWITCH, fused=_SWITCH, differentiable=_SWITCH)
+_ADAM_OPTIONS = dict(lr=_TORCH_LR, betas=_BETAS, eps=real(0), weight_decay=real(0),
+                     maximize=BOOL, variant=choice("unfused", "fused", "shared", "multi_tensor"),
+                     foreach=_SWITCH, fused=_SWITCH, capturable=_SWITCH,
+                     differentiable=_SWITCH, amsgrad=Kind("amsgrad", (), (True,)))
+add(f"{_OPT}.adam.Adam", lambda: dict(params=[_param(3)]), decoupled_weight_decay=BOOL,
+    **_ADAM_OPTIONS)
+add(f"{_OPT}.adam.AdamW", lambda: dict(params=[_param(3)]), **_ADAM_OPTIONS)
+
+
+def _state(**state: Any) -> dict:
+    return {"state": {0: state}, "param_groups": [{"params": [0], "lr": 0.1}]}
+
+
+_ADAM_STATE = Kind("an Adam state_dict", (None, [1], _state(exp_avg=[1.0] * 3)), (
+    _state(step=torch.tensor(1.0), exp_avg=torch.ones(1), exp_avg_sq=torch.ones(3)),
+    _state(step=torch.tensor(1.0), exp_avg=torch.ones(3), exp_avg_sq=torch.ones(4)),
+    _state(step=torch.tensor(-1.0), exp_avg=torch.ones(3), exp_avg_sq=torch.ones(3)),
+    _state(step=torch.tensor(float("nan")), exp_avg=torch.ones(3), exp_avg_sq=torch.ones(3)),
+    {"state": {}, "param_groups": [{"params": [0, 1], "lr": 0.1}]}))
+
+
+def _adam(variant: str = "fused") -> Any:
+    return resolve(f"{_OPT}.adam.Adam")([_param(3)], variant=variant)
+
+
+add(f"{_OPT}.adam.Adam.load_state_dict", lambda: dict(state_dict=_adam().state_dict()),
+    method("Adam", _adam, "load_state_dict"), state_dict=_ADAM_STATE.more(
+        (_state(step=1, exp_avg=torch.ones(3, dtype=torch.int64), exp_avg_sq=torch.ones(3)),)))
+add(f"{_OPT}.adam.Adam.add_param_group", lambda: dict(param_group={"params": [_param(2)]}),
+    method("Adam", _adam, "add_param_group"),
+    param_group=Kind("a parameter group", ({"params": [torch.ones(2, dtype=torch.int64)]},),
+                     ({"params": [_param(2)], "variant": "bogus"},
+                      {"params": [_param(2)], "lr": -1.0})))
+add(f"{_OPT}.adam.Adam.step", dict, method("Adam", _adam, "step"),
+    closure=Kind("a closure", (1, "f")))
+add(f"{_OPT}.adam.Adam.zero_grad", dict, method("Adam", _adam, "zero_grad"),
+    set_to_none=BOOL)
+
+
+def _sgd() -> Any:
+    return resolve(f"{_OPT}.sgd.SGD")([_param(3)], lr=0.1, momentum=0.9)
+
+
+add(f"{_OPT}.sgd.SGD.load_state_dict", lambda: dict(state_dict=_sgd().state_dict()),
+    method("SGD", _sgd, "load_state_dict"), state_dict=Kind(
+        "an SGD state_dict", (None, _state(momentum_buffer=torch.ones(3, dtype=torch.int32))),
+        (_state(momentum_buffer=torch.ones(2)), _state(momentum_buffer=torch.ones(3, 1)))))
+add(f"{_OPT}.sgd.SGD.add_param_group", lambda: dict(param_group={"params": [_param(2)]}),
+    method("SGD", _sgd, "add_param_group"),
+    param_group=Kind("a parameter group", ({"params": [torch.ones(2, dtype=torch.int64)]},),
+                     ({"params": [_param(2)], "lr": -1.0},)))
+add(f"{_OPT}.sgd.SGD.step", dict, method("SGD", _sgd, "step"),
+    closure=Kind("a closure", (1, "f")))
+none(f"{_OPT}.adam.FlatGroup", "the flat buffers Adam makes itself (variant multi_tensor)")
+none(f"{_OPT}.adam.FlatGroup.in_place", NO_ARGUMENT)
+add(f"{_OPT}.adam.adopt", lambda: dict(tensor=torch.ones(3), slot=torch.zeros(3)),
+    tensor=tensor(shape=(3,), contiguous=False).more((), (torch.ones(4),)),
+    slot=tensor(shape=(3,), contiguous=False))
+add(f"{_OPT}.traffic.traffic_table", lambda: dict(sizes=(3,), variants=("fused",)),
+    sizes=ints(1), variants=Kind("variant names", ("fused", None, [1]), (["bogus"],)))
+_T = f"{_OPT}.tensors"
+add(f"{_T}.hyperparameter", lambda: dict(name="lr", value=0.1),
+    value=Kind("a number or a one-element tensor", (),
+               (torch.tensor([0.1, 0.2]), torch.tensor(1))))
+add(f"{_T}.adam_betas", lambda: dict(betas=(0.9, 0.99)),
+    betas=Kind("betas", (), ((torch.tensor([0.9, 0.1]), 0.99),)))
+none(f"{_T}.refuse_torch_options", "options: torch's switches, refused when on (tested with "
+                                   "the optimizers' foreach, fused, capturable, differentiable)")
+add(f"{_T}.run_closure", lambda: dict(closure=None), closure=Kind("a closure", (1, "f")))
+none(f"{_T}.check_params", "an input check of the optimizers (tested through "
+                           "add_param_group)")
+none(f"{_T}.check_group", "an input check of the optimizers (tested through "
+                          "add_param_group)")
+none(f"{_T}.check_params_argument", "an input check of the optimizers (tested through "
+                                    "their params)")
+none(f"{_T}.check_loaded_state", "an input check of the optimizers (tested through "
+                                 "load_state_dict)")
+add(f"{_T}.checked_gradient", lambda: dict(p=_param(3), name="SGD"),
+    p=Kind("a parameter with a gradient", (None,), ()))
+none(f"{_T}.kernel_array", "plumbing: a checked tensor as a kernel array "
+                           "(gpudl.interop.KernelArrays checks it)")
+add(f"{_T}.array_cache", lambda: dict(params=[torch.ones(2)]),
+    params=Kind("tensors", (None, 1), ()))
+add(f"{_T}.cached_adam_scalars",
+    lambda: dict(step=1, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled=False, maximize=False),
+    step=COUNT.without([2]), lr=real(0).without([0.1]), eps=real(0).without([0.1]))
+none(f"{_T}.staged", "tensors: the checked tensors of an optimizer step")
