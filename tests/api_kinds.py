@@ -207,3 +207,6 @@ class Entry:
     params: dict[str, Kind] = field(default_factory=dict)
     reason: str = ""
     distributed: bool = False
+    #: other words by which an error may name a parameter ("the data-parallel degree" for a
+    #: world size): the message names what the argument is, if not its spelling
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)

@@ -62,9 +62,10 @@ def resolve(key: str) -> Any:
 
 
 def add(key: str, valid: Any, call: Any = None, *, distributed: bool = False,
-        **params: Kind) -> None:
+        aliases: dict[str, tuple[str, ...]] | None = None, **params: Kind) -> None:
     assert key not in TABLE, f"two entries for {key}"
-    TABLE[key] = Entry(key, valid, call, params, distributed=distributed)
+    TABLE[key] = Entry(key, valid, call, params, distributed=distributed,
+                       aliases=aliases or {})
 
 
 def none(key: str, reason: str) -> None:
@@ -849,3 +850,328 @@ add(f"{_T}.cached_adam_scalars",
                  decoupled=False, maximize=False),
     step=COUNT.without([2]), lr=real(0).without([0.1]), eps=real(0).without([0.1]))
 none(f"{_T}.staged", "tensors: the checked tensors of an optimizer step")
+
+# ------------------------------------------------------------------------------------------
+# gpudl.parallel: the launcher, the shared floor and data parallelism
+# ------------------------------------------------------------------------------------------
+
+_PAR = "gpudl.parallel"
+_WORKER = Kind("a worker", (None, 1, "hello"), (lambda rank, world_size: None,))
+COLLECTIVE = ("a collective called on every rank of a process group (inside a worker): "
+              "torch.distributed checks its tensors; tested in the distributed tests")
+IN_GROUP = "needs a process group (called inside a worker); tested in the distributed tests"
+
+
+def _spawn(kw: dict) -> Any:
+    return resolve(f"{_PAR}.launch.spawn")(kw["worker"], kw["world_size"], timeout=kw["timeout"],
+                                            backend=kw["backend"], num_threads=kw["num_threads"])
+
+
+add(f"{_PAR}.launch.spawn",
+    lambda: dict(worker=resolve(f"{_PAR}.launch.hello"), world_size=1, timeout=30.0,
+                 backend=None, num_threads=1), _spawn,
+    worker=_WORKER, world_size=COUNT, timeout=TIMEOUT, num_threads=COUNT,
+    backend=choice("gloo", "nccl").allowing_none().more((), ("nccl",)))
+add(f"{_PAR}.launch.default_backend", lambda: dict(world_size=2), world_size=COUNT)
+add(f"{_PAR}.launch.run_under_torchrun", lambda: dict(worker=None),
+    lambda kw: resolve(f"{_PAR}.launch.run_under_torchrun")(kw["worker"]),
+    worker=Kind("a worker", (1, "hello")))
+add(f"{_PAR}.launch.Clock", lambda: dict(device=torch.device("cpu")),
+    device=Kind("a torch.device", (None, "cpu", 0)))
+none(f"{_PAR}.launch.Clock.mark", NO_ARGUMENT)
+none(f"{_PAR}.launch.Clock.seconds", "start, mark: marks this clock made (mark())")
+none(f"{_PAR}.launch.WorkerError", EXCEPTION)
+none(f"{_PAR}.launch.hello", "a worker: spawn calls it with its rank and world size")
+none(f"{_PAR}.launch.rank0_print", "prints whatever it is given, as print does")
+none(f"{_PAR}.launch.device_and_sync", NO_ARGUMENT)
+
+add(f"{_PAR}.degrees.ParallelDegrees", dict, data=COUNT, tensor=COUNT, pipeline=COUNT,
+    sharding=COUNT.more((), (3,)))
+
+
+def _degrees():
+    return resolve(f"{_PAR}.degrees.ParallelDegrees")(data=2)
+
+
+add(f"{_PAR}.degrees.ParallelDegrees.check_world_size", lambda: dict(world_size=2),
+    method("ParallelDegrees", _degrees, "check_world_size"), world_size=COUNT.more((), (3,)),
+    aliases={"world_size": ("world size",)})
+add(f"{_PAR}.degrees.ParallelDegrees.check_divides",
+    lambda: dict(degree="data", what="the batch size", size=8),
+    method("ParallelDegrees", _degrees, "check_divides"),
+    degree=choice("data", "tensor", "pipeline", "sharding"), size=COUNT.more((), (-4, 7)))
+add(f"{_PAR}.encoder_plan.check_dtensor_plan",
+    lambda: dict(module=resolve("gpudl.models.encoder.EncoderBlock")(
+        resolve("gpudl.models.encoder.EncoderConfig")()), plan={}),
+    module=Kind("a module", (None, "m")), plan=Kind("a plan", (None, ["attn.q"]),
+                                                     ({"attn.nope": None},)))
+add(f"{_PAR}.messages.rank_input", lambda: dict(rank=1, numel=4), rank=SIZE, numel=SIZE)
+add(f"{_PAR}.messages.expected_sum", lambda: dict(world_size=2, numel=4), world_size=COUNT,
+    numel=SIZE)
+add(f"{_PAR}.messages.check_allreduce", lambda: dict(
+    result=resolve(f"{_PAR}.messages.expected_sum")(2, 4), world_size=2),
+    result=Kind("a tensor", (None, [1.0])), world_size=COUNT)
+add(f"{_PAR}.messages.check_p2p", lambda: dict(
+    received=resolve(f"{_PAR}.messages.rank_input")(1, 4), sender=1),
+    received=Kind("a tensor", (None, [1.0])), sender=SIZE)
+
+_REF = f"{_PAR}.reference"
+_DIMS = widths(2)
+add(f"{_REF}.make_mlp", lambda: dict(dims=(4, 3, 2)), dims=_DIMS, seed=SIZE)
+add(f"{_REF}.make_batch", lambda: dict(world_size=2, dims=(4, 2)), world_size=COUNT,
+    dims=_DIMS, batch_per_rank=COUNT, seed=SIZE)
+add(f"{_REF}.adam_step_loss", lambda: dict(world_size=1, dims=(4, 2)), world_size=COUNT,
+    dims=_DIMS, lr=POSITIVE)
+add(f"{_REF}.adam_run", lambda: dict(world_size=1, steps=1, lr=0.01, dims=(4, 2)),
+    world_size=COUNT, steps=COUNT, lr=POSITIVE, dims=_DIMS)
+add(f"{_REF}.mlp_gradients", lambda: dict(world_size=2, dims=(4, 2), batch_per_rank=2),
+    world_size=COUNT, dims=_DIMS, batch_per_rank=COUNT,
+    ranks=ints(0).allowing_none().more((), ([2],)))
+
+
+def _mlp():
+    return resolve(f"{_REF}.make_mlp")((4, 2))
+
+
+add(f"{_REF}.sgd_steps",
+    lambda: dict(model=_mlp(), x=torch.ones(2, 4), y=torch.ones(2, 2), steps=1, lr=0.1),
+    model=Kind("a module", (None, "m")), x=Kind("a tensor", (None, [1.0])),
+    y=Kind("a tensor", (None, [1.0])), steps=COUNT, lr=POSITIVE,
+    loss_of=Kind("a function", (None, 1)), gradient_of=Kind("a function", (None, 1)))
+add(f"{_REF}.encoder_sgd_run",
+    lambda: dict(config=resolve("gpudl.models.encoder.EncoderConfig")(layers=1), batch=1,
+                 steps=1, lr=0.1),
+    config=instance(object), batch=COUNT, steps=COUNT, lr=POSITIVE,
+    dtype=torch_dtype(torch.float32, torch.float64))
+add(f"{_REF}.whole", lambda: dict(t=torch.ones(2)), t=Kind("a tensor", (None, [1.0])))
+add(f"{_REF}.flat_parameters", lambda: dict(model=_mlp()), model=Kind("a module", (None, 1)))
+add(f"{_REF}.local_bytes", lambda: dict(tensors=[torch.ones(2)]),
+    tensors=Kind("tensors", (None, torch.ones(2), [1.0])))
+add(f"{_REF}.optimizer_state_bytes",
+    lambda: dict(optimizer=torch.optim.SGD(_mlp().parameters(), lr=0.1)),
+    optimizer=Kind("an optimizer", (None, "sgd")))
+none(f"{_REF}.average_gradients", COLLECTIVE)
+
+_DATA = f"{_PAR}.data"
+_SETUP = instance(object)
+none(f"{_DATA}.buckets.rank_device", NO_ARGUMENT)
+add(f"{_DATA}.buckets.kernel_stream", lambda: dict(device=torch.device("cpu")),
+    lambda kw: resolve(f"{_DATA}.buckets.kernel_stream")(**kw).__enter__(),
+    device=Kind("a torch.device", (None, "cpu")))
+
+
+def _grad_params():
+    return list(_mlp().parameters())
+
+
+add(f"{_DATA}.buckets.GradientBuckets",
+    lambda: dict(params=_grad_params(), bucket_cap_mb=None, world_size=2),
+    params=Kind("parameters", (None, torch.ones(2), [torch.ones(2, dtype=torch.int64)]),
+                ([],)),
+    bucket_cap_mb=POSITIVE.allowing_none(), world_size=COUNT,
+    variant=choice("views", "v1_per_tensor", "v2_multi_tensor"))
+for _name in ("zero_grad", "arm", "wait"):
+    none(f"{_DATA}.buckets.GradientBuckets.{_name}", NO_ARGUMENT)
+add(f"{_DATA}.comms.ring_chunks", lambda: dict(numel=10, world_size=3), numel=SIZE,
+    world_size=COUNT)
+add(f"{_DATA}.comms.ring_all_reduce", lambda: dict(tensor=torch.ones(4)),
+    tensor=tensor(wrong_dtype=torch.bool))
+add(f"{_DATA}.comms.ring_all_reduce_worker", lambda: dict(rank=0, world_size=1, numels=[3]),
+    numels=ints(1))
+add(f"{_DATA}.comms.ring_all_reduce_check", lambda: dict(world_size=2, numels=[3]),
+    world_size=COUNT, numels=ints(1).allowing_none(), timeout=TIMEOUT)
+add(f"{_DATA}.comms.check_replicas", lambda: dict(module=_mlp()),
+    module=Kind("a module", (None, "m")))
+add(f"{_DATA}.comms.broadcast_parameters", lambda: dict(module=_mlp()),
+    module=Kind("a module", (None, "m")))
+
+
+def _setup(**kw: Any) -> Any:
+    return resolve(f"{_DATA}.sampling.Setup")(**kw)
+
+
+add(f"{_DATA}.sampling.Setup", dict, n_samples=COUNT, global_batch=COUNT, epochs=COUNT,
+    dims=_DIMS, lr=POSITIVE, momentum=NONNEGATIVE, seed=SIZE, shuffle=BOOL, drop_last=BOOL,
+    accumulation=COUNT, bucket_cap_mb=POSITIVE.allowing_none(),
+    variant=choice("views", "v1_per_tensor", "v2_multi_tensor"),
+    start=choice("broadcast", "verify"), rank_seed_step=SIZE)
+add(f"{_DATA}.sampling.check_plan", lambda: dict(setup=_setup(), world_size=2),
+    setup=_SETUP, aliases={"world_size": ("data-parallel degree",)}, world_size=COUNT.more((), (3, 97)))
+add(f"{_DATA}.sampling.make_dataset", lambda: dict(setup=_setup()), setup=_SETUP)
+add(f"{_DATA}.sampling.rank_indices",
+    lambda: dict(setup=_setup(), world_size=2, rank=1, epoch=0), setup=_SETUP, aliases={"world_size": ("data-parallel degree",)},
+    world_size=COUNT.more((), (3,)), rank=integer(0, 1), epoch=SIZE)
+add(f"{_DATA}.sampling.global_order", lambda: dict(setup=_setup(), world_size=2, epoch=0),
+    setup=_SETUP, aliases={"world_size": ("data-parallel degree",)}, world_size=COUNT.more((), (3,)), epoch=SIZE)
+add(f"{_DATA}.sampling.sampler_plan", lambda: dict(n_samples=10, world_size=2),
+    n_samples=COUNT, world_size=COUNT.more((), (11,)), drop_last=BOOL, shuffle=BOOL,
+    seed=SIZE, epoch=SIZE)
+add(f"{_DATA}.timeline.expected_buckets", lambda: dict(sizes_bytes=[4, 8], bucket_cap_mb=1.0),
+    sizes_bytes=ints(0), bucket_cap_mb=POSITIVE.allowing_none())
+add(f"{_DATA}.timeline.gradient_timeline", lambda: dict(world_size=2, dims=(4, 2),
+                                                        batch_per_rank=2),
+    world_size=COUNT, bucket_cap_mb=POSITIVE.allowing_none(), dims=_DIMS,
+    batch_per_rank=COUNT, timeout=TIMEOUT)
+add(f"{_DATA}.timeline.timeline_worker",
+    lambda: dict(rank=0, world_size=1, bucket_cap_mb=None, dims=(4, 2), batch_per_rank=2),
+    bucket_cap_mb=POSITIVE.allowing_none(), dims=_DIMS, batch_per_rank=COUNT)
+_STRATEGY = choice("single", "manual", "bucketed", "ddp")
+add(f"{_DATA}.training.check_strategy", lambda: dict(strategy="ddp"), strategy=_STRATEGY)
+add(f"{_DATA}.training.Replica",
+    lambda: dict(strategy="single", setup=_setup(), rank=0, world_size=1,
+                 device=torch.device("cpu")),
+    strategy=_STRATEGY, setup=_SETUP, rank=integer(0, 0), world_size=COUNT,
+    device=Kind("a torch.device", (None, "cpu")))
+none(f"{_DATA}.training.Replica.step", "x, y: this rank's share of a global batch, from "
+                                       "train_worker (torch checks their shapes)")
+none(f"{_DATA}.training.Replica.flat_parameters", NO_ARGUMENT)
+add(f"{_DATA}.training.train_worker",
+    lambda: dict(rank=0, world_size=1, strategy="single", setup=_setup(epochs=1)),
+    rank=integer(0, 0), world_size=COUNT.more((), (2,)), strategy=_STRATEGY, setup=_SETUP)
+add(f"{_DATA}.training.run_worker", lambda: dict(rank=0, world_size=1, jobs=[]),
+    rank=integer(0, 0), jobs=Kind("jobs", (None, "ddp", [("ddp",)]), ()))
+add(f"{_DATA}.training.run_many", lambda: dict(jobs=[("ddp", _setup())], world_size=2),
+    jobs=Kind("jobs", (None, "ddp", [("ddp",)]), ([],)), aliases={"world_size": ("data-parallel degree",)},
+    world_size=COUNT.more((), (3,)), timeout=TIMEOUT)
+add(f"{_DATA}.training.run", lambda: dict(strategy="ddp", world_size=2), aliases={"world_size": ("data-parallel degree",)},
+    strategy=_STRATEGY, world_size=COUNT.more((), (3,)), setup=_SETUP, timeout=TIMEOUT)
+
+
+def _record(losses=(1.0, 1.0), params=None):
+    params = params or [np.ones(3, np.float32)] * len(losses)
+    return {"rank": 0, "losses": list(losses), "params": params}
+
+
+add(f"{_DATA}.training.compare", lambda: dict(records=[_record()], reference=_record()),
+    records=Kind("records", (None, _record(), "r"), ([], [_record((1.0,))])),
+    reference=Kind("a record", (None, [_record()])))
+none(f"{_DATA}.training.main", CLI)
+
+# ------------------------------------------------------------------------------------------
+# gpudl.parallel: pipeline, tensor, ZeRO and the 2-D mesh
+# ------------------------------------------------------------------------------------------
+
+_PIPE = f"{_PAR}.pipeline"
+_SCHEDULE = choice("naive", "gpipe", "1f1b")
+_CONFIG12 = instance(object)
+add(f"{_PIPE}.schedule.stage_layers", lambda: dict(layers=12, stages=4, stage=1),
+    layers=COUNT.more((), (10,)), stages=COUNT.more((), (5,)), stage=integer(0, 3))
+add(f"{_PIPE}.schedule.schedule", lambda: dict(name="1f1b", stage=1, stages=2,
+                                               microbatches=4),
+    name=_SCHEDULE, stage=integer(0, 1), stages=COUNT, microbatches=COUNT)
+add(f"{_PIPE}.schedule.simulate", lambda: dict(name="gpipe", stages=2, microbatches=2),
+    name=_SCHEDULE, stages=COUNT, microbatches=COUNT, forward=POSITIVE, backward=POSITIVE)
+add(f"{_PIPE}.schedule.check_schedule", lambda: dict(name="gpipe", microbatches=2),
+    name=_SCHEDULE, microbatches=COUNT)
+_EVENT = {"kind": "F", "microbatch": 0, "start_s": 0.0, "end_s": 1.0}
+add(f"{_PIPE}.schedule.idle_fraction", lambda: dict(timelines=[[_EVENT]]),
+    timelines=Kind("timelines", (None, "t"), ([[]], [[_EVENT | {"end_s": float("nan")}]],
+                                             [[_EVENT | {"start_s": -1.0}]],
+                                             [[_EVENT | {"end_s": -0.5}]])))
+add(f"{_PIPE}.training.PipelinePlan", dict, schedule=_SCHEDULE.more((), ("naive",)),
+    microbatches=COUNT.more((), (3,)), engine=choice("hand", "torch"), steps=COUNT,
+    batch=COUNT.more((), (6,)), lr=POSITIVE, config=_CONFIG12,
+    dtype=torch_dtype(torch.float32, torch.float64), pace_s=POSITIVE.allowing_none())
+
+
+def _plan():
+    return resolve(f"{_PIPE}.training.PipelinePlan")()
+
+
+add(f"{_PIPE}.training.PipelinePlan.check_world_size", lambda: dict(world_size=4),
+    method("PipelinePlan", _plan, "check_world_size"), world_size=COUNT.more((), (5,)),
+    aliases={"world_size": ("stages", "pipeline-parallel degree")})
+add(f"{_PIPE}.training.run_pipelines", lambda: dict(plans=[_plan()], world_size=4),
+    plans=Kind("plans", (None, "p", [1]), ([],)), world_size=COUNT.more((), (5,)),
+    timeout=TIMEOUT, aliases={"world_size": ("stages", "pipeline-parallel degree")})
+add(f"{_PIPE}.training.pipeline_worker", lambda: dict(rank=0, world_size=1, plans=[]),
+    rank=integer(0, 0), plans=Kind("plans", (None, [1]), ()))
+none(f"{_PIPE}.training.main", CLI)
+none(f"{_PIPE}.comms.exchange", COLLECTIVE)
+
+_TP = f"{_PAR}.tensor"
+add(f"{_TP}.training.TensorParallelRun", dict, engine=choice("hand", "dtensor"),
+    fused=BOOL.allowing_none(), dtype=torch_dtype(torch.float32, torch.float64),
+    config=_CONFIG12, batch=COUNT, steps=COUNT, lr=POSITIVE)
+
+
+def _tp_run():
+    return resolve(f"{_TP}.training.TensorParallelRun")()
+
+
+add(f"{_TP}.training.TensorParallelRun.check_world_size", lambda: dict(world_size=2),
+    method("TensorParallelRun", _tp_run, "check_world_size"), world_size=COUNT.more((), (3,)),
+    aliases={"world_size": ("tensor-parallel degree",)})
+add(f"{_TP}.training.run_tensor_parallel", lambda: dict(runs=[_tp_run()], world_size=2),
+    runs=Kind("runs", (None, "r", [1]), ([],)), world_size=COUNT.more((), (3,)),
+    timeout=TIMEOUT, aliases={"world_size": ("tensor-parallel degree",)})
+add(f"{_TP}.training.tensor_parallel_worker", lambda: dict(rank=0, world_size=1, runs=[]),
+    rank=integer(0, 0), runs=Kind("runs", (None, [1]), ()))
+none(f"{_TP}.training.main", CLI)
+for _name in ("copy_to_parallel", "reduce_from_parallel", "gather"):
+    none(f"{_TP}.comms.{_name}", COLLECTIVE)
+none(f"{_TP}.comms.count_all_reduces", NO_ARGUMENT)
+for _name in ("ColumnParallelLinear", "RowParallelLinear", "ParallelFeedForward",
+              "ParallelSelfAttention"):
+    none(f"{_TP}.layers.{_name}", IN_GROUP)
+    none(f"{_TP}.layers.{_name}.forward", "a torch module's forward: torch checks its input")
+none(f"{_TP}.layers.parallelize_block", IN_GROUP)
+none(f"{_TP}.layers.full_gradients", COLLECTIVE)
+
+_Z = f"{_PAR}.zero"
+add(f"{_Z}.optimizer.padded_numel", lambda: dict(numel=10, world_size=3), numel=COUNT,
+    world_size=COUNT)
+add(f"{_Z}.optimizer.shard_range", lambda: dict(numel=10, world_size=3, rank=1), numel=COUNT,
+    world_size=COUNT.more((), (11,)), rank=integer(0, 2),
+    aliases={"world_size": ("ranks",)})
+for _name in ("ZeroAdam", "NaiveZeroAdam"):
+    none(f"{_Z}.optimizer.{_name}", IN_GROUP + "; its arguments are torch.optim.Adam's, "
+                                    "checked by it")
+for _name in ("zero_grad", "step", "state_bytes"):
+    none(f"{_Z}.optimizer.ZeroAdam.{_name}", IN_GROUP)
+for _name in ("all_gather_shards", "all_reduce_mean_then_slice", "reduce_scatter_mean",
+              "all_gather_flat", "reduce_scatter_flat"):
+    none(f"{_Z}.comms.{_name}", COLLECTIVE)
+_ZDIMS = widths(2).more((), ((1, 1),))
+add(f"{_Z}.training.zero_training", lambda: dict(world_size=4, steps=1, dims=(30, 11)),
+    world_size=COUNT.more((), (7000,)), steps=COUNT, lr=POSITIVE, dims=_ZDIMS,
+    timeout=TIMEOUT, aliases={"world_size": ("ranks",)})
+add(f"{_Z}.training.train_worker", lambda: dict(rank=0, world_size=4, steps=1, dims=(30, 11)),
+    steps=COUNT, lr=POSITIVE, dims=_ZDIMS)
+
+
+def _zero_run(steps: int = 1) -> dict:
+    return {"params": [torch.ones(3)] * steps}
+
+
+add(f"{_Z}.training.max_difference", lambda: dict(run=_zero_run(), reference=_zero_run()),
+    run=Kind("a run", (None, [1]), (_zero_run(2),)), reference=Kind("a run", (None, [1])))
+add(f"{_Z}.training.matches_reference",
+    lambda: dict(run=_zero_run(), reference=_zero_run()),
+    run=Kind("a run", (None, [1]), (_zero_run(2),)), reference=Kind("a run", (None, [1])))
+none(f"{_Z}.training.format_table", "result, reference: records of train_worker and adam_run")
+none(f"{_Z}.training.main", CLI)
+add(f"{_Z}.fsdp.shard_numel", lambda: dict(shape=(4, 3), world_size=2, rank=1),
+    shape=ints(0), world_size=COUNT, rank=integer(0, 1))
+add(f"{_Z}.fsdp.state_bytes", lambda: dict(world_size=2, strategy="fsdp2", dims=(4, 2)),
+    world_size=COUNT, strategy=choice("replicated", "fsdp2"), dims=_DIMS, timeout=TIMEOUT)
+add(f"{_Z}.fsdp.state_bytes_worker",
+    lambda: dict(rank=0, world_size=1, strategy="fsdp2", dims=(4, 2)),
+    rank=integer(0, 0), strategy=choice("replicated", "fsdp2"), dims=_DIMS)
+none(f"{_Z}.fsdp.format_table", "rows: records of state_bytes")
+
+_MESH = f"{_PAR}.mesh"
+_RUN = dict(batch=COUNT, steps=COUNT, lr=POSITIVE, config=_CONFIG12,
+            dtype=torch_dtype(torch.float32, torch.float64))
+add(f"{_MESH}.run_fsdp", lambda: dict(world_size=2), world_size=COUNT, timeout=TIMEOUT,
+    **_RUN)
+add(f"{_MESH}.run_mesh_2d", dict, timeout=TIMEOUT,
+    degrees=Kind("degrees", (None, (2, 2)), (resolve(f"{_PAR}.degrees.ParallelDegrees")(
+        data=2, pipeline=2),)), **_RUN)
+add(f"{_MESH}.fsdp_worker", lambda: dict(rank=0, world_size=1, config=resolve(
+    "gpudl.models.encoder.EncoderConfig")(layers=1), batch=2, steps=1, lr=0.1,
+    dtype=torch.float32), **_RUN)
+add(f"{_MESH}.mesh_2d_worker", lambda: dict(rank=0, world_size=1, degrees=resolve(
+    f"{_PAR}.degrees.ParallelDegrees")(), config=resolve("gpudl.models.encoder.EncoderConfig")(
+    layers=1), batch=2, steps=1, lr=0.1, dtype=torch.float32), **_RUN)
+none(f"{_MESH}.main", CLI)

@@ -90,10 +90,11 @@ def _call(key: str, name: str, bad: object) -> None:
 def _refusal(key: str, name: str, bad: object, expected: type[Exception]) -> str | None:
     """None if ``bad`` for ``name`` raises ``expected`` naming it, else what went wrong."""
     label = name.split(".")[-1]
+    words = (label, label.replace("_", " "), *TABLE[key].aliases.get(name, ()))
     try:
         _call(key, name, bad)
     except expected as err:
-        if label not in str(err):
+        if not any(word in str(err) for word in words):
             return f"{bad!r}: the {expected.__name__} does not name {label!r}: {err}"
         return None
     except Exception as err:  # noqa: BLE001  (any other error is a finding)

@@ -76,8 +76,9 @@ def _check_mesh(degrees: ParallelDegrees, config: EncoderConfig, batch: int) -> 
     heads and widths and the batch evenly."""
     check_instance("degrees", degrees, ParallelDegrees)
     if degrees.pipeline != 1 or degrees.sharding != degrees.data:
-        raise ValueError(f"the 2-D mesh is data x tensor with the state sharded over the data "
-                         f"dimension (pipeline 1, sharding = data), got {degrees}")
+        raise ValueError(f"degrees must describe the 2-D mesh, data x tensor with the state "
+                         f"sharded over the data dimension (pipeline 1, sharding = data), got "
+                         f"{degrees}")
     for what in ("heads", "hidden", "ffn"):
         degrees.check_divides("tensor", what, getattr(config, what))
     degrees.check_divides("data", "the batch", check_int("batch", batch, 1))

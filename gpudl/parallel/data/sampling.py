@@ -150,6 +150,7 @@ def sampler_plan(n_samples: int, world_size: int, drop_last: bool = False,
     all: with ``drop_last`` its tail is cut off instead).
     """
     check_int("epoch", epoch, 0)
+    check_int("world_size", world_size, 1)
     setup = Setup(n_samples=n_samples, global_batch=world_size, drop_last=drop_last,
                   shuffle=shuffle, seed=seed)
     check_plan(setup, world_size)

@@ -215,7 +215,27 @@ def run_worker(rank: int, world_size: int, jobs: Sequence[tuple[str, Setup]]) ->
     """Run several ``(strategy, setup)`` jobs one after another in one group of processes
     (starting processes costs seconds; the jobs do not); one :func:`train_worker` record
     each."""
+    check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    _check_jobs(jobs, world_size, allow_empty=True)
     return [train_worker(rank, world_size, strategy, setup) for strategy, setup in jobs]
+
+
+def _check_jobs(jobs: object, world_size: int, allow_empty: bool = False) -> None:
+    """``jobs``: a list of ``(strategy, setup)`` pairs that ``world_size`` ranks can run."""
+    if isinstance(jobs, str) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a list of (strategy, setup) pairs, got {jobs!r}")
+    if not jobs and not allow_empty:
+        raise ValueError("jobs must list at least one (strategy, setup) pair")
+    for i, job in enumerate(jobs):
+        if not isinstance(job, tuple | list) or len(job) != 2:
+            raise TypeError(f"jobs[{i}] must be a (strategy, setup) pair, got {job!r}")
+        try:
+            check_strategy(job[0])
+            if job[0] == "single":
+                raise ValueError("'single' runs in this process: use run('single', ...)")
+            check_plan(job[1], world_size)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"jobs[{i}]: {err}") from None
 
 
 def run_many(jobs: Sequence[tuple[str, Setup]], world_size: int,
@@ -224,19 +244,8 @@ def run_many(jobs: Sequence[tuple[str, Setup]], world_size: int,
     job, the records of all ranks. Plans and strategies are checked before anything starts."""
     check_int("world_size", world_size, 1)
     check_positive("timeout", timeout)
-    if isinstance(jobs, str) or not isinstance(jobs, Sequence):
-        raise TypeError(f"jobs must be a list of (strategy, setup) pairs, got {jobs!r}")
+    _check_jobs(jobs, world_size)
     jobs = list(jobs)
-    if not jobs:
-        raise ValueError("jobs must list at least one (strategy, setup) pair")
-    for job in jobs:
-        if not isinstance(job, tuple | list) or len(job) != 2:
-            raise TypeError(f"jobs must be a list of (strategy, setup) pairs, got {job!r}")
-    for strategy, setup in jobs:
-        check_strategy(strategy)
-        if strategy == "single":
-            raise ValueError("'single' runs in this process: use run('single', ...)")
-        check_plan(setup, world_size)
     per_rank = spawn(run_worker, world_size, jobs, timeout=timeout)
     return [[per_rank[r][j] for r in range(world_size)] for j in range(len(jobs))]
 
@@ -261,14 +270,17 @@ def compare(records: Sequence[dict], reference: dict) -> dict:
     and ``equal`` (both within :data:`TOLERANCE`). A NaN anywhere, in a record or in the
     reference, makes the differences NaN and ``equal`` False."""
     check_instance("reference", reference, dict)
-    if isinstance(records, dict) or not isinstance(records, Sequence) or not records:
-        raise TypeError(f"records must be a non-empty list of train_worker records, got "
+    if isinstance(records, dict | str) or not isinstance(records, Sequence):
+        raise TypeError(f"records must be a list of train_worker records, got "
                         f"{type(records).__name__}")
+    if not records:
+        raise ValueError("records must hold at least one record")
     steps = len(reference["losses"])
-    for record in records:
+    for i, record in enumerate(records):
+        check_instance(f"records[{i}]", record, dict)
         if len(record["losses"]) != steps:
-            raise ValueError(f"rank {record['rank']} took {len(record['losses'])} steps, "
-                             f"the reference {steps}")
+            raise ValueError(f"records: rank {record['rank']} took {len(record['losses'])} "
+                             f"steps, the reference {steps}")
     loss = largest(largest_difference(r["losses"], reference["losses"]) for r in records)
     scale = largest(np.abs(p) for p in reference["params"])
     params = largest(largest_difference(p, q) for r in records

@@ -179,6 +179,8 @@ def pipeline_worker(rank: int, world_size: int, plans: Sequence[PipelinePlan]) -
     at once).
     """
     check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    if isinstance(plans, str) or not isinstance(plans, Sequence):
+        raise TypeError(f"plans must be a list of PipelinePlan, got {type(plans).__name__}")
     for i, plan in enumerate(plans):
         check_instance(f"plans[{i}]", plan, PipelinePlan)
     device, _ = device_and_sync()

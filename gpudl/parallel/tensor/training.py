@@ -135,6 +135,8 @@ def tensor_parallel_worker(rank: int, world_size: int, runs: Sequence[TensorPara
     one dict per step) and ``all_reduces`` (one ``{"forward": n, "backward": n, "bytes": b}``
     per step, by :func:`count_all_reduces`; ``bytes`` counts the hand-written engine's)."""
     check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    if isinstance(runs, str) or not isinstance(runs, Sequence):
+        raise TypeError(f"runs must be a list of TensorParallelRun, got {type(runs).__name__}")
     for i, run in enumerate(runs):
         check_instance(f"runs[{i}]", run, TensorParallelRun)
     return [_run(run, world_size) for run in runs]
