@@ -18,7 +18,9 @@ Deciding that two results are *equal* or *within a bound* goes through :func:`la
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "OneLineArgumentParser",
     "check_array",
     "check_bool",
     "check_callable",
@@ -41,11 +44,28 @@ __all__ = [
     "check_reals",
     "check_tensor",
     "check_widths",
+    "fail",
     "is_device_array",
     "largest",
     "largest_difference",
     "within",
 ]
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose errors are one line, ``PROG: error: MESSAGE``, on
+    stderr, with exit status 2 (argparse's status for a bad argument): the command lines of
+    ``python -m gpudl`` refuse a bad argument or source this way, with no usage dump and no
+    traceback. Its sub-commands' parsers are of the same class."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def fail(prog: str, message: object) -> int:
+    """Print ``PROG: error: MESSAGE`` on one line on stderr; the exit status 2, to return."""
+    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
 
 
 def check_int(name: str, value: object, minimum: int | None = None,

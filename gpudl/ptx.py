@@ -40,7 +40,12 @@ import tempfile
 from pathlib import Path
 
 from gpudl import backend
-from gpudl.checks import check_choice, check_compute_capability, check_positive
+from gpudl.checks import (
+    OneLineArgumentParser,
+    check_choice,
+    check_compute_capability,
+    check_positive,
+)
 
 __all__ = ["KERNELS", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
            "find_tool", "available", "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas",
@@ -279,7 +284,7 @@ def memory_instructions(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gpudl ptx``: print a kernel's PTX (or, with ``--json``, several as JSON)."""
-    parser = argparse.ArgumentParser(prog="python -m gpudl ptx",
+    parser = OneLineArgumentParser(prog="python -m gpudl ptx",
                                      description="Print a kernel's PTX, compiled without a GPU.")
     parser.add_argument("kernels", nargs="*", help=f"one of: {', '.join(KERNELS)}")
     parser.add_argument("--cc", default="9.0", help="compute capability (default 9.0)")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudl import backend
+from gpudl.bench.schema import COMMIT_PATTERN, RATES, TOPICS, check_record
 from gpudl.bench.timing import Timing, gbps, gflops
 from gpudl.checks import check_real
 
@@ -49,24 +50,6 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[2]
 #: The folder where results are stored, ``results/`` beside the package.
 RESULTS = ROOT / "results"
-
-#: Topic -> what it measures; the topic's module is ``gpudl.bench.<topic>``.
-TOPICS: dict[str, str] = {
-    "elementwise": "Chapter 1: vector add and SAXPY against a copy, CPU against GPU, divergence",
-    "memory": "Chapter 2: copies, transposes and reductions; the memory hierarchy; send/recv",
-    "matmul": "Chapter 3: the matmul variants against cuBLAS; an MLP's backward over forward",
-    "optim": "Chapter 4: one Adam step of each variant against a copy and torch's Adams",
-    "launch": "Chapter 4: what a kernel launch costs the host, by number and kind of argument",
-    "allreduce": "Chapters 1 and 5: all-reduce bandwidth between GPUs",
-    "dataparallel": "Chapter 5: step times of manual, bucketed and DDP data parallelism",
-    "pipeline": "Chapter 6: the pipeline bubble, measured against the formula",
-    "precision": "Chapter 7: torch.matmul in FP32 and BF16; the kernel MLP's MFU",
-    "attention": "Chapter 8: the two attention variants against torch's SDPA",
-    "tensorcores": "Chapter 8: torch.matmul per precision; the tensor-core matmul against FP32",
-}
-
-#: The row keys a bar may compare, two rates (higher is faster) or the median time.
-RATES = ("gbps", "tflops", "median_s")
 
 _SIMULATOR_NOTE = ("simulator: kernels ran as Python threads on the CPU at tiny sizes; their "
                    "timings are wall clock and say nothing about GPU speed")
@@ -266,9 +249,6 @@ def machine() -> dict:
                   "device": dataclasses.asdict(info)}
 
 
-_COMMIT = re.compile(r"[0-9a-f]{7,40}(-dirty)?")
-
-
 def commit(root: Path = ROOT) -> str | None:
     """The git commit of the measured code: ``GPUDL_COMMIT`` if set (a checkout without
     ``.git``, as on a lent GPU machine), else ``git rev-parse HEAD`` in ``root``, with
@@ -276,7 +256,7 @@ def commit(root: Path = ROOT) -> str | None:
     ``notebooks/`` and ``results/``, aside); ``None`` when neither is known."""
     given = os.environ.get("GPUDL_COMMIT")
     if given:
-        if not _COMMIT.fullmatch(given):
+        if not COMMIT_PATTERN.fullmatch(given):
             raise ValueError(f"GPUDL_COMMIT must be a hexadecimal git sha (7 to 40 digits), "
                              f"optionally ending in -dirty, got {given!r}")
         return given
@@ -322,7 +302,10 @@ def results_path(topic: str, directory: str | Path = RESULTS,
 def write_results(topic: str, body: dict, directory: str | Path = RESULTS) -> Path:
     """Store what a topic's ``run`` returned as ``<topic>-<backend>.json`` in ``directory``,
     with ``topic``, ``backend``, ``machine`` (:func:`machine`), ``commit`` (:func:`commit`),
-    ``date`` (UTC, ISO 8601) and ``timings_meaningful`` added. Written whole or not at all."""
+    ``date`` (UTC, ISO 8601) and ``timings_meaningful`` added, after checking it by the one
+    schema of stored results (:func:`gpudl.bench.schema.check_record`: a NaN, an infinite
+    rate or ``min_s > max_s`` is refused, and nothing is written). Written whole or not at
+    all."""
     _check_topic(topic)
     if not isinstance(body, dict):
         raise TypeError(f"body must be a dict, got {type(body).__name__}")
@@ -339,7 +322,12 @@ def write_results(topic: str, body: dict, directory: str | Path = RESULTS) -> Pa
         record.setdefault("note", _SIMULATOR_NOTE)
     path = results_path(topic, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(record, indent=1, allow_nan=False, default=_to_json) + "\n"
+    try:
+        text = json.dumps(record, indent=1, allow_nan=False, default=_to_json) + "\n"
+    except ValueError as err:  # NaN or an infinity: check_record says where
+        check_record(json.loads(json.dumps(record, default=_to_json)))
+        raise ValueError(f"{topic}: {err}") from None
+    check_record(json.loads(text))
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text(text)
     os.replace(partial, path)
