@@ -165,7 +165,9 @@ def test_every_topic_stores_its_rows_and_bars_in_the_schema(tmp_path, topic):
 @pytest.fixture
 def fake_gpu(on_a_gpu, monkeypatch):
     monkeypatch.setattr(gpudl.bench, "commit", lambda: "0123abc")
-    monkeypatch.setattr(gpudl.bench, "machine", lambda: {"backend": "cuda", "gpu": "Fake GPU"})
+    monkeypatch.setattr(gpudl.bench, "machine", lambda: {
+        "backend": "cuda", "gpu": "Fake GPU", "driver": "999.1", "cuda_driver": "13.0",
+        "torch_cuda": "13.0", "python": "3.12", "versions": {}})
     monkeypatch.setattr(gpudl.hardware, "describe",
                         lambda: gpudl.hardware.DeviceInfo("cuda", "Fake GPU"))
     runs = []
