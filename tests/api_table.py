@@ -1175,3 +1175,185 @@ add(f"{_MESH}.mesh_2d_worker", lambda: dict(rank=0, world_size=1, degrees=resolv
     f"{_PAR}.degrees.ParallelDegrees")(), config=resolve("gpudl.models.encoder.EncoderConfig")(
     layers=1), batch=2, steps=1, lr=0.1, dtype=torch.float32), **_RUN)
 none(f"{_MESH}.main", CLI)
+
+# ------------------------------------------------------------------------------------------
+# gpudl.bench
+# ------------------------------------------------------------------------------------------
+
+_BENCH = "gpudl.bench"
+_TOPIC = choice("elementwise", "memory", "matmul")
+
+
+def _timing():
+    return resolve(f"{_BENCH}.timing.Timing")((1e-3, 2e-3), "wall-clock", False)
+
+
+add(f"{_BENCH}.row", lambda: dict(name="x", timing=_timing(), n_bytes=8, n_flops=2.0),
+    name=Kind("a row name", (None, 1), ("",)), timing=Kind("a Timing", (None, 0.1, (0.1,))),
+    n_bytes=SIZE.allowing_none(), n_flops=NONNEGATIVE.allowing_none())
+_ROWS = [{"name": "a", "gbps": 2.0, "median_s": 1.0, "meaningful": True},
+         {"name": "b", "gbps": 1.0, "median_s": 2.0, "meaningful": True}]
+add(f"{_BENCH}.bar", lambda: dict(name="a_vs_b", what="a over b", rows=_ROWS, numerator="a",
+                                  denominator="b", threshold=1.0),
+    name=Kind("a bar id", (None, 1), ("A B", "")), what=Kind("a sentence", (None,), ("",)),
+    threshold=POSITIVE, compare=choice(">=", "<="), rate=choice("gbps", "tflops", "median_s"),
+    numerator=Kind("a row name", (), ("c",)), denominator=Kind("a row name", (), ("c",)),
+    rows=Kind("rows", (None, 1), ()))
+add(f"{_BENCH}.evaluate_bars", lambda: dict(specs=[], rows=_ROWS),
+    specs=Kind("bar specs", (None, 1), ([{"name": "x", "what": "y", "numerator": "a",
+                                         "denominator": "b", "threshold": -1.0}],)),
+    rows=Kind("rows", (None, 1), ()), aliases={"specs": ("threshold",)})
+add(f"{_BENCH}.find_bar", lambda: dict(record={"bars": []}, name="x"),
+    record=Kind("a record", (None, [])))
+none(f"{_BENCH}.machine", NO_ARGUMENT)
+add(f"{_BENCH}.commit", dict, root=Kind("a folder", (None, 1)))
+_BODY = {"rows": [], "bars": []}
+add(f"{_BENCH}.write_results", lambda: dict(topic="memory", body=dict(_BODY),
+                                            directory="/nonexistent/not/written"),
+    topic=Kind("a topic", (None, 1), ("Memory!", "")),
+    body=Kind("a body", (None, []), ({"rows": None, "bars": []}, {"rows": [], "bars": [],
+                                                                  "topic": "x"})))
+add(f"{_BENCH}.run_topic", lambda: dict(topic="memory"),
+    lambda kw: resolve(f"{_BENCH}.run_topic")(kw["topic"]), topic=_TOPIC)
+add(f"{_BENCH}.load_or_run", lambda: dict(topic="memory", directory="/nonexistent"),
+    topic=_TOPIC, fresh=BOOL)
+add(f"{_BENCH}.results_path", lambda: dict(topic="memory"), topic=Kind(
+    "a topic", (None, 1), ("a/b", "")), backend_name=choice("cuda", "simulator").allowing_none())
+add(f"{_BENCH}.schema.check_record", lambda: dict(record={}),
+    record=Kind("a record", (), (None, [], {"topic": "memory"})),
+    aliases={"record": ("result",)})
+add(f"{_BENCH}.results.load_record", lambda: dict(path="/nonexistent.json"),
+    path=Kind("a path", (None, 1)))
+add(f"{_BENCH}.results.import_results", lambda: dict(source="/nonexistent", keep=()),
+    source=Kind("a path", (None, 1)), keep=Kind("paths", ("a", 1, None)))
+
+_AR = f"{_BENCH}.allreduce"
+_SIZES = Kind("message sizes", ("4", 4, [4.0], [True]), ([], [6], [0], [-4]))
+add(f"{_AR}.gpus_missing", lambda: dict(ranks=2), ranks=COUNT)
+add(f"{_AR}.default_sizes", lambda: dict(world_size=2), world_size=COUNT)
+add(f"{_AR}.allreduce_bandwidth", lambda: dict(world_size=2, sizes_bytes=[4], repeats=1,
+                                               warmup=0),
+    world_size=COUNT, sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE,
+    timeout=TIMEOUT)
+add(f"{_AR}.allreduce_bandwidth_worker",
+    lambda: dict(rank=0, world_size=1, sizes_bytes=[4], repeats=1, warmup=0),
+    sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE)
+add(f"{_AR}.p2p_bandwidth", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0),
+    sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE, timeout=TIMEOUT)
+add(f"{_AR}.p2p_bandwidth_worker",
+    lambda: dict(rank=0, world_size=2, sizes_bytes=[4], repeats=1, warmup=0),
+    sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE, world_size=integer(2))
+add(f"{_AR}.ring_timings_worker", lambda: dict(rank=0, world_size=1, numels=[3], repeats=1),
+    numels=ints(1), repeats=COUNT)
+add(f"{_AR}.time_ring_all_reduce", lambda: dict(world_size=2, numels=[3], repeats=1),
+    world_size=COUNT, numels=ints(1), repeats=COUNT, timeout=TIMEOUT)
+add(f"{_AR}.run", lambda: dict(world_sizes=(2,), sizes_bytes=[4], repeats=1),
+    world_sizes=ints(1), sizes_bytes=_SIZES.allowing_none(), repeats=COUNT)
+none(f"{_AR}.format_table", "rows: what allreduce_bandwidth returns")
+none(f"{_AR}.main", CLI)
+
+_AT_B = f"{_BENCH}.attention"
+add(f"{_AT_B}.attention_flops", lambda: dict(heads=1, s=4, d=4), heads=COUNT, s=COUNT,
+    d=COUNT, causal=BOOL)
+add(f"{_AT_B}.run", lambda: dict(s_values=(4,), heads=1, d=4),
+    s_values=ints(1).allowing_none(), heads=COUNT.allowing_none(), d=integer(1, 128))
+
+_DPB = f"{_BENCH}.dataparallel"
+add(f"{_DPB}.predicted_step_time", lambda: dict(times={}), times=Kind("times", (None, [])))
+add(f"{_DPB}.step_times", lambda: dict(world_size=2, setup=_setup()),
+    world_size=COUNT.more((), (3,)), setup=_SETUP,
+    strategies=Kind("strategies", (None, "ddp", [1]), (["bogus"], ["single"])),
+    steps=COUNT, warmup=SIZE, timeout=TIMEOUT,
+    aliases={"world_size": ("data-parallel degree",)})
+add(f"{_DPB}.step_times_worker",
+    lambda: dict(rank=0, world_size=1, strategies=["ddp"], setup=_setup(), steps=1,
+                 warmup=0),
+    strategies=Kind("strategies", (None, "ddp", [1]), (["bogus"],)), setup=_SETUP,
+    steps=COUNT, warmup=SIZE)
+add(f"{_DPB}.run", lambda: dict(world_sizes=(2,), setup=_setup()),
+    world_sizes=ints(1).allowing_none(), setup=_SETUP.allowing_none())
+
+add(f"{_BENCH}.elementwise.run", lambda: dict(n=64, repeats=1),
+    n=COUNT.allowing_none(), repeats=COUNT.allowing_none())
+
+_HB = f"{_BENCH}.hierarchy"
+add(f"{_HB}.latency", lambda: dict(working_set_bytes=4096, steps=4), working_set_bytes=COUNT,
+    steps=COUNT, shared=BOOL, stride_bytes=COUNT, seed=SIZE)
+add(f"{_HB}.bandwidth", lambda: dict(level="HBM"), level=choice("HBM", "L2", "shared"))
+add(f"{_HB}.measure", lambda: dict(steps=4), steps=COUNT)
+add(f"{_HB}.table", lambda: dict(results={}), results=Kind("results", (None, [])))
+
+_LB = f"{_BENCH}.launch"
+add(f"{_LB}.run", lambda: dict(calls=2, repeats=1, tensors=2), calls=COUNT, repeats=COUNT,
+    tensors=COUNT)
+add(f"{_LB}.measure_launches", lambda: dict(calls=2, repeats=1, cases=["empty"]),
+    calls=COUNT.allowing_none(), repeats=COUNT.allowing_none(),
+    measured=choice("full launch", "launch without the driver call",
+                    "simulated launch").allowing_none(),
+    cases=Kind("cases", ("empty", 1), (["bogus"],)).allowing_none())
+add(f"{_LB}.measure_optimizer", lambda: dict(tensors=2, size=2, steps=1), tensors=COUNT,
+    size=COUNT, steps=COUNT.allowing_none())
+none(f"{_LB}.main", CLI)
+
+_MB = f"{_BENCH}.matmul"
+add(f"{_MB}.bench_matmul", lambda: dict(sizes=(8,)), sizes=ints(1).allowing_none())
+none(f"{_MB}.bench_mlp", NO_ARGUMENT)
+add(f"{_MB}.run", lambda: dict(sizes=(8,), mlp=False), sizes=ints(1).allowing_none(),
+    mlp=BOOL)
+add(f"{_BENCH}.memory.run", lambda: dict(n=64, hierarchy=False, p2p=False),
+    n=integer(4).allowing_none(), hierarchy=BOOL, p2p=BOOL)
+
+_OB = f"{_BENCH}.optim"
+_HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
+add(f"{_OB}.float32_hyper", lambda: dict(hyper=dict(_HYPER)),
+    hyper=Kind("hyperparameters", (None, []), ({"lr": float("nan"), "betas": (0.9, 0.9),
+                                               "eps": 1e-8},)), aliases={"hyper": ("lr",)})
+add(f"{_OB}.hyper_used", lambda: dict(name="torch fused", device=torch.device("cpu")),
+    device=Kind("a torch.device", (None, "cpu")))
+add(f"{_OB}.check_step", lambda: dict(make=lambda ps, **kw: torch.optim.Adam(ps, **kw),
+                                      shapes=[4]),
+    make=Kind("an optimizer factory", (None, 1)), shapes=ints(1))
+add(f"{_OB}.run", lambda: dict(sizes=(8,), small=(2, 3), repeats=1),
+    sizes=ints(1).allowing_none(), small=ints(1, 2).allowing_none(),
+    repeats=COUNT.allowing_none())
+
+_PB = f"{_BENCH}.pipeline"
+add(f"{_PB}.bubble_sweep", lambda: dict(world_size=4, microbatches=(1,), schedules=("gpipe",)),
+    world_size=COUNT.more((), (5,)), microbatches=ints(1),
+    schedules=Kind("schedules", (None, "gpipe", [1]), (["bogus"],)), timeout=TIMEOUT,
+    aliases={"world_size": ("stages", "pipeline-parallel degree")})
+add(f"{_PB}.run", lambda: dict(world_size=4, microbatches=(1,)),
+    world_size=COUNT.more((), (5,)), microbatches=ints(1),
+    aliases={"world_size": ("stages", "pipeline-parallel degree")})
+
+_PRB = f"{_BENCH}.precision"
+for _name in ("matmul_timing", "measured_matmul_flops"):
+    add(f"{_PRB}.{_name}", lambda: dict(n=8, repeats=1), n=COUNT,
+        dtype=choice("float32", "bfloat16", "float16", "tf32"), repeats=COUNT)
+add(f"{_PRB}.run", lambda: dict(n=8), n=COUNT.allowing_none())
+
+_TCB = f"{_BENCH}.tensorcores"
+add(f"{_TCB}.datasheet_spec", lambda: dict(device_name="NVIDIA H100 80GB HBM3"),
+    device_name=Kind("a device name", (None, 1)), memory_bytes=SIZE.allowing_none())
+add(f"{_TCB}.run", lambda: dict(sizes=(8,), kernel_sizes=(16,)),
+    sizes=ints(1).allowing_none(), kernel_sizes=ints(1).allowing_none())
+
+_TB = f"{_BENCH}.timing"
+none(f"{_TB}.Timing", RECORD)
+add(f"{_TB}.time_cuda", lambda: dict(fn=abs, warmup=0, repeats=1, inner=1),
+    lambda kw: resolve(f"{_TB}.time_cuda")(kw["fn"], 1, warmup=kw["warmup"],
+                                           repeats=kw["repeats"], inner=kw["inner"]),
+    warmup=SIZE, repeats=COUNT, inner=COUNT)
+add(f"{_TB}.time_cpu", lambda: dict(fn=abs, warmup=0, repeats=1),
+    lambda kw: resolve(f"{_TB}.time_cpu")(kw["fn"], 1, warmup=kw["warmup"],
+                                          repeats=kw["repeats"]),
+    warmup=SIZE, repeats=COUNT)
+add(f"{_TB}.time_interleaved", lambda: dict(fns={"a": lambda: None}, warmup=3, repeats=5),
+    fns=Kind("calls", (), ({},)), warmup=integer(3), repeats=integer(5),
+    aliases={"warmup": ("fair comparison",), "repeats": ("fair comparison",)})
+add(f"{_TB}.choose_inner", lambda: dict(call_s=1e-3), call_s=POSITIVE)
+add(f"{_TB}.row_kind", lambda: dict(n_bytes=8), n_bytes=SIZE, l2_bytes=SIZE.allowing_none())
+add(f"{_TB}.gbps", lambda: dict(n_bytes=8, seconds=1.0), n_bytes=NONNEGATIVE,
+    seconds=POSITIVE)
+add(f"{_TB}.gflops", lambda: dict(n_flops=8, seconds=1.0), n_flops=NONNEGATIVE,
+    seconds=POSITIVE)

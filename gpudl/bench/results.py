@@ -28,6 +28,7 @@ from pathlib import Path
 
 from gpudl.bench import RESULTS, ROOT
 from gpudl.bench.schema import BAR_KEYS, ROW_KEYS, check_record
+from gpudl.checks import check_instance
 
 __all__ = ["ROW_KEYS", "BAR_KEYS", "check_record", "load_record", "import_results"]
 
@@ -35,7 +36,7 @@ def load_record(path: str | Path) -> dict:
     """The record stored at ``path``, checked by :func:`check_record` and against its name:
     ``<topic>-<backend>.json`` holds a record of that topic and backend (``ValueError``
     naming the file otherwise)."""
-    path = Path(path)
+    path = Path(check_instance("path", path, (str, os.PathLike)))
     try:
         record = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -110,6 +111,8 @@ def import_results(source: str | Path, results: str | Path = RESULTS,
     ``FileNotFoundError`` for a missing ``source``; ``ValueError`` (after taking what passed)
     if anything was rejected, nothing was found, or ``source`` is not a readable folder or
     tar file (nothing is taken then)."""
+    for name, value in (("source", source), ("results", results), ("notebooks", notebooks)):
+        check_instance(name, value, (str, os.PathLike))
     source, results, notebooks = Path(source), Path(results), Path(notebooks)
     if isinstance(keep, str) or not isinstance(keep, Sequence):
         raise TypeError(f"keep must be a list of paths inside the source, got {keep!r}")

@@ -122,7 +122,7 @@ def check_record(record: object, backend: str | None = None) -> dict:
     >= 1 and ``bytes``, finite rates > 0 (null where not meaningful), every verdict following
     from its ratio (all null on the simulator). Otherwise ``ValueError`` naming the field."""
     if not isinstance(record, dict):
-        raise ValueError(f"a result must be a JSON object, got {type(record).__name__}")
+        raise ValueError(f"record: a result must be a JSON object, got {type(record).__name__}")
     missing = [k for k in ("topic", "backend", "machine", "commit", "date",
                            "timings_meaningful", "rows", "bars") if k not in record]
     if missing:
