@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "check_ints",
     "check_positive",
     "check_real",
+    "check_real_mapping",
     "check_reals",
     "check_tensor",
     "check_widths",
@@ -177,6 +178,22 @@ def check_reals(name: str, values: object, minimum: float | None = None, *,
                          f"{tuple(values)!r}")
     return tuple(check_real(f"{name}[{i}]", v, minimum, strict=strict)
                  for i, v in enumerate(values))
+
+
+def check_real_mapping(name: str, values: object, minimum: float | None = None, *,
+                       strict: bool = False) -> dict:
+    """A mapping of names to finite real numbers, each ``>= minimum`` (``>`` with
+    ``strict``), or to such mappings (one level of groups): ``TypeError`` for what is not,
+    ``ValueError`` for NaN, an infinity or a number out of range, naming the entry."""
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{name} must be a mapping of names to numbers, got "
+                        f"{type(values).__name__}")
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            check_real_mapping(f"{name}[{key!r}]", value, minimum, strict=strict)
+        else:
+            check_real(f"{name}[{key!r}]", value, minimum, strict=strict)
+    return dict(values)
 
 
 def check_widths(name: str, widths: object, minimum_count: int = 2) -> tuple[int, ...]:
