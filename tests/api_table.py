@@ -104,11 +104,15 @@ PLUMBING = ("plumbing that the checked entry points call with arrays they checke
 none("gpudl.backend.name", NO_ARGUMENT)
 none("gpudl.backend.is_simulator", NO_ARGUMENT)
 none("gpudl.backend.pick", "returns one of its two arguments, whatever they are")
-for _name in ("check_bool", "check_callable", "check_choice", "check_compute_capability",
-              "check_equal", "check_float32_array", "check_int", "check_ints",
-              "check_positive", "check_real", "check_tensor", "check_widths",
-              "is_device_array", "largest", "largest_difference", "within"):
+for _name in ("check_array", "check_bool", "check_callable", "check_choice",
+              "check_compute_capability", "check_equal", "check_float32_array", "check_instance",
+              "check_int", "check_ints", "check_positive", "check_real", "check_real_mapping",
+              "check_reals", "check_tensor", "check_widths", "is_device_array", "largest",
+              "largest_difference", "within"):
     none(f"gpudl.checks.{_name}", CHECK)
+none("gpudl.checks.OneLineArgumentParser", CLI)
+none("gpudl.checks.OneLineArgumentParser.error", CLI)
+none("gpudl.checks.fail", "prints a command's error line (tests/test_cli.py)")
 
 _GRID = Kind("a grid", (1.5, None, "1", (1, 2, 3, 4), (1, True)), (0, 2**31, (1, 65_536)))
 _BLOCK = Kind("a block", (1.5, None, "1", (1, 2, 3, 4)), (0, 1025, (32, 32, 2), (1, 1, 65)))
@@ -325,6 +329,8 @@ add(f"{_ARRAYS}.poisoned", lambda: dict(shape=4),
 add(f"{_ARRAYS}.zeros", lambda: dict(shape=4, on_device=False), on_device=BOOL,
     shape=Kind("a shape", (1.5, None, "4"), (-1, (2, -1))))
 add(f"{_ARRAYS}.to_device", lambda: dict(x=f32(4)), x=Kind("an array", (None, [1.0], 1.0)))
+add(f"{_ARRAYS}.check_shape", lambda: dict(name="shape", shape=(2, 3)),
+    shape=Kind("a shape", (1.5, None, "4", (2, 1.5)), (-1, (2, -1))))
 none(f"{_ARRAYS}.returned", PLUMBING)
 none(f"{_ARRAYS}.launch_into_poisoned", PLUMBING)
 none(f"{_ARRAYS}.launch_in_place", PLUMBING)
@@ -536,6 +542,9 @@ add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5,
     q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL)
 add(f"{_AT}.weighted", lambda: dict(p=f32(1, 5, 5), v=f32(1, 5, 4), causal=True),
     p=real_array(3, (1, 5, 5)).more((), (f32(1, 5, 6),)), v=_Q64, causal=BOOL)
+add(f"{_AT}.check_host_heads", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4),
+                                            causal=False),
+    q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL)
 add(f"{_AT}.traffic", lambda: dict(variant="v2_fused", heads=1, s=5, d=4), variant=_AVARIANT,
     heads=COUNT, s=COUNT, d=integer(1, 128), causal=BOOL)
 add(f"{_AT}.traced_traffic",
@@ -1357,3 +1366,91 @@ add(f"{_TB}.gbps", lambda: dict(n_bytes=8, seconds=1.0), n_bytes=NONNEGATIVE,
     seconds=POSITIVE)
 add(f"{_TB}.gflops", lambda: dict(n_flops=8, seconds=1.0), n_flops=NONNEGATIVE,
     seconds=POSITIVE)
+
+# ------------------------------------------------------------------------------------------
+# gpudl.plots (refusals come before any figure is drawn)
+# ------------------------------------------------------------------------------------------
+
+_PL = "gpudl.plots"
+_STR = Kind("a str", (None, 1))
+_NUMBERS = Kind("names to numbers", (None, [1.0]), ({"a": float("nan")}, {"a": -1.0}))
+_ROWSK = Kind("rows", (None, "r", {}), ([],))
+add(f"{_PL}.ch01.sm_diagram", dict, compute_capability=_CC.more((), ((5, 1),)))
+add(f"{_PL}.ch01.occupancy_curves", lambda: dict(compute_capability=(9, 0)),
+    compute_capability=_CC.more((), ((5, 1),)), block_sizes=ints(1), registers=ints(1))
+add(f"{_PL}.ch01.time_bars", lambda: dict(seconds={"a": 1.0}, title="t"), seconds=_NUMBERS,
+    title=_STR, note=_STR)
+add(f"{_PL}.ch01.allreduce_bandwidth", lambda: dict(rows=[{"size_bytes": 4}]), rows=_ROWSK,
+    model=Kind("(latency, bandwidth)", (1.0, "m"), ((float("nan"), 1.0), (1.0,))))
+add(f"{_PL}.ch01.ring_allreduce_model",
+    lambda: dict(n_bytes=1e6, bus_bandwidth_gbs=100.0, latency_s=1e-5, world_sizes=[2, 4]),
+    n_bytes=NONNEGATIVE, bus_bandwidth_gbs=POSITIVE, latency_s=NONNEGATIVE,
+    world_sizes=ints(1))
+add(f"{_PL}.ch02.memory_levels", dict, gpu=_GPU, l2_mb=POSITIVE)
+add(f"{_PL}.ch02.copy_requests", lambda: dict(patterns=[("stride", 1)]),
+    patterns=Kind("patterns", (None, "stride", [("stride",)], [("stride", 1.5)]),
+                  ([("gather", 1)], [("stride", 0)])))
+add(f"{_PL}.ch02.warp_sectors", lambda: dict(rows=[{"addresses": [0, 4]}]), rows=_ROWSK,
+    size=COUNT)
+none(f"{_PL}.ch02.tile_load_requests", NO_ARGUMENT)
+add(f"{_PL}.ch02.bank_conflicts", lambda: dict(words={"row": [0, 1]}),
+    words=Kind("accesses", (None, [0], {"row": "0"}), ({}, {"row": [-1]})))
+add(f"{_PL}.ch02.sectors_per_request", lambda: dict(rows=[{"pattern": "p", "sectors": 4}]),
+    rows=_ROWSK)
+add(f"{_PL}.ch02.roofline",
+    lambda: dict(peak_flops=1e15, peak_bandwidth=1e12, points={}, title="t"),
+    peak_flops=POSITIVE, peak_bandwidth=POSITIVE, points=Kind("points", (None, [])),
+    title=_STR)
+add(f"{_PL}.ch02.bandwidth_vs_size",
+    lambda: dict(rows=[{"size_bytes": 4, "gbps": 1.0}], key="gbps", title="t"), rows=_ROWSK,
+    title=_STR)
+add(f"{_PL}.ch02.state_bytes", lambda: dict(rows=[{}]), rows=_ROWSK)
+add(f"{_PL}.ch02.hierarchy", lambda: dict(levels={}), levels=Kind("levels", (None, [])))
+add(f"{_PL}.ch03.tile_geometry", lambda: dict(variant="v3_tiled"),
+    variant=choice("v3_tiled", "v4_register_1d", "v5_register_2d"))
+add(f"{_PL}.ch03.matmul_tiling", lambda: dict(variants=("v3_tiled",)),
+    variants=Kind("variants", (None, "v3_tiled", []), (["v1_naive"],)))
+add(f"{_PL}.ch03.linear_dataflow", dict, batch=COUNT, in_features=COUNT, out_features=COUNT)
+add(f"{_PL}.ch03.gradient_timeline", lambda: dict(events=[{"kind": "grad_ready"}]),
+    events=_ROWSK)
+add(f"{_PL}.ch04.optimizer_traffic", lambda: dict(rows=[{}]), rows=_ROWSK)
+add(f"{_PL}.ch04.zero_partition", dict, world_size=COUNT, stages=ints(0).more((), ([4],)))
+add(f"{_PL}.ch05.ring_schedule", lambda: dict(world_size=3), world_size=COUNT)
+add(f"{_PL}.ch05.ring_steps", dict, world_size=COUNT)
+_TIMELINE = dict(compute_s=NONNEGATIVE, grad_bytes=NONNEGATIVE, world_size=COUNT,
+                 bandwidth=POSITIVE, latency=NONNEGATIVE)
+add(f"{_PL}.ch05.bucket_timeline",
+    lambda: dict(compute_s=0.1, grad_bytes=1e6, world_size=4, bandwidth=1e9),
+    backward_fraction=FRACTION, n_buckets=COUNT, **_TIMELINE)
+add(f"{_PL}.ch05.ddp_overlap", dict, bucket_counts=ints(1), **_TIMELINE)
+add(f"{_PL}.ch06.pipeline_timelines", lambda: dict(timelines_by_name={"g": [[_EVENT]]}),
+    timelines_by_name=Kind("timelines", (None, []), ({}, {"g": [[]]})),
+    unit=choice("ms", "s", "units"))
+add(f"{_PL}.ch06.pipeline_schedules", dict, stages=COUNT, microbatches=COUNT)
+add(f"{_PL}.ch06.tensor_parallel_split", dict, hidden=COUNT, ffn=COUNT,
+    degree=COUNT.more((), (3,)))
+add(f"{_PL}.ch07.training_time_and_cost",
+    lambda: dict(flops=1e20, peak_flops=1e15, gpu_name="H100 SXM"), flops=POSITIVE,
+    peak_flops=POSITIVE, gpu_name=_STR, gpus=ints(1), mfus=Kind("MFUs", (None, 0.4), (
+        [0.0], [1.5], [float("nan")])),
+    claimed=Kind("(GPUs, hours)", (8, "x"), ((8, -1.0), (8,))))
+add(f"{_PL}.ch07.memory_by_zero_stage", lambda: dict(cases={"a": [1.0]},
+                                                     gpu_memory_gb={"H100": 80.0}),
+    cases=Kind("cases", (None, [1.0], {"a": "1"}), ({"a": [float("nan")]},)),
+    gpu_memory_gb=_NUMBERS.more((), ({"a": 0.0},)))
+add(f"{_PL}.ch08.roofline_precisions",
+    lambda: dict(peaks={"fp32": 1e14}, peak_bandwidth=1e12, points={}, title="t"),
+    peaks=_NUMBERS.more((), ({"a": 0.0},)), peak_bandwidth=POSITIVE,
+    points=Kind("points", (None, [])), title=_STR)
+add(f"{_PL}.ch08.online_softmax_tiles", lambda: dict(s=32, tile=16, causal=True), s=COUNT,
+    tile=COUNT, causal=BOOL)
+add(f"{_PL}.ch08.mma_fragments", lambda: dict(owners={"a": np.zeros((2, 2), np.int64)}),
+    owners=Kind("owners", (None, [], {"a": [[0]]}), ({"a": np.zeros(2, np.int64)},)))
+add(f"{_PL}.ch08.attention_bytes", lambda: dict(s_values=[16], bytes_by_variant={"v": [1.0]}),
+    s_values=ints(1), bytes_by_variant=Kind("bytes", (None, [1.0]), (
+        {"v": [float("nan")]}, {"v": [-1.0]})), title=_STR)
+add(f"{_PL}.measured.rate_bars",
+    lambda: dict(groups={"": {"a": 1.0}}, references={}, unit="GB/s", title="t",
+                 reference_label="r"),
+    groups=_NUMBERS.more((), ({"": {"a": float("inf")}},)), references=_NUMBERS,
+    unit=_STR, title=_STR, reference_label=_STR)

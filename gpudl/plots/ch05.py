@@ -74,6 +74,7 @@ def bucket_timeline(compute_s: float, grad_bytes: float, world_size: int, bandwi
     check_int("n_buckets", n_buckets, 1)
     check_real("backward_fraction", backward_fraction, 0, 1)
     check_real("compute_s", compute_s, 0)
+    check_real("grad_bytes", grad_bytes, 0)
     per_bucket = allreduce_time(grad_bytes / n_buckets, world_size, bandwidth, latency)
     backward = backward_fraction * compute_s
     rows, free = [], 0.0
@@ -92,7 +93,7 @@ def ddp_overlap(compute_s: float = 0.15, grad_bytes: float = 100e6, world_size: 
     with one bucket the all-reduce starts when backward ends; with several, each starts as
     its bucket is ready and only the last one's tail is exposed."""
     check_ints("bucket_counts", bucket_counts, 1)
-    check_real("compute_s", compute_s, 0)
+    bucket_timeline(compute_s, grad_bytes, world_size, bandwidth, latency)  # the checks
     fig, ax = plt.subplots(figsize=(7.4, 1.4 + 1.3 * len(bucket_counts)))
     backward = 2 / 3 * compute_s
     ticks, labels = [], []
