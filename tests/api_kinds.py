@@ -43,6 +43,20 @@ class Kind:
         return Kind(self.what, tuple(filter(keep, self.wrong_type)),
                     tuple(filter(keep, self.wrong_value)), self.drawn_type, self.drawn_value)
 
+    def hashable(self) -> Kind:
+        """This kind's hashable bad values only: for a callable behind ``functools.cache``,
+        where an unhashable argument fails in the cache, before the callable's own check."""
+        def ok(v: Any) -> bool:
+            try:
+                hash(v)
+            except TypeError:
+                return False
+            return True
+        return Kind(self.what, tuple(filter(ok, self.wrong_type)),
+                    tuple(filter(ok, self.wrong_value)),
+                    (lambda: self.drawn_type().filter(ok)) if self.drawn_type else None,
+                    self.drawn_value)
+
     def allowing_none(self) -> Kind:
         """This kind where ``None`` is also accepted (a default to be filled in)."""
         return Kind(f"{self.what} or None", tuple(v for v in self.wrong_type if v is not None),
