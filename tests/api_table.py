@@ -159,9 +159,11 @@ for _name in ("Access", "Request", "RequestStats", "Trace"):
 _KIND, _OP = choice("global", "shared"), choice("load", "store")
 _ARRAY = Kind("an array name or position", (1.5, [0], True), (-1, 9))
 add("gpudl.trace.Trace.requests", dict, method("Trace", _trace, "requests"),
-    kind=_KIND.allowing_none(), op=_OP.allowing_none(), array=_ARRAY, line=integer(1).allowing_none())
+    kind=_KIND.allowing_none(), op=_OP.allowing_none(), array=_ARRAY,
+    line=integer(1).allowing_none())
 add("gpudl.trace.Trace.sectors_per_request", dict,
-    method("Trace", _trace, "sectors_per_request"), op=_OP, array=_ARRAY, line=integer(1).allowing_none())
+    method("Trace", _trace, "sectors_per_request"), op=_OP, array=_ARRAY,
+    line=integer(1).allowing_none())
 add("gpudl.trace.Trace.bank_conflict_degree", dict,
     method("Trace", _trace, "bank_conflict_degree"), op=_OP.allowing_none(), array=_ARRAY,
     line=integer(1).allowing_none())
@@ -962,6 +964,8 @@ add(f"{_REF}.optimizer_state_bytes",
 none(f"{_REF}.average_gradients", COLLECTIVE)
 
 _DATA = f"{_PAR}.data"
+#: A data-parallel world size that does not divide the batch: the error names the degree.
+_DP = {"aliases": {"world_size": ("data-parallel degree",)}}
 _SETUP = instance(object)
 none(f"{_DATA}.buckets.rank_device", NO_ARGUMENT)
 add(f"{_DATA}.buckets.kernel_stream", lambda: dict(device=torch.device("cpu")),
@@ -1005,13 +1009,13 @@ add(f"{_DATA}.sampling.Setup", dict, n_samples=COUNT, global_batch=COUNT, epochs
     variant=choice("views", "v1_per_tensor", "v2_multi_tensor"),
     start=choice("broadcast", "verify"), rank_seed_step=SIZE)
 add(f"{_DATA}.sampling.check_plan", lambda: dict(setup=_setup(), world_size=2),
-    setup=_SETUP, aliases={"world_size": ("data-parallel degree",)}, world_size=COUNT.more((), (3, 97)))
+    setup=_SETUP, **_DP, world_size=COUNT.more((), (3, 97)))
 add(f"{_DATA}.sampling.make_dataset", lambda: dict(setup=_setup()), setup=_SETUP)
 add(f"{_DATA}.sampling.rank_indices",
-    lambda: dict(setup=_setup(), world_size=2, rank=1, epoch=0), setup=_SETUP, aliases={"world_size": ("data-parallel degree",)},
+    lambda: dict(setup=_setup(), world_size=2, rank=1, epoch=0), setup=_SETUP, **_DP,
     world_size=COUNT.more((), (3,)), rank=integer(0, 1), epoch=SIZE)
 add(f"{_DATA}.sampling.global_order", lambda: dict(setup=_setup(), world_size=2, epoch=0),
-    setup=_SETUP, aliases={"world_size": ("data-parallel degree",)}, world_size=COUNT.more((), (3,)), epoch=SIZE)
+    setup=_SETUP, **_DP, world_size=COUNT.more((), (3,)), epoch=SIZE)
 add(f"{_DATA}.sampling.sampler_plan", lambda: dict(n_samples=10, world_size=2),
     n_samples=COUNT, world_size=COUNT.more((), (11,)), drop_last=BOOL, shuffle=BOOL,
     seed=SIZE, epoch=SIZE)
@@ -1040,9 +1044,9 @@ add(f"{_DATA}.training.train_worker",
 add(f"{_DATA}.training.run_worker", lambda: dict(rank=0, world_size=1, jobs=[]),
     rank=integer(0, 0), jobs=Kind("jobs", (None, "ddp", [("ddp",)]), ()))
 add(f"{_DATA}.training.run_many", lambda: dict(jobs=[("ddp", _setup())], world_size=2),
-    jobs=Kind("jobs", (None, "ddp", [("ddp",)]), ([],)), aliases={"world_size": ("data-parallel degree",)},
+    jobs=Kind("jobs", (None, "ddp", [("ddp",)]), ([],)), **_DP,
     world_size=COUNT.more((), (3,)), timeout=TIMEOUT)
-add(f"{_DATA}.training.run", lambda: dict(strategy="ddp", world_size=2), aliases={"world_size": ("data-parallel degree",)},
+add(f"{_DATA}.training.run", lambda: dict(strategy="ddp", world_size=2), **_DP,
     strategy=_STRATEGY, world_size=COUNT.more((), (3,)), setup=_SETUP, timeout=TIMEOUT)
 
 
@@ -1273,7 +1277,7 @@ add(f"{_DPB}.step_times", lambda: dict(world_size=2, setup=_setup()),
     world_size=COUNT.more((), (3,)), setup=_SETUP,
     strategies=Kind("strategies", (None, "ddp", [1]), (["bogus"], ["single"])),
     steps=COUNT, warmup=SIZE, timeout=TIMEOUT,
-    aliases={"world_size": ("data-parallel degree",)})
+    **_DP)
 add(f"{_DPB}.step_times_worker",
     lambda: dict(rank=0, world_size=1, strategies=["ddp"], setup=_setup(), steps=1,
                  warmup=0),
