@@ -137,10 +137,10 @@ def check_choice(name: str, value: object, choices: Iterable[Any]) -> Any:
     types = tuple({type(c) for c in choices})
     wanted = " or ".join(sorted(t.__name__ for t in types))
     if not isinstance(value, types):
-        raise TypeError(f"{name} must be a {wanted}, one of {choices}, "
+        raise TypeError(f"{name} must be a {wanted}, one of {list(choices)}, "
                         f"got {type(value).__name__} {value!r}")
     if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value
 
 
@@ -199,6 +199,10 @@ def check_real_mapping(name: str, values: object, minimum: float | None = None, 
 def check_widths(name: str, widths: object, minimum_count: int = 2) -> tuple[int, ...]:
     """Layer widths as a tuple of ints: a sequence of at least ``minimum_count`` ints, each
     ``>= 1`` (:func:`check_ints`)."""
+    if isinstance(widths, Sequence) and not isinstance(widths, str) and (
+            len(widths) < minimum_count):
+        raise ValueError(f"{name} must list at least {minimum_count} layer widths, "
+                         f"got {tuple(widths)!r}")
     return check_ints(name, widths, 1, minimum_count)
 
 

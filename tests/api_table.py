@@ -276,7 +276,8 @@ add(f"{_E}.training.training_energy", lambda: dict(seconds=3600.0, n_gpus=8, wat
     seconds=NONNEGATIVE, n_gpus=COUNT, watts_per_gpu=NONNEGATIVE)
 add(f"{_E}.roofline.roofline",
     lambda: dict(intensity=2.0, peak_flops=1e15, peak_bandwidth=3e12),
-    intensity=NONNEGATIVE.more((), (np.array([1.0, -1.0]), np.array([float("nan")]))),
+    intensity=real(0).without(float("inf")).more((), (np.array([1.0, -1.0]),
+                                                      np.array([float("nan")]))),
     peak_flops=POSITIVE, peak_bandwidth=POSITIVE)
 add(f"{_E}.roofline.ridge_point", lambda: dict(peak_flops=1e15, peak_bandwidth=3e12),
     peak_flops=POSITIVE, peak_bandwidth=POSITIVE)
@@ -541,7 +542,7 @@ _Q = float32(3, (1, 5, 4)).more((), (f32(1, 5, 129), f32(1, 5, 0)))
 _AVARIANT = choice("v1_three_kernels", "v2_fused")
 _Q64 = real_array(3, (1, 5, 4))
 add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
-    q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL)
+    q=_Q64.more((), (f32(1, 5, 5), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL)
 add(f"{_AT}.weighted", lambda: dict(p=f32(1, 5, 5), v=f32(1, 5, 4), causal=True),
     p=real_array(3, (1, 5, 5)).more((), (f32(1, 5, 6),)), v=_Q64, causal=BOOL)
 add(f"{_AT}.check_host_heads", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4),
@@ -576,9 +577,11 @@ _TILE_B = real_array(2, (16, 8)).more((), (f32(8, 16),))
 for _name in ("fragments", "reference", "error_bound"):
     add(f"{_MMA}.{_name}", lambda: dict(a=f32(16, 16), b=f32(16, 8), c=f32(16, 8)),
         a=_TILE_A, b=_TILE_B, c=_TILE_B)
+_TILE32 = Kind("a float32 NumPy array", (f32(16, 16).tolist(), f32(16, 16).astype(np.float64),
+                                         None))
 add(f"{_MMA}.mma_tile", lambda: dict(a=f32(16, 16), b=f32(16, 8), c=f32(16, 8)),
-    a=float32(2, (16, 16)).more((), (f32(16, 8),)), b=float32(2, (16, 8)).more((), (
-        f32(8, 16),)), c=float32(2, (16, 8)))
+    a=_TILE32.more((), (f32(16, 8),)), b=_TILE32.more((), (f32(8, 16),)),
+    c=_TILE32.more((), (f32(16, 16),)))
 add(f"{_MMA}.bf16_round", lambda: dict(x=f32(3)), x=Kind("a real array", (None, 1.0, [1.0],
                                                                      np.array(["a"]))))
 add(f"{_MMA}.bf16_words", lambda: dict(x=f32(2, 3)), x=real_array(2, (2, 3)),

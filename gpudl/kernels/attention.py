@@ -75,8 +75,9 @@ NEG_INF = float32(-np.inf)  # a float32 constant: a Python -inf would be float64
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray,
               causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(o, lse)`` in float64 NumPy: ``softmax(q k^T / sqrt(d)) v`` over the last two axes,
-    keys after the query masked out if ``causal``, and each row's log-sum-exp of scores."""
-    check_host_heads(q, k, v, causal)
+    keys after the query masked out if ``causal``, and each row's log-sum-exp of scores.
+    ``q`` may hold another number of queries than ``k`` and ``v`` hold keys."""
+    check_host_heads(q, k, v, causal, same_length=False)
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     x = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
     if causal:
@@ -93,8 +94,9 @@ def weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
     not see (a later key, when causal) does not reach it, as in the kernels."""
     check_bool("causal", causal)
     check_array("p", p, 3)
-    check_equal("p.shape", p.shape, "(heads, s, s) of v", (*check_array("v", v, 3).shape[:2],
-                                                          v.shape[1]))
+    check_array("v", v, 3)
+    check_equal("(p.shape[0], p.shape[2])", (p.shape[0], p.shape[2]), "v.shape[:2]",
+                v.shape[:2])
     if not causal:
         return p @ v
     s = p.shape[-1]
@@ -324,15 +326,19 @@ VARIANTS: dict[str, Callable[..., None]] = {
 }
 
 
-def check_host_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: object) -> None:
-    """The checks of a reference's inputs: three real NumPy arrays of one shape
-    ``(heads, s, d)`` and a bool ``causal``."""
+def check_host_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: object,
+                     same_length: bool = True) -> None:
+    """The checks of a reference's inputs: three real NumPy arrays ``(heads, s, d)``, ``k``
+    and ``v`` of one shape, ``q`` of the same heads and ``d`` (and, with ``same_length``, of
+    the same ``s``), and a bool ``causal``."""
     check_bool("causal", causal)
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_array(name, x, 3)
-    if not q.shape == k.shape == v.shape:
-        raise ValueError(f"q, k and v must have one shape (heads, s, d), got {q.shape}, "
-                         f"{k.shape} and {v.shape}")
+    if k.shape != v.shape or (q.shape[0], q.shape[2]) != (k.shape[0], k.shape[2]) or (
+            same_length and q.shape != k.shape):
+        raise ValueError(f"q, k and v must have one shape (heads, s, d)"
+                         f"{'' if same_length else ' but for the length of q'}, got "
+                         f"{q.shape}, {k.shape} and {v.shape}")
 
 
 def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:

@@ -47,9 +47,7 @@ from gpudl.checks import (
     check_array,
     check_choice,
     check_equal,
-    check_float32_array,
     check_int,
-    is_device_array,
 )
 from gpudl.kernels.arrays import EPS32, poisoned
 
@@ -262,10 +260,12 @@ def mma_tile(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     by one launch of ``warp_mma`` (one warp, one instruction)."""
     check_tensor_cores()
     for name, x, shape in (("a", a, (M, K)), ("b", b, (K, N)), ("c", c, (M, N))):
-        if is_device_array(x):
-            raise TypeError(f"{name} must be a NumPy array, got a device array")
-        check_float32_array(name, x, 2)
-        check_equal(f"{name}.shape", x.shape, "the instruction's", shape)
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name} must be a NumPy array, got {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
+        if x.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
     d = poisoned((M, N))
     warp_mma[1, 32](cuda.to_device(bf16_words(a)), cuda.to_device(bf16_words(b.T)),
                     cuda.to_device(c), d)
