@@ -42,7 +42,6 @@ from pathlib import Path
 from gpudl import backend
 from gpudl.checks import (
     OneLineArgumentParser,
-    check_choice,
     check_compute_capability,
     check_positive,
 )
@@ -227,6 +226,13 @@ def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = _D
     return compile_many([(module, name, signature, args)], cc)[0]
 
 
+def _check_kernel(argument: str, name: object) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"{argument} must be a kernel's name (a str), got {name!r}")
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r} ({argument}); choose from {sorted(KERNELS)}")
+
+
 def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
              timeout: float = 600) -> dict[str, str]:
     """The PTX of each kernel in ``names`` (keys of :data:`KERNELS`) for ``cc``."""
@@ -235,14 +241,14 @@ def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
     if not isinstance(names, list | tuple):
         raise TypeError(f"names must be a list of kernel names, got {names!r}")
     for i, name in enumerate(names):
-        check_choice(f"names[{i}]", name, sorted(KERNELS))
+        _check_kernel(f"names[{i}]", name)
     texts = compile_many([(*KERNELS[name], None) for name in names], cc, timeout)
     return dict(zip(names, texts, strict=True))
 
 
 def ptx(name: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """The PTX of the kernel ``name`` (a key of :data:`KERNELS`) for ``cc``."""
-    check_choice("name", name, sorted(KERNELS))
+    _check_kernel("name", name)
     return ptx_many([name], cc)[name]
 
 

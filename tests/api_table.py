@@ -1350,7 +1350,7 @@ add(f"{_PRB}.run", lambda: dict(n=8), n=COUNT.allowing_none())
 
 _TCB = f"{_BENCH}.tensorcores"
 add(f"{_TCB}.datasheet_spec", lambda: dict(device_name="NVIDIA H100 80GB HBM3"),
-    device_name=Kind("a device name", (None, 1)), memory_bytes=SIZE.allowing_none())
+    device_name=Kind("a device name", (None, 1)), memory_bytes=NONNEGATIVE.allowing_none())
 add(f"{_TCB}.run", lambda: dict(sizes=(8,), kernel_sizes=(16,)),
     sizes=ints(1).allowing_none(), kernel_sizes=ints(1).allowing_none())
 

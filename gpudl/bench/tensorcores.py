@@ -23,7 +23,7 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
-from gpudl.checks import check_int, check_ints
+from gpudl.checks import check_ints, check_real
 from gpudl.hardware import SPECS, GpuSpec, describe
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels import tensor_core_matmul
@@ -60,7 +60,7 @@ def datasheet_spec(device_name: str, memory_bytes: int | None = None) -> GpuSpec
     if not isinstance(device_name, str):
         raise TypeError(f"device_name must be a str, got {type(device_name).__name__}")
     if memory_bytes is not None:
-        check_int("memory_bytes", memory_bytes, 0)
+        check_real("memory_bytes", memory_bytes, 0)
     words = device_name.replace("-", " ").split()
     words = [w for w in words if w not in ("NVIDIA", "GeForce", "Tesla")]
     if not words:
