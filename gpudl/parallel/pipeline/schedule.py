@@ -113,7 +113,7 @@ def idle_fraction(timelines: Sequence[Sequence[dict]]) -> float:
 
 def check_schedule(name: str, microbatches: int) -> None:
     """``ValueError`` unless ``name`` is a schedule that can run ``microbatches``."""
-    check_choice("name", name, SCHEDULES)
+    check_choice("name (the schedule)", name, SCHEDULES)
     check_int("microbatches", microbatches, 1)
     if name == "naive" and microbatches != 1:
         raise ValueError(f"the naive schedule runs the whole batch at once (microbatches=1), "
