@@ -60,6 +60,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     traceback. Its sub-commands' parsers are of the same class."""
 
     def error(self, message: str) -> None:
+        """Print ``PROG: error: MESSAGE`` on one line and exit with status 2."""
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 

@@ -33,8 +33,9 @@ __all__ = [
 
 #: The most blocks a grid has along x, y and z (every GPU since compute capability 3.0).
 MAX_GRID_DIMS = (2**31 - 1, 65_535, 65_535)
-#: The most threads a block has along x, y and z, and in all (:data:`MAX_THREADS_PER_BLOCK`).
+#: The most threads a block has along x, y and z (and in all, :data:`MAX_THREADS_PER_BLOCK`).
 MAX_BLOCK_DIMS = (1024, 1024, 64)
+#: The most threads a block has in all.
 MAX_THREADS_PER_BLOCK = 1024
 #: The dynamic shared memory a launch gets without opting in to more. A GPU's opt-in limit is
 #: larger (227 KiB on an H100), but numba-cuda 0.30 never opts a kernel in, so 48 KiB is the

@@ -41,8 +41,8 @@ ROW_KEYS = ("name", "median_s", "min_s", "max_s", "runs", "method", "meaningful"
 BAR_KEYS = ("name", "what", "numerator", "denominator", "rate", "ratio", "compare",
             "threshold", "verdict")
 _MACHINE_KEYS = ("backend", "gpu", "driver", "cuda_driver", "torch_cuda", "python", "versions")
-#: A git commit as the results record it: a hexadecimal sha, ``-dirty`` when the checkout
-#: had uncommitted changes.
+#: The git commit a result records, a hexadecimal sha (``-dirty`` appended when the
+#: checkout had uncommitted changes).
 COMMIT_PATTERN = re.compile(r"[0-9a-f]{7,40}(-dirty)?")
 
 
@@ -114,7 +114,7 @@ def _check_bar(b: object, where: str, simulator: bool) -> None:
 
 def check_record(record: object, backend: str | None = None) -> dict:
     """``record`` if it has the shape :func:`gpudl.bench.write_results` gives (the one schema
-    of stored results, which ``write_results``, :func:`import_results` and the book's boxes
+    of stored results, which ``write_results``, ``import_results`` and the book's boxes
     all apply): a known ``topic``, ``backend`` "cuda" or "simulator" (the machine's too, and
     ``backend`` where one is required), ``machine``, ``commit`` (a git sha; null only on the
     simulator), an ISO ``date``, ``timings_meaningful`` true exactly on "cuda", and rows and
