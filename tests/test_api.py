@@ -116,21 +116,15 @@ def _drawn(which: str) -> list:
             for name, kind in entry.params.items() if getattr(kind, which) is not None]
 
 
+@pytest.mark.parametrize(("which", "expected"), [("drawn_type", TypeError),
+                                                 ("drawn_value", ValueError)],
+                         ids=["wrong type", "wrong value"])
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_drawn_values_of_the_wrong_type_are_refused(data):
-    key, name = data.draw(st.sampled_from(_drawn("drawn_type")), label="parameter")
-    bad = data.draw(TABLE[key].params[name].drawn_type(), label="value")
-    failure = _refusal(key, name, bad, TypeError)
-    assert failure is None, f"{key}({name}=...): {failure}"
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(data=st.data())
-def test_drawn_wrong_values_are_refused(data):
-    key, name = data.draw(st.sampled_from(_drawn("drawn_value")), label="parameter")
-    bad = data.draw(TABLE[key].params[name].drawn_value(), label="value")
-    failure = _refusal(key, name, bad, ValueError)
+def test_drawn_bad_values_are_refused(which, expected, data):
+    key, name = data.draw(st.sampled_from(_drawn(which)), label="parameter")
+    bad = data.draw(getattr(TABLE[key].params[name], which)(), label="value")
+    failure = _refusal(key, name, bad, expected)
     assert failure is None, f"{key}({name}=...): {failure}"
 
 
