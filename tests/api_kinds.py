@@ -41,7 +41,9 @@ class Kind:
         def keep(v: Any) -> bool:
             return not any(v is w or (type(v) is type(w) and v == w) for w in values)
         return Kind(self.what, tuple(filter(keep, self.wrong_type)),
-                    tuple(filter(keep, self.wrong_value)), self.drawn_type, self.drawn_value)
+                    tuple(filter(keep, self.wrong_value)),
+                    (lambda: self.drawn_type().filter(keep)) if self.drawn_type else None,
+                    (lambda: self.drawn_value().filter(keep)) if self.drawn_value else None)
 
     def hashable(self) -> Kind:
         """This kind's hashable bad values only: for a callable behind ``functools.cache``,
