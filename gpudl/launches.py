@@ -101,11 +101,22 @@ def guard_launches() -> None:
     if getattr(Kernel.__getitem__, "checks_launch_limits", False):
         return
     configure = Kernel.__getitem__
+    accepted: set = set()  # configurations within the limits: one set lookup per launch
 
     def checked_getitem(self, configuration):
-        if isinstance(configuration, tuple) and 2 <= len(configuration) <= 4:
+        try:
+            known = configuration in accepted
+        except TypeError:  # a list in it: not cached, checked every time
+            known = False
+        if not known and isinstance(configuration, tuple) and 2 <= len(configuration) <= 4:
             shared = configuration[3] if len(configuration) == 4 else 0
             check_launch(_kernel_name(self), configuration[0], configuration[1], shared)
+            try:
+                if len(accepted) >= 4096:
+                    accepted.clear()
+                accepted.add(configuration)
+            except TypeError:
+                pass
         return configure(self, configuration)
 
     checked_getitem.checks_launch_limits = True
