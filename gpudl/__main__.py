@@ -7,13 +7,17 @@ Book section: *Preface* and README, "Commands".
   ``results/TOPIC-<backend>.json`` (``all`` runs every topic); on a GPU a result the same commit
   already stored is reused unless ``--fresh`` is given.
 * ``python -m gpudl results import PATH`` checks the GPU results in a tar file or folder and
-  copies them into ``results/`` (notebooks executed on a GPU only if they pass nbval here).
+  copies them into ``results/`` (notebooks executed on a GPU only if they pass nbval here;
+  ``--keep RUN/results/TOPIC-cuda.json`` chooses among two results of one topic).
 * ``python -m gpudl notebooks [NAME ...]`` re-executes notebooks in place on the current
   backend, printing progress cell by cell.
 * ``python -m gpudl estimate ...`` runs Chapter 7's calculators (training time, MFU, memory
   per GPU, the GPU table).
 * ``python -m gpudl ptx KERNEL`` prints a kernel's PTX for sm_90 (or ``--cc``), compiled
   without a GPU where the CUDA compiler pieces are installed (:mod:`gpudl.ptx`).
+
+A bad argument or source makes every command print one line, ``PROG: error: ...``, and exit
+with status 2 (:class:`gpudl.checks.OneLineArgumentParser`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 from pathlib import Path
 
 import gpudl  # (decides the backend before anything imports numba)
+from gpudl.checks import OneLineArgumentParser, fail
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -130,10 +135,16 @@ def info() -> None:
     print(describe().summary())
 
 
+def _notebook_names(names: list[str]) -> list[str]:
+    """The names (or prefixes) that match no notebook of ``notebooks/``."""
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    return [n for n in names if not any(p.name.startswith(n) or p.stem == n for p in paths)]
+
+
 def main(argv: list[str] | None = None) -> int | None:
     from gpudl.bench import TOPICS
 
-    parser = argparse.ArgumentParser(prog="python -m gpudl", description=__doc__.split("\n")[0])
+    parser = OneLineArgumentParser(prog="python -m gpudl", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="print the backend and the device's facts")
     p_bench = sub.add_parser("bench", help="run benchmarks, write results/TOPIC-BACKEND.json")
@@ -145,6 +156,9 @@ def main(argv: list[str] | None = None) -> int | None:
     p_results.add_argument("action", choices=["import"])
     p_results.add_argument("path", type=Path, help="a tar file or a folder of a GPU run")
     p_results.add_argument("--results", type=Path, default=ROOT / "results")
+    p_results.add_argument("--keep", action="append", default=[], metavar="PATH",
+                           help="of two results of one topic, take this one (its path inside "
+                                "the run, as the refusal prints it)")
     p_nb = sub.add_parser("notebooks", help="re-execute notebooks in place")
     p_nb.add_argument("names", nargs="*", help="notebook names or prefixes (default: all)")
     p_ptx = sub.add_parser("ptx", help="print a kernel's PTX for sm_90 (--list: the kernels)",
@@ -164,12 +178,21 @@ def main(argv: list[str] | None = None) -> int | None:
     elif args.command == "info":
         info()
     elif args.command == "bench":
+        if args.results.exists() and not args.results.is_dir():
+            return fail("python -m gpudl bench", f"--results {args.results} is not a folder")
         bench(args.topic, args.results, args.fresh)
     elif args.command == "results":
         from gpudl.bench.results import import_results
 
-        import_results(args.path, args.results, NOTEBOOKS)
+        try:
+            import_results(args.path, args.results, NOTEBOOKS, keep=args.keep)
+        except (ValueError, TypeError, OSError) as err:
+            return fail("python -m gpudl results import", err)
     else:
+        unknown = _notebook_names(args.names)
+        if unknown:
+            return fail("python -m gpudl notebooks",
+                        f"no notebook in {NOTEBOOKS} matches {unknown}")
         execute_notebooks(args.names)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudl.checks import is_device_array
+from gpudl.checks import check_callable, is_device_array
 
 __all__ = ["AliasedArgumentsError", "written_parameters", "check_launch"]
 
@@ -94,6 +94,7 @@ def written_parameters(func: Callable) -> frozenset[str]:
     array, or a call that receives the array (a device function's own writes are followed; any
     other callee counts as writing). Local names bound to a parameter or to a slice of one
     (``row = x[i]``) count as that parameter. Without source, every parameter counts."""
+    check_callable("func", func)
     params = list(inspect.signature(func).parameters)
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
@@ -155,7 +156,7 @@ def check_launch(func: Callable, args: Sequence[Any]) -> None:
     ``func`` share memory, at least one of them is a NumPy array (which the simulator copies
     in and out) and ``func`` writes either. The message names the kernel and both
     parameters."""
-    names = list(inspect.signature(func).parameters)
+    names = list(inspect.signature(check_callable("func", func)).parameters)
     arrays = [(names[i] if i < len(names) else f"argument {i}", i, memory, copied)
               for i, arg in enumerate(args) for memory, copied in _memories(arg)]
     if len(arrays) < 2:

@@ -23,6 +23,7 @@ import ctypes
 from collections import OrderedDict
 
 from gpudl import backend
+from gpudl.checks import check_bool, check_int, check_tensor
 
 # isort: split
 import numpy as np
@@ -43,7 +44,9 @@ def tensor_device() -> torch.device:
 
 
 def check_device(tensor: torch.Tensor, name: str = "tensor") -> None:
-    """``ValueError`` naming ``name`` unless ``tensor`` is on :func:`tensor_device`."""
+    """``ValueError`` naming ``name`` unless ``tensor`` is on :func:`tensor_device`
+    (``TypeError`` if it is not a tensor)."""
+    check_tensor(name, tensor)
     if tensor.device.type != tensor_device().type:
         raise ValueError(f"{name} must be on {tensor_device().type} for the "
                          f"{backend.name()} backend, got a tensor on {tensor.device}")
@@ -57,8 +60,8 @@ def as_kernel_array(tensor: torch.Tensor, name: str = "tensor", *, owned: bool =
     (a silent copy would make an in-place update write to the copy). With ``owned=False`` the
     array does not keep the tensor alive: it describes the memory at the tensor's address, and
     must only be used while a tensor holds that memory (:class:`KernelArrays` ensures it)."""
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    check_tensor(name, tensor)
+    check_bool("owned", owned)
     if tensor.dtype not in KERNEL_DTYPES:
         raise TypeError(f"{name} must have a dtype in {[str(d) for d in KERNEL_DTYPES]}, got "
                         f"{tensor.dtype} (view bfloat16 as torch.int16)")
@@ -89,14 +92,13 @@ class KernelArrays:
     ``capacity``."""
 
     def __init__(self, capacity: int = 1024) -> None:
-        self.capacity = capacity
+        self.capacity = check_int("capacity", capacity, 1)
         self.conversions = 0
         self._arrays: OrderedDict[tuple, object] = OrderedDict()
 
     def get(self, tensor: torch.Tensor, name: str = "tensor") -> object:
         """The kernel array of ``tensor``'s memory (checked as :func:`as_kernel_array`)."""
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        check_tensor(name, tensor)
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, tensor.device,
                tensor.is_contiguous())
         array = self._arrays.get(key)

@@ -40,7 +40,11 @@ import tempfile
 from pathlib import Path
 
 from gpudl import backend
-from gpudl.checks import check_compute_capability
+from gpudl.checks import (
+    OneLineArgumentParser,
+    check_compute_capability,
+    check_positive,
+)
 
 __all__ = ["KERNELS", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
            "find_tool", "available", "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas",
@@ -197,6 +201,7 @@ def compile_many(jobs: list[Job], cc: tuple[int, int] = _DEFAULT_CC,
     capability ``cc``. On the simulator one child process compiles them all, on numba's
     real CUDA target. ``ToolkitMissing`` without NVVM or libdevice."""
     cc = check_compute_capability("cc", cc)
+    check_positive("timeout", timeout)
     jobs = [(m, n, s, None if a is None else tuple(a)) for m, n, s, a in jobs]
     if not backend.is_simulator():
         prepare_compiler()
@@ -221,18 +226,29 @@ def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = _D
     return compile_many([(module, name, signature, args)], cc)[0]
 
 
+def _check_kernel(argument: str, name: object) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"{argument} must be a kernel's name (a str), got {name!r}")
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r} ({argument}); choose from {sorted(KERNELS)}")
+
+
 def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
              timeout: float = 600) -> dict[str, str]:
     """The PTX of each kernel in ``names`` (keys of :data:`KERNELS`) for ``cc``."""
-    for name in names:
-        if name not in KERNELS:
-            raise ValueError(f"unknown kernel {name!r}; choose from {sorted(KERNELS)}")
+    check_compute_capability("cc", cc)
+    check_positive("timeout", timeout)
+    if not isinstance(names, list | tuple):
+        raise TypeError(f"names must be a list of kernel names, got {names!r}")
+    for i, name in enumerate(names):
+        _check_kernel(f"names[{i}]", name)
     texts = compile_many([(*KERNELS[name], None) for name in names], cc, timeout)
     return dict(zip(names, texts, strict=True))
 
 
 def ptx(name: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """The PTX of the kernel ``name`` (a key of :data:`KERNELS`) for ``cc``."""
+    _check_kernel("name", name)
     return ptx_many([name], cc)[name]
 
 
@@ -274,7 +290,7 @@ def memory_instructions(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gpudl ptx``: print a kernel's PTX (or, with ``--json``, several as JSON)."""
-    parser = argparse.ArgumentParser(prog="python -m gpudl ptx",
+    parser = OneLineArgumentParser(prog="python -m gpudl ptx",
                                      description="Print a kernel's PTX, compiled without a GPU.")
     parser.add_argument("kernels", nargs="*", help=f"one of: {', '.join(KERNELS)}")
     parser.add_argument("--cc", default="9.0", help="compute capability (default 9.0)")

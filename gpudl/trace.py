@@ -46,7 +46,8 @@ from gpudl import backend
 # isort: split
 import numpy as np
 
-from gpudl.checks import is_device_array
+from gpudl.checks import check_callable, check_choice, check_int, is_device_array
+from gpudl.launches import MAX_DYNAMIC_SHARED_BYTES
 
 __all__ = [
     "Access", "Request", "RequestStats", "Trace", "trace", "SECTOR_BYTES", "BANKS", "BANK_BYTES",
@@ -160,10 +161,10 @@ class Trace:
     ) -> list[Request]:
         """The requests, optionally only those of a kind ("global", "shared"), an op ("load",
         "store"), an array (name, or a kernel argument's position) and a source line."""
-        if kind not in (None, *KINDS):
-            raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")
-        if op not in (None, *OPS):
-            raise ValueError(f"op must be one of {OPS} or None, got {op!r}")
+        check_choice("kind", kind, (None, *KINDS))
+        check_choice("op", op, (None, *OPS))
+        if line is not None:
+            check_int("line", line, 1)
         name = self._array_name(array)
         return [
             r
@@ -178,6 +179,7 @@ class Trace:
         self, array: str | int | None = None, op: str = "load", line: int | None = None
     ) -> RequestStats:
         """Sectors per global request (loads unless ``op="store"``), over matching requests."""
+        check_choice("op", op, OPS)
         found = self._matching("global", op, array, line)
         return _stats([r.sectors for r in found], [r.ideal_sectors for r in found])
 
@@ -337,6 +339,7 @@ def trace(
     the kernel writes lands in them, as in an untraced launch. Other arguments pass as they
     are. Tracing needs the simulator (a GPU runs kernels as machine code: nothing to wrap).
     """
+    check_int("dynamic_shared_bytes", dynamic_shared_bytes, 0, MAX_DYNAMIC_SHARED_BYTES)
     if not backend.is_simulator():
         raise RuntimeError(
             "tracing needs Numba's CUDA simulator (GPUDL_BACKEND=simulator); on a GPU, "
@@ -374,6 +377,7 @@ def on_simulator(fn: Callable, *args: Any) -> Any:
     """``fn(*args)`` where Numba's CUDA simulator runs: in this process on the simulator, and
     in a child process started with ``GPUDL_BACKEND=simulator`` when this one uses a GPU, so
     that a lab shows the same traces on both backends. ``fn`` must be importable by name."""
+    check_callable("fn", fn)
     if backend.is_simulator():
         return fn(*args)
     saved = os.environ.get("GPUDL_BACKEND")

@@ -164,7 +164,9 @@ def test_every_topic_stores_its_rows_and_bars_in_the_schema(tmp_path, topic):
 @pytest.fixture
 def fake_gpu(on_a_gpu, monkeypatch):
     monkeypatch.setattr(gpudl.bench, "commit", lambda: "0123abc")
-    monkeypatch.setattr(gpudl.bench, "machine", lambda: {"backend": "cuda", "gpu": "Fake GPU"})
+    monkeypatch.setattr(gpudl.bench, "machine", lambda: {
+        "backend": "cuda", "gpu": "Fake GPU", "driver": "999.1", "cuda_driver": "13.0",
+        "torch_cuda": "13.0", "python": "3.12", "versions": {}})
     monkeypatch.setattr(gpudl.hardware, "describe",
                         lambda: gpudl.hardware.DeviceInfo("cuda", "Fake GPU"))
     runs = []
@@ -255,7 +257,7 @@ def test_import_takes_only_what_passes(tmp_path, fake_cuda_record):
     notebooks.mkdir()
     for name in ("01-good", "02-bad"):
         _notebook(notebooks / f"{name}.ipynb", "0\n")
-    with pytest.raises(SystemExit, match="5 file.s. rejected"):
+    with pytest.raises(ValueError, match="5 file.s. rejected"):
         import_results(tmp_path / "gpu.tar", results, notebooks)
     assert [p.name for p in results.iterdir()] == ["elementwise-cuda.json"]
     assert load_record(results / "elementwise-cuda.json")["commit"] == "0123abcd" * 5
@@ -271,12 +273,12 @@ def test_import_rejects_a_simulator_run_and_bad_paths(tmp_path, fake_cuda_record
     sim["machine"] = dict(sim["machine"], backend="simulator")
     sim["bars"] = [dict(b, ratio=None, verdict=None) for b in sim["bars"]]
     (tmp_path / "elementwise-cuda.json").write_text(json.dumps(sim))
-    with pytest.raises(SystemExit, match="rejected"):
+    with pytest.raises(ValueError, match="rejected"):
         import_results(tmp_path, tmp_path / "results", tmp_path)
     assert not (tmp_path / "results").exists()
     with pytest.raises(FileNotFoundError):
         import_results(tmp_path / "missing.tar", tmp_path / "results", tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(SystemExit, match="no .*-cuda.json"):
+    with pytest.raises(ValueError, match="no .*-cuda.json"):
         import_results(empty, tmp_path / "results", tmp_path)

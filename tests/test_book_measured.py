@@ -53,6 +53,23 @@ def test_every_view_is_named_after_a_topic_and_its_bars_exist():
             assert all(any(d.startswith(b.split("{")[0]) for d in declared) for b in bars)
 
 
+def _conf(src, results) -> None:
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
+        "extensions = ['myst_parser', 'gpudl_sphinx']\n"
+        f"gpudl_results = {str(results)!r}\n"
+        "gpudl_model_figures = False\n")
+
+
+def _sphinx(src, out) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [
+        str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "-n", "-q", "-b", "html",
+                           str(src), str(out)], capture_output=True, text=True, env=env,
+                          timeout=280)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("stored", [True, False], ids=["with-result", "without"])
 def test_a_page_with_boxes_builds_without_warnings(tmp_path, fake_cuda_record, stored):
@@ -61,22 +78,13 @@ def test_a_page_with_boxes_builds_without_warnings(tmp_path, fake_cuda_record, s
     results.mkdir()
     if stored:
         (results / "elementwise-cuda.json").write_text(json.dumps(fake_cuda_record()))
-    (src / "conf.py").write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
-        "extensions = ['myst_parser', 'gpudl_sphinx']\n"
-        f"gpudl_results = {str(results)!r}\n"
-        "gpudl_model_figures = False\n")
+    _conf(src, results)
     (src / "index.md").write_text(
         "# Boxes\n\n"
         "```{gpudl-measured} elementwise bandwidth\nVector add against a copy.\n```\n\n"
         "```{gpudl-measured} elementwise divergence\n:title: Measured on GPUs\nParity.\n```\n\n"
         "```{gpudl-measured}\nNothing measures this yet.\n```\n")
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [
-        str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-n", "-q", "-b", "html",
-                           str(src), str(tmp_path / "html")], capture_output=True, text=True,
-                          env=env, timeout=280)
+    done = _sphinx(src, tmp_path / "html")
     assert done.returncode == 0, done.stderr[-3000:]
     html = (tmp_path / "html" / "index.html").read_text()
     assert html.count("Measured on a GPU") == 2 and "Measured on GPUs" in html
@@ -84,3 +92,37 @@ def test_a_page_with_boxes_builds_without_warnings(tmp_path, fake_cuda_record, s
     assert html.count("Not yet measured") == (1 if stored else 3)
     assert ((tmp_path / "html" / "_images" / "measured-elementwise-bandwidth.png").exists()
             == stored)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("damage", ["no reference row", "simulator record", "null commit"])
+def test_a_malformed_record_is_a_sphinx_error_naming_the_file_and_field(tmp_path,
+                                                                        fake_cuda_record,
+                                                                        damage):
+    src, results = tmp_path / "src", tmp_path / "results"
+    src.mkdir()
+    results.mkdir()
+    record = fake_cuda_record()
+    if damage == "no reference row":
+        record["rows"] = [r for r in record["rows"] if r["name"] != "torch copy"]
+        record["bars"] = record["bars"][1:]
+        expected = "results/elementwise-cuda.json: field "
+    elif damage == "simulator record":
+        record |= {"backend": "simulator", "timings_meaningful": False}
+        record["machine"] = dict(record["machine"], backend="simulator", gpu=None)
+        record["bars"] = [dict(b, ratio=None, verdict=None) for b in record["bars"]]
+        for row in record["rows"]:
+            row.update(meaningful=False, gbps=None)
+        expected = "elementwise-cuda.json: backend must be 'cuda' here"
+    else:
+        record["commit"] = None
+        expected = "elementwise-cuda.json: commit: a cuda result must record the commit"
+    (results / "elementwise-cuda.json").write_text(json.dumps(record))
+    _conf(src, results)
+    (src / "index.md").write_text(
+        "# Boxes\n\n```{gpudl-measured} elementwise bandwidth\nVector add.\n```\n")
+    done = _sphinx(src, tmp_path / "html")
+    assert done.returncode != 0
+    assert "Exception occurred" not in done.stderr, done.stderr[-3000:]
+    assert expected in done.stderr and "gpudl-measured elementwise bandwidth" in done.stderr, (
+        done.stderr[-3000:])

@@ -38,9 +38,9 @@ def test_resident_blocks_reads_device_attributes_the_driver_has(monkeypatch):
 
     monkeypatch.setattr(grid.backend, "is_simulator", lambda: False)
     monkeypatch.setattr(grid.cuda, "get_current_device", FakeDevice, raising=False)
-    grid.resident_blocks.cache_clear()
+    grid._resident_blocks.cache_clear()
     try:
         assert grid.grid_stride_blocks(10**9, 256) == 132 * 8
         assert grid.grid_stride_blocks(1000, 256) == 4
     finally:
-        grid.resident_blocks.cache_clear()
+        grid._resident_blocks.cache_clear()

@@ -165,7 +165,7 @@ def test_h200_is_an_h100_with_more_and_faster_memory():
 
 
 def test_unknown_spec_lists_the_known_names():
-    with pytest.raises(KeyError, match="A100 40GB SXM") as err:
+    with pytest.raises(ValueError, match="A100 40GB SXM") as err:
         spec("A100")
     assert "'A100'" in str(err.value)
 

@@ -203,8 +203,8 @@ def test_numpy_integers_are_accepted_as_stride_and_offset():
 
 
 def test_unknown_variant_lists_the_variants():
-    with pytest.raises(ValueError, match=r"one of \['naive', 'padded', 'padded_loads_first', "
-                                         r"'shared'\], got 'v9'"):
+    with pytest.raises(ValueError, match=r"one of \['naive', 'shared', 'padded', "
+                                         r"'padded_loads_first'\], got 'v9'"):
         transpose.transpose(MATRIX, variant="v9")
     with pytest.raises(ValueError, match=r"one of \['v1', 'v2', 'v3'\], got 'v9'"):
         memory.copy(VECTOR, variant="v9")

@@ -238,7 +238,7 @@ def test_bad_labels_raise_clear_errors():
 
 def test_sgd_update_needs_device_arrays_of_one_shape():
     p = cuda.to_device(np.zeros(3, np.float32))
-    with pytest.raises(TypeError, match="must be numba device arrays"):
+    with pytest.raises(TypeError, match="param must be a numba device array"):
         nn.sgd_update(np.zeros(3, np.float32), p, 0.1)
     with pytest.raises(ValueError, match="grad.shape must equal param.shape"):
         nn.sgd_update(p, cuda.to_device(np.zeros(4, np.float32)), 0.1)

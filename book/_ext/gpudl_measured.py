@@ -20,6 +20,69 @@ matplotlib.use("Agg")  # figures are files, drawn during the build
 NOT_MEASURED = "**Not yet measured**"
 
 
+class _Trail:
+    """The field of a record read last (``rows[3]['gbps']``): where a malformed record that
+    passed the schema failed while its view was drawn."""
+
+    def __init__(self) -> None:
+        self.field = "(the record)"
+
+
+class _Fields(dict):
+    """A record's object that notes each field read in a :class:`_Trail`."""
+
+    def __init__(self, value: dict, path: str, trail: _Trail) -> None:
+        super().__init__(value)
+        self._path, self._trail = path, trail
+
+    def _wrap(self, key: object, value: object) -> object:
+        path = f"{self._path}[{key!r}]"
+        self._trail.field = path
+        return _tracked(value, path, self._trail)
+
+    def __getitem__(self, key: object) -> object:
+        self._trail.field = f"{self._path}[{key!r}]"
+        return self._wrap(key, super().__getitem__(key))
+
+    def get(self, key: object, default: object = None) -> object:
+        return self._wrap(key, super().get(key, default))
+
+
+class _Items(list):
+    """A record's list that notes each element read in a :class:`_Trail`."""
+
+    def __init__(self, value: list, path: str, trail: _Trail) -> None:
+        super().__init__(value)
+        self._path, self._trail = path, trail
+
+    def __getitem__(self, index: object) -> object:
+        self._trail.field = f"{self._path}[{index!r}]"
+        item = super().__getitem__(index)
+        return item if isinstance(index, slice) else _tracked(item, self._trail.field,
+                                                              self._trail)
+
+    def __iter__(self):
+        for i, item in enumerate(super().__iter__()):
+            self._trail.field = f"{self._path}[{i}]"
+            yield _tracked(item, self._trail.field, self._trail)
+
+
+def _tracked(value: object, path: str, trail: _Trail) -> object:
+    if isinstance(value, dict):
+        return _Fields(value, path, trail)
+    if isinstance(value, list):
+        return _Items(value, path, trail)
+    return value
+
+
+def _row(rows: list[dict], what: str, **wanted: object) -> dict:
+    """The first row with the ``wanted`` fields (``KeyError`` naming ``what`` otherwise)."""
+    for r in rows:
+        if all(r.get(k) == v for k, v in wanted.items()):
+            return r
+    raise KeyError(f"rows: no {what} row with {wanted}")
+
+
 def _rows(record: dict, group: str | None = None, key: str = "group") -> list[dict]:
     return [r for r in record["rows"] if group is None or r.get(key) == group]
 
@@ -134,8 +197,7 @@ def _matmul_gflops(record: dict, path: Path) -> list[str]:
         rows = [r for r in record["rows"] if r.get("size") == size]
         groups[f"n = {size}"] = {r["variant"]: r["tflops"] * 1e3 for r in rows
                                  if r["variant"] != "torch"}
-        references[f"n = {size}"] = next(r["tflops"] * 1e3 for r in rows
-                                         if r["variant"] == "torch")
+        references[f"n = {size}"] = _row(rows, "reference", variant="torch")["tflops"] * 1e3
         table += [[str(size), r["variant"], _num(r["tflops"] * 1e3),
                    f"{r['fraction_of_torch']:.0%}"] for r in rows]
     fig = plots.rate_bars(groups, references, "GFLOP/s", "float32 matmul (TF32 off)",
@@ -297,6 +359,17 @@ def box_markdown(topic: str | None, view: str | None, record: dict | None,
         return [f"{NOT_MEASURED}: no GPU run of this benchmark is stored in `results/` "
                 f"(`python -m gpudl bench {topic}` writes `{source}`)."]
     draw, bars = VIEWS[topic][view]
-    lines = draw(record, generated / f"measured-{topic}-{view}.png")
-    goals = _goals(record, bars)
-    return [*lines, "", *goals, "" if goals else "", provenance(record, source)]
+    trail = _Trail()
+    tracked = _tracked(record, "", trail)
+    try:
+        lines = draw(tracked, generated / f"measured-{topic}-{view}.png")
+        goals = _goals(tracked, bars)
+        note = provenance(tracked, source)
+    except Exception as err:  # any record the view cannot draw: name the file and the field
+        raise MalformedRecord(f"{source}: field {trail.field or '(the record)'}: "
+                              f"{type(err).__name__}: {err}") from None
+    return [*lines, "", *goals, "" if goals else "", note]
+
+
+class MalformedRecord(ValueError):
+    """A stored record that passed the schema but that a view cannot draw."""

@@ -346,7 +346,10 @@ class MeasuredBox(SphinxDirective):
     """``{gpudl-measured} TOPIC VIEW``: a "Measured on a GPU" box. Its content says what is
     measured; below it, the ``VIEW`` of ``results/TOPIC-cuda.json`` (``gpudl_results`` in the
     Sphinx config) with the goals it is held to and its provenance, or *not yet measured*
-    where no such file exists. Without arguments the box has no benchmark behind it yet."""
+    where no such file exists. Without arguments the box has no benchmark behind it yet. A
+    stored file that fails the schema of stored results (``gpudl.bench.results.load_record``:
+    it must also hold a ``cuda`` record of its topic, with a commit) or that the view cannot
+    draw is an error of the build naming the file and the field."""
 
     optional_arguments = 2
     has_content = True
@@ -369,8 +372,9 @@ class MeasuredBox(SphinxDirective):
             page = Path(self.env.doc2path(self.env.docname)).parent
             measured = box_markdown(topic, view, record, page / "_generated",
                                     self.options.get("measured-by"))
-        except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
-            raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
+        except Exception as err:  # noqa: BLE001  (any stored file the book cannot show is an
+            # error of the build, naming the file and the field, never a crash of Sphinx)
+            raise self.error(f"gpudl-measured {topic} {view}: {err}") from None
         lines = [*self.content, "", *measured]
         box = nodes.admonition(classes=["important"])
         title = self.options.get("title", "Measured on a GPU")

@@ -37,8 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from gpudl import backend
+from gpudl.bench.schema import COMMIT_PATTERN, RATES, TOPICS, check_record
 from gpudl.bench.timing import Timing, gbps, gflops
-from gpudl.checks import check_real
+from gpudl.checks import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_int,
+    check_positive,
+    check_real,
+)
 
 __all__ = [
     "ROOT", "RESULTS", "TOPICS", "RATES",
@@ -49,24 +57,6 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[2]
 #: The folder where results are stored, ``results/`` beside the package.
 RESULTS = ROOT / "results"
-
-#: Topic -> what it measures; the topic's module is ``gpudl.bench.<topic>``.
-TOPICS: dict[str, str] = {
-    "elementwise": "Chapter 1: vector add and SAXPY against a copy, CPU against GPU, divergence",
-    "memory": "Chapter 2: copies, transposes and reductions; the memory hierarchy; send/recv",
-    "matmul": "Chapter 3: the matmul variants against cuBLAS; an MLP's backward over forward",
-    "optim": "Chapter 4: one Adam step of each variant against a copy and torch's Adams",
-    "launch": "Chapter 4: what a kernel launch costs the host, by number and kind of argument",
-    "allreduce": "Chapters 1 and 5: all-reduce bandwidth between GPUs",
-    "dataparallel": "Chapter 5: step times of manual, bucketed and DDP data parallelism",
-    "pipeline": "Chapter 6: the pipeline bubble, measured against the formula",
-    "precision": "Chapter 7: torch.matmul in FP32 and BF16; the kernel MLP's MFU",
-    "attention": "Chapter 8: the two attention variants against torch's SDPA",
-    "tensorcores": "Chapter 8: torch.matmul per precision; the tensor-core matmul against FP32",
-}
-
-#: The row keys a bar may compare, two rates (higher is faster) or the median time.
-RATES = ("gbps", "tflops", "median_s")
 
 _SIMULATOR_NOTE = ("simulator: kernels ran as Python threads on the CPU at tiny sizes; their "
                    "timings are wall clock and say nothing about GPU speed")
@@ -84,11 +74,15 @@ def row(name: str, timing: Timing, n_bytes: int | None = None, n_flops: float | 
     ``method``, ``meaningful``, ``bytes`` and ``gbps`` (from ``n_bytes``), ``flops`` and
     ``tflops`` (from ``n_flops``), then the topic's own keys ``extra``. A rate is ``None``
     where the timing means nothing for a GPU (the simulator's). Prints the row as it goes."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty str, got {name!r}")
-    if not isinstance(timing, Timing):
-        raise TypeError(f"timing must be a gpudl.bench.timing.Timing, got "
-                        f"{type(timing).__name__}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a non-empty str, got {type(name).__name__} {name!r}")
+    if not name:
+        raise ValueError("name must be a non-empty str, got ''")
+    check_instance("timing", timing, Timing)
+    if n_bytes is not None:
+        check_int("n_bytes", n_bytes, 0)
+    if n_flops is not None:
+        check_real("n_flops", n_flops, 0)
     meaningful = timing.meaningful
     out = {
         "name": name, "median_s": timing.median, "min_s": timing.min, "max_s": timing.max,
@@ -112,15 +106,16 @@ def row(name: str, timing: Timing, n_bytes: int | None = None, n_flops: float | 
 
 
 def _check_bar_spec(name: str, what: str, threshold: float, compare: str, rate: str) -> None:
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
+    for label, value in (("name", name), ("what", what)):
+        if not isinstance(value, str):
+            raise TypeError(f"a bar's {label} must be a str, got {type(value).__name__}")
+    if not re.fullmatch(r"[a-z0-9_]+", name):
         raise ValueError(f"a bar's name must be a short id of a-z, 0-9 and _, got {name!r}")
-    if not isinstance(what, str) or not what:
+    if not what:
         raise ValueError(f"a bar's what must be a sentence, got {what!r}")
-    check_real("threshold", threshold)
-    if compare not in (">=", "<="):
-        raise ValueError(f"compare must be '>=' or '<=', got {compare!r}")
-    if rate not in RATES:
-        raise ValueError(f"rate must be one of {RATES}, got {rate!r}")
+    check_positive("threshold", threshold)
+    check_choice("compare", compare, (">=", "<="))
+    check_choice("rate", rate, RATES)
 
 
 def _bar(name: str, what: str, numerator: str, denominator: str, ratio: float | None,
@@ -141,7 +136,7 @@ def bar(name: str, what: str, rows: Sequence[dict], numerator: str, denominator:
     Both are ``None`` on the simulator and wherever a timing is not meaningful. A row missing
     from ``rows`` is an error (``ValueError``)."""
     _check_bar_spec(name, what, threshold, compare, rate)
-    by_name = {r["name"]: r for r in rows}
+    by_name = {r["name"]: r for r in _check_rows(rows)}
     for label, wanted in (("numerator", numerator), ("denominator", denominator)):
         if wanted not in by_name:
             raise ValueError(f"bar {name}: no row named {wanted!r} for its {label}; rows: "
@@ -152,6 +147,16 @@ def bar(name: str, what: str, rows: Sequence[dict], numerator: str, denominator:
             and num[rate] is not None and den[rate]):
         ratio = num[rate] / den[rate]
     return _bar(name, what, numerator, denominator, ratio, threshold, compare, rate)
+
+
+def _check_rows(rows: object) -> list[dict]:
+    """Rows as :func:`row` makes them: a list of dicts, each with a ``name``."""
+    if isinstance(rows, str | dict) or not isinstance(rows, Sequence):
+        raise TypeError(f"rows must be a list of rows (from row()), got {type(rows).__name__}")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or "name" not in r:
+            raise TypeError(f"rows[{i}] must be a row (a dict with a name), got {r!r}")
+    return list(rows)
 
 
 def _fastest(names: Sequence[str], by_name: dict[str, dict], rate: str) -> str | None:
@@ -173,7 +178,10 @@ def evaluate_bars(specs: Sequence[dict], rows: Sequence[dict], **names: str) -> 
     A numerator given as a list names candidates: the fastest of those present is compared
     (the best reduction, the best matmul). A bar whose rows were not measured (a GPU-only row
     on the simulator) is kept, with ``ratio`` and ``verdict`` ``None``."""
-    rows = list(rows)
+    rows = _check_rows(rows)
+    if isinstance(specs, str | dict) or not isinstance(specs, Sequence):
+        raise TypeError(f"specs must be a list of bar specs (a topic's BARS), got "
+                        f"{type(specs).__name__}")
     by_name = {r["name"]: r for r in rows}
     out = []
     for spec in specs:
@@ -197,6 +205,7 @@ def evaluate_bars(specs: Sequence[dict], rows: Sequence[dict], **names: str) -> 
 
 def find_bar(record: dict, name: str) -> dict:
     """The bar called ``name`` in a stored record (``KeyError`` if it has none)."""
+    check_instance("record", record, dict)
     for b in record.get("bars", []):
         if b["name"] == name:
             return b
@@ -266,17 +275,15 @@ def machine() -> dict:
                   "device": dataclasses.asdict(info)}
 
 
-_COMMIT = re.compile(r"[0-9a-f]{7,40}(-dirty)?")
-
-
 def commit(root: Path = ROOT) -> str | None:
     """The git commit of the measured code: ``GPUDL_COMMIT`` if set (a checkout without
     ``.git``, as on a lent GPU machine), else ``git rev-parse HEAD`` in ``root``, with
     ``-dirty`` appended when tracked files differ from it (the outputs of runs, in
     ``notebooks/`` and ``results/``, aside); ``None`` when neither is known."""
+    check_instance("root", root, (str, os.PathLike))
     given = os.environ.get("GPUDL_COMMIT")
     if given:
-        if not _COMMIT.fullmatch(given):
+        if not COMMIT_PATTERN.fullmatch(given):
             raise ValueError(f"GPUDL_COMMIT must be a hexadecimal git sha (7 to 40 digits), "
                              f"optionally ending in -dirty, got {given!r}")
         return given
@@ -308,7 +315,9 @@ def _to_json(value: object) -> object:
 
 
 def _check_topic(topic: object) -> str:
-    if not isinstance(topic, str) or not re.fullmatch(r"[a-z0-9_]+", topic):
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, got {type(topic).__name__} {topic!r}")
+    if not re.fullmatch(r"[a-z0-9_]+", topic):
         raise ValueError(f"topic must be a name of a-z, 0-9 and _, got {topic!r}")
     return topic
 
@@ -316,13 +325,17 @@ def _check_topic(topic: object) -> str:
 def results_path(topic: str, directory: str | Path = RESULTS,
                  backend_name: str | None = None) -> Path:
     """``directory/<topic>-<backend>.json`` (the current backend unless one is named)."""
+    check_choice("backend_name", backend_name, (None, "cuda", "simulator"))
     return Path(directory) / f"{_check_topic(topic)}-{backend_name or backend.name()}.json"
 
 
 def write_results(topic: str, body: dict, directory: str | Path = RESULTS) -> Path:
     """Store what a topic's ``run`` returned as ``<topic>-<backend>.json`` in ``directory``,
     with ``topic``, ``backend``, ``machine`` (:func:`machine`), ``commit`` (:func:`commit`),
-    ``date`` (UTC, ISO 8601) and ``timings_meaningful`` added. Written whole or not at all."""
+    ``date`` (UTC, ISO 8601) and ``timings_meaningful`` added, after checking it by the one
+    schema of stored results (:func:`gpudl.bench.schema.check_record`: a NaN, an infinite
+    rate or ``min_s > max_s`` is refused, and nothing is written). Written whole or not at
+    all."""
     _check_topic(topic)
     if not isinstance(body, dict):
         raise TypeError(f"body must be a dict, got {type(body).__name__}")
@@ -339,7 +352,12 @@ def write_results(topic: str, body: dict, directory: str | Path = RESULTS) -> Pa
         record.setdefault("note", _SIMULATOR_NOTE)
     path = results_path(topic, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(record, indent=1, allow_nan=False, default=_to_json) + "\n"
+    try:
+        text = json.dumps(record, indent=1, allow_nan=False, default=_to_json) + "\n"
+    except ValueError as err:  # NaN or an infinity: check_record says where
+        check_record(json.loads(json.dumps(record, default=_to_json)))
+        raise ValueError(f"{topic}: {err}") from None
+    check_record(json.loads(text))
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text(text)
     os.replace(partial, path)
@@ -349,8 +367,7 @@ def write_results(topic: str, body: dict, directory: str | Path = RESULTS) -> Pa
 def run_topic(topic: str, **kwargs: Any) -> dict:
     """Run topic ``topic``'s benchmark (``gpudl.bench.<topic>.run(**kwargs)``) and return
     what it returned, without storing it."""
-    if topic not in TOPICS:
-        raise ValueError(f"topic must be one of {list(TOPICS)}, got {topic!r}")
+    check_choice("topic", topic, TOPICS)
     module = importlib.import_module(f"gpudl.bench.{topic}")
     body = module.run(**kwargs)
     if not isinstance(body, dict) or not isinstance(body.get("rows"), list):
@@ -374,6 +391,8 @@ def load_or_run(topic: str, directory: str | Path = RESULTS, fresh: bool = False
 
     A topic that needs more GPUs than the machine has returns ``{"skipped": reason, ...}``,
     says so, and stores nothing (a result measured elsewhere stays)."""
+    check_choice("topic", topic, TOPICS)
+    check_bool("fresh", fresh)
     path = results_path(topic, directory)
     if not fresh and not backend.is_simulator() and path.exists():
         record = json.loads(path.read_text())

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from gpudl import backend, estimate
 from gpudl.bench import row
 from gpudl.bench.timing import Timing
-from gpudl.checks import check_int
+from gpudl.checks import check_int, check_ints
 from gpudl.parallel.data.comms import ring_all_reduce, ring_all_reduce_worker
 from gpudl.parallel.launch import (
     default_backend,
@@ -63,6 +63,7 @@ BARS: tuple[dict, ...] = ()
 def gpus_missing(ranks: int) -> str | None:
     """Why ``ranks`` ranks cannot be measured between GPUs here (fewer GPUs than ranks), or
     ``None``. On the simulator the ranks are CPU processes (gloo) and nothing is missing."""
+    check_int("ranks", ranks, 1)
     if backend.is_simulator():
         return None
     count = torch.cuda.device_count()
@@ -80,12 +81,11 @@ def default_sizes(world_size: int = 2) -> list[int]:
 
 
 def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
-    if not sizes_bytes:
-        raise ValueError("sizes_bytes must list at least one message size")
-    for i, size in enumerate(sizes_bytes):
-        if check_int(f"sizes_bytes[{i}]", size, 1) % ITEMSIZE:
+    for size in check_ints("sizes_bytes", sizes_bytes, 1):
+        if size % ITEMSIZE:
             raise ValueError(
-                f"message sizes must be positive multiples of {ITEMSIZE} bytes (float32), "
+                f"sizes_bytes: message sizes must be positive multiples of {ITEMSIZE} bytes "
+                f"(float32), "
                 f"got {size}"
             )
     check_int("repeats", repeats, 1)
@@ -153,7 +153,7 @@ def allreduce_bandwidth(
     Rows (:func:`gpudl.bench.row`) add ``size_bytes``, ``world_size``, ``backend``,
     ``time_s``, ``algbw_gbs`` and ``busbw_gbs``; see :func:`allreduce_bandwidth_worker`.
     """
-    sizes = default_sizes(world_size) if sizes_bytes is None else list(sizes_bytes)
+    sizes = default_sizes(world_size) if sizes_bytes is None else sizes_bytes
     _check_plan(sizes, repeats, warmup)
     per_rank = spawn(
         allreduce_bandwidth_worker, world_size, sizes, repeats, warmup, timeout=timeout
@@ -173,8 +173,9 @@ def p2p_bandwidth_worker(
     dict per size (``size_bytes``, ``backend``, ``timing``), the others ``[]``.
     """
     _check_plan(sizes_bytes, repeats, warmup)
-    if world_size < 2:
-        raise ValueError(f"a point-to-point benchmark needs at least 2 ranks, got {world_size}")
+    if check_int("world_size", world_size, 1) < 2:
+        raise ValueError(f"a point-to-point benchmark needs a world_size of at least 2 ranks, "
+                         f"got {world_size}")
     device, sync = device_and_sync()
     out = []
     for size in sizes_bytes:
@@ -214,7 +215,7 @@ def p2p_bandwidth(
     Rows (:func:`gpudl.bench.row`) add ``size_bytes``, ``backend``, ``time_s`` (one way,
     median) and ``gbps``; see :func:`p2p_bandwidth_worker`.
     """
-    sizes = default_sizes() if sizes_bytes is None else list(sizes_bytes)
+    sizes = default_sizes() if sizes_bytes is None else sizes_bytes
     _check_plan(sizes, repeats, warmup)
     measured = spawn(p2p_bandwidth_worker, 2, sizes, repeats, warmup, timeout=timeout)[0]
     return [row(f"send/recv {_human(m['size_bytes'])}", m["timing"], m["size_bytes"],
@@ -228,6 +229,7 @@ def ring_timings_worker(rank: int, world_size: int, numels: list[int],
     ``ring_s`` and ``all_reduce_s``: the median over ``repeats`` of the wall-clock time of
     :func:`~gpudl.parallel.data.ring_all_reduce` and of ``dist.all_reduce`` on this rank,
     each started after a barrier (and a ``cuda.synchronize`` on NCCL)."""
+    check_int("repeats", repeats, 1)
     rows = ring_all_reduce_worker(rank, world_size, numels)
     device, sync = device_and_sync()
     for r in rows:
@@ -250,13 +252,18 @@ def time_ring_all_reduce(world_size: int, numels: list[int], repeats: int = 3,
     """Spawn ``world_size`` ranks running :func:`ring_timings_worker`: the ring all-reduce
     checked against ``dist.all_reduce`` and both timed, one list of rows per rank."""
     check_int("repeats", repeats, 1)
-    return spawn(ring_timings_worker, world_size, list(numels), repeats, timeout=timeout)
+    numels = list(check_ints("numels", numels, 1))
+    return spawn(ring_timings_worker, world_size, numels, repeats, timeout=timeout)
 
 
 def run(world_sizes: tuple[int, ...] = (2, 4), sizes_bytes: list[int] | None = None,
         repeats: int = 5) -> dict:
     """All-reduce bandwidth at each of ``world_sizes`` (on GPUs, those with a GPU per rank;
     the others are skipped, and with none left the topic is)."""
+    check_ints("world_sizes", world_sizes, 1)
+    if sizes_bytes is not None:
+        _check_plan(sizes_bytes, repeats, 0)
+    check_int("repeats", repeats, 1)
     rows, skipped = [], []
     for world_size in world_sizes:
         missing = gpus_missing(world_size)

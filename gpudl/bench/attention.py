@@ -23,6 +23,7 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
+from gpudl.checks import check_bool, check_int, check_ints
 from gpudl.kernels import attention as attention_kernels
 from gpudl.kernels import attention_error
 from gpudl.kernels.arrays import poisoned
@@ -49,6 +50,9 @@ BARS = (
 def attention_flops(heads: int, s: int, d: int, causal: bool = False) -> int:
     """Flops of attention's two products, ``Q K^T`` and ``P V``: ``2 d`` per (query, key)
     pair each, over all ``s^2`` pairs, or the ``s (s + 1) / 2`` a causal mask leaves."""
+    for name, value in (("heads", heads), ("s", s), ("d", d)):
+        check_int(name, value, 1)
+    check_bool("causal", causal)
     pairs = s * (s + 1) // 2 if causal else s * s
     return 4 * heads * d * pairs
 
@@ -68,6 +72,9 @@ def run(s_values: Sequence[int] | None = None, heads: int | None = None,
     not causal. On the simulator torch runs on the CPU with its default backend."""
     s_values = backend.pick(gpu=(1024, 4096), sim=(20,)) if s_values is None else s_values
     heads = backend.pick(gpu=16, sim=1) if heads is None else heads
+    check_ints("s_values", s_values, 1)
+    check_int("heads", heads, 1)
+    check_int("d", d, 1, attention_kernels.MAX_HEAD_DIM)
     timed = {"warmup": backend.pick(gpu=2, sim=0), "repeats": backend.pick(gpu=None, sim=1)}
     rows = []
     for s in s_values:

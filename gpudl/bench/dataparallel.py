@@ -25,7 +25,7 @@ from torch import nn
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import Timing
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_instance, check_int, check_ints
 from gpudl.parallel import data as data_parallel
 from gpudl.parallel.launch import spawn
 
@@ -56,8 +56,7 @@ def step_times_worker(rank: int, world_size: int, strategies: Sequence[str],
     all-reduces of one bucket, of all the gradients and of at least 4 MiB, to fit the ring
     model to), with ``world_size`` and ``backend``.
     """
-    for strategy in strategies:
-        data_parallel.check_strategy(strategy)
+    _check_times(strategies, setup, world_size, steps, warmup)
     device, sync = data_parallel.rank_device()
     generator = torch.Generator().manual_seed(rank)
     share = setup.global_batch // world_size
@@ -120,13 +119,22 @@ def step_times(world_size: int, setup: data_parallel.Setup,
                timeout: float = 180.0) -> dict:
     """Spawn ``world_size`` ranks running :func:`step_times_worker`; rank 0's result (every
     rank's times are the slowest rank's)."""
-    for strategy in strategies:
-        data_parallel.check_strategy(strategy)
+    _check_times(strategies, setup, world_size, steps, warmup)
+    return spawn(step_times_worker, world_size, tuple(strategies), setup, steps, warmup,
+                 timeout=timeout)[0]
+
+
+def _check_times(strategies: object, setup: object, world_size: object, steps: object,
+                 warmup: object) -> None:
+    """What a timing run needs: distributed strategies, a plan ``world_size`` ranks can
+    share, at least one timed step."""
+    if isinstance(strategies, str) or not isinstance(strategies, Sequence):
+        raise TypeError(f"strategies must be a list of strategy names, got {strategies!r}")
+    for i, strategy in enumerate(strategies):
+        check_choice(f"strategies[{i}]", strategy, data_parallel.STRATEGIES[1:])
     data_parallel.check_plan(setup, world_size)
     check_int("steps", steps, 1)
     check_int("warmup", warmup, 0)
-    return spawn(step_times_worker, world_size, tuple(strategies), setup, steps, warmup,
-                 timeout=timeout)[0]
 
 
 def predicted_step_time(times: dict) -> float:
@@ -134,6 +142,7 @@ def predicted_step_time(times: dict) -> float:
     latency and bandwidth fitted to its all-reduce timings (:func:`gpudl.estimate.fit_allreduce`),
     then :func:`gpudl.estimate.data_parallel_step_time` with its compute time, backward
     fraction, gradient bytes and buckets. One rank: the compute time."""
+    check_instance("times", times, dict)
     world_size = times["world_size"]
     if world_size == 1:
         return times["compute_s"]
@@ -159,6 +168,10 @@ def run(world_sizes: Sequence[int] | None = None,
     and world size; ``runs`` keeps each :func:`step_times` result with its prediction
     (``predicted_step_s``, ``None`` where the all-reduce times were too noisy to fit)."""
     on_gpu = not backend.is_simulator()
+    if world_sizes is not None:
+        check_ints("world_sizes", world_sizes, 1)
+    if setup is not None:
+        check_instance("setup", setup, data_parallel.Setup)
     if world_sizes is None:
         gpus = torch.cuda.device_count() if on_gpu else 0
         world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus] if on_gpu else [1, 2, 4]

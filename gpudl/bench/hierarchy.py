@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda
 
 from gpudl.bench.timing import gbps, time_cuda
-from gpudl.checks import check_int
+from gpudl.checks import check_bool, check_choice, check_instance, check_int
 from gpudl.kernels import hierarchy as hierarchy_kernels
 
 __all__ = ["WORKING_SETS", "DEFAULT_STEPS", "BANDWIDTH_LEVELS", "ARTICLE_CLAIMS", "latency",
@@ -92,6 +92,7 @@ def latency(
     (``"shared"`` or ``"global"``), ``timings`` and ``meaningful``.
     """
     working_set = check_int("working_set_bytes", working_set_bytes, 1)
+    check_bool("shared", shared)
     stride_b = check_int("stride_bytes", stride_bytes, 1)
     k = check_int("steps", steps, 1)
     itemsize = np.dtype(np.int32).itemsize
@@ -142,8 +143,7 @@ def bandwidth(level: str) -> dict[str, Any]:
     the timing (a mismatch raises ``RuntimeError``). Returns a dict: ``gbs``, ``bytes_read``,
     ``working_set_bytes``, ``timing`` and ``meaningful``.
     """
-    if level not in BANDWIDTH_LEVELS:
-        raise ValueError(f"level must be one of {BANDWIDTH_LEVELS}, got {level!r}")
+    check_choice("level", level, BANDWIDTH_LEVELS)
     blocks = hierarchy_kernels.grid_blocks()
     out = cuda.to_device(np.full(blocks * hierarchy_kernels.THREADS, np.nan, dtype=np.float32))
     if level == "shared":
@@ -201,6 +201,7 @@ def table(results: dict[str, Any]) -> str:
     bandwidth, derived, not measured. Results from the simulator print "not measured
     (simulator)".
     """
+    check_instance("results", results, dict)
     try:
         lat_shared = results["latency"]["shared"]
         lat_hbm = results["latency"]["HBM"]

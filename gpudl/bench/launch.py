@@ -54,6 +54,7 @@ from numba import cuda
 from gpudl import interop
 from gpudl.bench import ROOT, row
 from gpudl.bench.timing import Timing
+from gpudl.checks import check_choice, check_int
 
 __all__ = ["BARS", "CASES", "KINDS", "run", "measure_launches", "measure_optimizer", "main"]
 
@@ -157,6 +158,13 @@ def measure_launches(calls: int | None = None, repeats: int | None = None,
     cases = list(CASES) if cases is None else cases
     calls = backend.pick(gpu=1000, sim=5) if calls is None else calls
     repeats = backend.pick(gpu=20, sim=3) if repeats is None else repeats
+    check_choice("measured", measured, tuple(_SUFFIX))
+    if isinstance(cases, str) or not isinstance(cases, list | tuple):
+        raise TypeError(f"cases must be a list of case names, got {cases!r}")
+    for i, case in enumerate(cases):
+        check_choice(f"cases[{i}]", case, tuple(CASES))
+    check_int("calls", calls, 1)
+    check_int("repeats", repeats, 1)
     if measured == "launch without the driver call":
         make_array, make_tensor, sync = _fake_device_objects()
     else:
@@ -183,6 +191,8 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
     from gpudl.kernels.optim import recorded_launches
 
     steps = backend.pick(gpu=50, sim=10) if steps is None else steps
+    for name, value in (("tensors", tensors), ("size", size), ("steps", steps)):
+        check_int(name, value, 1)
     device = interop.tensor_device()
     rows = []
     for variant in ("multi_tensor", "fused"):
@@ -295,6 +305,8 @@ def run(calls: int = 2000, repeats: int = 5, tensors: int = 1000) -> dict:
     from a compile-only child (``calls`` launches per sample, ``repeats`` samples); ``note``
     says why they are missing if they are. The optimizer's rows step over ``tensors``
     parameters."""
+    for name, value in (("calls", calls), ("repeats", repeats), ("tensors", tensors)):
+        check_int(name, value, 1)
     rows, note = [], ""
     if backend.is_simulator():
         found = _without_driver(calls, repeats)

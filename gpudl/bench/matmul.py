@@ -21,7 +21,7 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cuda
-from gpudl.checks import check_int
+from gpudl.checks import check_bool, check_ints
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels.arrays import EPS32, poisoned
 
@@ -50,8 +50,7 @@ def bench_matmul(sizes: tuple[int, ...] | None = None) -> list[dict]:
     output is checked against torch's before its time is reported.
     """
     sizes = backend.pick(gpu=(1024, 2048, 4096), sim=(48,)) if sizes is None else sizes
-    for size in sizes:
-        check_int("size", size, 1)
+    check_ints("sizes", sizes, 1)
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # TF32 rounds inputs to 10-bit mantissas
     try:
@@ -116,6 +115,7 @@ def run(sizes: tuple[int, ...] | None = None, mlp: bool = True) -> dict:
     """:func:`bench_matmul` and (unless switched off) :func:`bench_mlp`, with the speed goal
     at the largest size and ``backward_over_forward`` (the backward pass's time over the
     forward's; ``None`` where not measured)."""
+    check_bool("mlp", mlp)
     rows = bench_matmul(sizes)
     largest = max(r["size"] for r in rows)
     mlp_rows = bench_mlp() if mlp else []

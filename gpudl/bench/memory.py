@@ -22,7 +22,7 @@ from gpudl.bench import evaluate_bars, row
 from gpudl.bench import hierarchy as bench_hierarchy
 from gpudl.bench.allreduce import gpus_missing, p2p_bandwidth
 from gpudl.bench.timing import time_cuda
-from gpudl.checks import check_int
+from gpudl.checks import check_bool, check_int
 from gpudl.kernels import memory as memory_kernels
 from gpudl.kernels import reduction as reduction_kernels
 from gpudl.kernels import reduction_error, transpose
@@ -63,6 +63,8 @@ def run(n: int | None = None, hierarchy: bool = True, p2p: bool = True) -> dict:
     point-to-point bandwidth between two ranks (on GPUs: skipped with fewer than two)."""
     n = backend.pick(gpu=1 << 26, sim=1024) if n is None else n
     check_int("n", n, 4)
+    check_bool("hierarchy", hierarchy)
+    check_bool("p2p", p2p)
     rows = _kernels(n)
     body: dict = {"n": n, "transpose_side": int(np.sqrt(n)), "rows": rows,
                   "bars": evaluate_bars(BARS, rows)}

@@ -26,9 +26,10 @@ import torch
 from gpudl import optim as optimizers
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import row_kind, time_cuda, time_interleaved
-from gpudl.checks import check_int
+from gpudl.checks import check_callable, check_instance, check_int, check_ints
 from gpudl.interop import tensor_device
 from gpudl.kernels import optim as optim_kernels
+from gpudl.kernels.optim import check_adam_hyper
 
 __all__ = ["BARS", "HYPER", "METHODS", "PER_TENSOR", "float32_hyper", "hyper_used",
            "check_step", "run"]
@@ -70,6 +71,8 @@ BARS = (
 
 def float32_hyper(hyper: dict) -> dict:
     """``lr``, ``betas`` and ``eps`` of ``hyper`` rounded to float32 (as Python floats)."""
+    check_instance("hyper", hyper, dict)
+    check_adam_hyper(hyper["lr"], hyper["betas"], hyper["eps"], 0.0)
     f32 = lambda x: float(np.float32(x))
     return {"lr": f32(hyper["lr"]), "betas": tuple(f32(b) for b in hyper["betas"]),
             "eps": f32(hyper["eps"])}
@@ -80,6 +83,7 @@ def hyper_used(name: str, device: torch.device, hyper: dict = HYPER) -> dict:
     ``device``: torch's fused Adam on a GPU passes ``lr``, the betas and ``eps`` to its kernel
     as float32; every other (gpudl's, which rounds the per-step scalars itself as its error
     bound assumes, and torch's on the CPU, which computes them in double) as given."""
+    check_instance("device", device, torch.device)
     if name == "torch fused" and device.type == "cuda":
         return float32_hyper(hyper)
     return dict(hyper)
@@ -95,6 +99,8 @@ def check_step(make: Callable, shapes: list[int], hyper: dict = HYPER,
 
     Returns ``ok``, ``failed`` (the arrays off their bound: ``"p"``, ``"m"``, ``"v"``) and
     ``worst`` (each array's largest error over its bound, ``None`` if it holds a NaN)."""
+    check_callable("make", make)
+    check_ints("shapes", shapes, 1)
     used = dict(hyper) if used is None else used
     gen = torch.Generator().manual_seed(1)
     device = tensor_device()
@@ -172,8 +178,10 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
     (:func:`check_step`)."""
     sizes = backend.pick(gpu=(10**6, 10**7, 10**8), sim=(300,)) if sizes is None else sizes
     small = backend.pick(gpu=(1000, 10**4), sim=(6, 40)) if small is None else small
-    for size in (*sizes, *small):
-        check_int("size", size, 1)
+    check_ints("sizes", sizes, 1)
+    check_ints("small", small, 1, minimum_count=2)
+    if len(small) != 2:
+        raise ValueError(f"small must be (count, size), got {small!r}")
     # on a GPU, samples until the median is stable (gpudl.bench.timing.POLICY)
     repeats = (backend.pick(gpu=None, sim=1) if repeats is None
                else check_int("repeats", repeats, 1))

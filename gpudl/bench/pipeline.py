@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from gpudl.bench import row
 from gpudl.bench.allreduce import gpus_missing
 from gpudl.bench.timing import Timing
+from gpudl.checks import check_choice, check_ints
 from gpudl.estimate import bubble_fraction
 from gpudl.parallel import pipeline
 from gpudl.parallel.launch import default_backend
@@ -39,6 +40,11 @@ def bubble_sweep(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8,
     (:func:`gpudl.parallel.pipeline.idle_fraction` of the timed step), ``formula``
     (:func:`gpudl.estimate.bubble_fraction`), ``makespan_s``, ``paced`` and ``timelines``
     (one per stage)."""
+    _check_sweep(world_size, microbatches)
+    if isinstance(schedules, str) or not isinstance(schedules, Sequence):
+        raise TypeError(f"schedules must be a list of schedule names, got {schedules!r}")
+    for i, name in enumerate(schedules):
+        check_choice(f"schedules[{i}]", name, ("gpipe", "1f1b"))
     on_gpus = default_backend(world_size) == "nccl"
     common = (dict(steps=2, batch=32, config=pipeline.GPU_CONFIG) if on_gpus
               else dict(steps=1, batch=16, config=pipeline.CPU_CONFIG,
@@ -57,10 +63,17 @@ def bubble_sweep(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8,
     return rows
 
 
+def _check_sweep(world_size: int, microbatches: Sequence[int]) -> None:
+    """``world_size`` stages that split the encoder evenly, and micro-batch counts."""
+    pipeline.PipelinePlan().check_world_size(world_size)
+    check_ints("microbatches", microbatches, 1)
+
+
 def run(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8, 16)) -> dict:
     """:func:`bubble_sweep` on ``world_size`` stages at each of ``microbatches``, one GPU per
     stage (skipped with fewer GPUs; CPU processes on the simulator). One row per run: the
     makespan of its timed step, with the sweep's keys, timelines included."""
+    _check_sweep(world_size, microbatches)
     missing = gpus_missing(world_size)
     if missing:
         print(f"[pipeline] {world_size} stages skipped: {missing}", flush=True)

@@ -23,6 +23,7 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
+from gpudl.checks import check_ints, check_real
 from gpudl.hardware import SPECS, GpuSpec, describe
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels import tensor_core_matmul
@@ -56,6 +57,10 @@ def datasheet_spec(device_name: str, memory_bytes: int | None = None) -> GpuSpec
     driver ("NVIDIA H100 80GB HBM3" is "H100 SXM", "NVIDIA A100-SXM4-80GB" an A100): the
     entries named after its model, the one whose memory is nearest ``memory_bytes`` if
     several; None if none matches."""
+    if not isinstance(device_name, str):
+        raise TypeError(f"device_name must be a str, got {type(device_name).__name__}")
+    if memory_bytes is not None:
+        check_real("memory_bytes", memory_bytes, 0)
     words = device_name.replace("-", " ").split()
     words = [w for w in words if w not in ("NVIDIA", "GeForce", "Tesla")]
     if not words:
@@ -76,6 +81,8 @@ def run(sizes: Sequence[int] | None = None,
     sizes = backend.pick(gpu=(1024, 2048, 4096, 8192), sim=(64,)) if sizes is None else sizes
     kernel_sizes = backend.pick(gpu=(2048, 4096), sim=(32,)) if kernel_sizes is None\
         else kernel_sizes
+    check_ints("sizes", sizes, 1)
+    check_ints("kernel_sizes", kernel_sizes, 1)
     info = describe()
     spec = None if backend.is_simulator() else datasheet_spec(info.name, info.memory_bytes)
     timed = {"warmup": backend.pick(gpu=2, sim=0), "repeats": backend.pick(gpu=5, sim=1)}

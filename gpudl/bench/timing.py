@@ -232,6 +232,8 @@ def row_kind(n_bytes: int, l2_bytes: int | None = None) -> str | None:
     ``l2_bytes`` (by default the device's), ``"bandwidth"`` if not: only a working set larger
     than the L2 measures device memory. None when the L2's size is unknown (the simulator)."""
     check_int("n_bytes", n_bytes, 0)
+    if l2_bytes is not None:
+        check_int("l2_bytes", l2_bytes, 0)
     if l2_bytes is None:
         from gpudl.hardware import describe
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpudl.checks import check_int, check_real
+from gpudl.checks import check_equal, check_int, check_real, check_reals
 
 __all__ = ["allreduce_bytes_per_rank", "allreduce_time", "data_parallel_step_time",
            "fit_allreduce"]
@@ -60,16 +60,12 @@ def fit_allreduce(
     check_int("world_size", world_size, 1)
     if world_size < 2:
         raise ValueError("an all-reduce over one rank moves nothing: fit with world_size >= 2")
-    sizes = np.asarray(sizes_bytes, dtype=np.float64)
-    times = np.asarray(times_s, dtype=np.float64)
-    if sizes.ndim != 1 or sizes.shape != times.shape:
-        raise ValueError(f"sizes and times must be 1-D of one length, got {sizes.shape}, "
-                         f"{times.shape}")
+    sizes = np.array(check_reals("sizes_bytes", sizes_bytes, 0, minimum_count=2))
+    times = np.array(check_reals("times_s", times_s, 0, strict=True, minimum_count=2))
+    check_equal("len(sizes_bytes)", sizes.size, "len(times_s)", times.size)
     if np.unique(sizes).size < 2:
-        raise ValueError("need measurements at two or more distinct sizes to fit two parameters")
-    if not (np.isfinite(sizes).all() and np.isfinite(times).all()) or (sizes < 0).any() or (
-            times <= 0).any():
-        raise ValueError("sizes must be finite and >= 0, times finite and > 0")
+        raise ValueError("sizes_bytes: need measurements at two or more distinct sizes to fit "
+                         "two parameters")
     steps = 2 * (world_size - 1)
     per_rank = steps / world_size * sizes
     (latency, inverse_bandwidth), *_ = np.linalg.lstsq(

@@ -35,7 +35,7 @@ def roofline(
         if np.isnan(intensity).any() or (intensity < 0).any():
             raise ValueError("intensity must be >= 0 everywhere, got a negative or NaN value")
         return np.minimum(float(peak_flops), intensity * float(peak_bandwidth))
-    check_real("intensity", intensity, 0)
+    check_real("intensity", intensity, 0, finite=False)  # infinite: the compute roof
     return float(min(peak_flops, intensity * peak_bandwidth))
 
 

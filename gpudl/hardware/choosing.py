@@ -27,7 +27,7 @@ def peak_flops(name: str, precision: str = "bf16") -> float:
     Book section: *Chapter 7, "Choosing a GPU"* and *Chapter 8, "Tensor cores"*.
     ``precision`` is ``"fp32"``, ``"fp16"`` (tensor cores with FP32 accumulation, the
     mixed-precision training case), ``"bf16"`` or ``"tf32"`` (see :data:`PRECISIONS`). An
-    unknown name raises :func:`spec`'s ``KeyError``, which lists the known ones; a GPU
+    unknown name raises :func:`spec`'s ``ValueError``, which lists the known ones; a GPU
     without such units (a V100 has no BF16) raises a ``ValueError``.
     """
     check_choice("precision", precision, tuple(PRECISIONS))
@@ -59,10 +59,11 @@ def compare_gpus(bytes_per_gpu: float | None = None,
     """
     if bytes_per_gpu is not None:
         check_positive("bytes_per_gpu", bytes_per_gpu)
-    if isinstance(names, str):
-        raise TypeError(f"names must be a sequence of GPU names, got the str {names!r}")
+    if isinstance(names, str) or not isinstance(names, Sequence | None):
+        raise TypeError(f"names must be a sequence of GPU names, got {names!r}")
     rows = []
-    for gpu in (SPECS.values() if names is None else [spec(n) for n in names]):
+    for gpu in (SPECS.values() if names is None
+                else [spec(n, f"names[{i}]") for i, n in enumerate(names)]):
         rate = _training_tflops(gpu)
         rows.append({
             "name": gpu.name,

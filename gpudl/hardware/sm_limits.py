@@ -94,7 +94,7 @@ def _sm_limits(compute_capability: object) -> SmLimits:
     compute_capability = check_compute_capability("compute_capability", compute_capability)
     if compute_capability not in SM_LIMITS:
         raise ValueError(
-            f"no occupancy table for compute capability {compute_capability}; "
+            f"no occupancy table for compute_capability {compute_capability}; "
             f"supported: {supported}"
         )
     return SM_LIMITS[compute_capability]

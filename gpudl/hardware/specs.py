@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudl.checks import check_real
+
 __all__ = ["GpuSpec", "SPECS", "datasheet_number", "spec"]
 
 @dataclass(frozen=True)
@@ -96,14 +98,18 @@ def datasheet_number(value: float | None) -> str:
     """A spec value as datasheets print it: 0.236, 19.5, 1,555; ``"none"`` when absent."""
     if value is None:
         return "none"
+    check_real("value", value, 0)
     if value < 10:
         return f"{value:.3g}"
     return f"{value:,.1f}".removesuffix(".0")
 
 
-def spec(name: str) -> GpuSpec:
-    """The :class:`GpuSpec` called ``name``; a ``KeyError`` lists the known names."""
-    try:
-        return SPECS[name]
-    except KeyError:
-        raise KeyError(f"no GPU called {name!r}; known: {', '.join(SPECS)}") from None
+def spec(name: str, argument: str = "name") -> GpuSpec:
+    """The :class:`GpuSpec` called ``name``; a ``ValueError`` lists the known names (a
+    ``TypeError`` if ``name`` is not a str), naming ``argument``."""
+    if not isinstance(name, str):
+        raise TypeError(f"{argument} must be a GPU's name (a str), got "
+                        f"{type(name).__name__} {name!r}")
+    if name not in SPECS:
+        raise ValueError(f"no GPU called {name!r} ({argument}); known: {', '.join(SPECS)}")
+    return SPECS[name]

@@ -24,11 +24,12 @@ import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv import driver
 
-from gpudl.checks import check_float32_array, is_device_array
+from gpudl.checks import check_bool, check_float32_array, check_int, check_ints, is_device_array
 
 __all__ = [
     "EPS32",
     "check_arrays",
+    "check_shape",
     "filled",
     "launch_in_place",
     "launch_into_poisoned",
@@ -46,9 +47,19 @@ Shape = int | tuple[int, ...]
 EPS32 = float(np.finfo(np.float32).eps)
 
 
+def check_shape(name: str, shape: object) -> tuple[int, ...]:
+    """An array's shape: an int or a tuple of ints, each ``>= 0`` (``TypeError`` for anything
+    else, ``ValueError`` for a negative length), as a tuple."""
+    if isinstance(shape, tuple | list):
+        return check_ints(name, shape, 0, minimum_count=0)
+    return (check_int(name, shape, 0),)
+
+
 def filled(shape: Shape, byte: int) -> Any:
     """A float32 device array with every byte set to ``byte`` on the device: 0xFF makes
     every element NaN, 0 makes it 0.0."""
+    shape = check_shape("shape", shape)
+    check_int("byte", byte, 0, 255)
     out = cuda.device_array(shape, dtype=np.float32)
     if out.size:
         driver.device_memset(out, byte, out.nbytes)
@@ -62,12 +73,19 @@ def poisoned(shape: Shape) -> Any:
 
 def zeros(shape: Shape, on_device: bool) -> Array:
     """A float32 array of zeros, on the device or on the host."""
-    return filled(shape, 0) if on_device else np.zeros(shape, np.float32)
+    if not check_bool("on_device", on_device):
+        return np.zeros(check_shape("shape", shape), np.float32)
+    return filled(shape, 0)
 
 
 def to_device(x: Array) -> Array:
     """``x`` itself if it is a device array, else a copy of the NumPy array on the device."""
-    return x if is_device_array(x) else cuda.to_device(x)
+    if is_device_array(x):
+        return x
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x must be a NumPy array or a numba device array, got "
+                        f"{type(x).__name__}")
+    return cuda.to_device(x)
 
 
 def returned(out: Array, on_device: bool) -> Array:

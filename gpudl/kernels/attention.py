@@ -42,7 +42,14 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_bool, check_float32_array
+from gpudl.checks import (
+    check_array,
+    check_bool,
+    check_choice,
+    check_equal,
+    check_float32_array,
+    check_int,
+)
 from gpudl.kernels.arrays import launch_into_poisoned, poisoned
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -53,7 +60,7 @@ Launch = Callable[..., None]
 
 __all__ = [
     "TILE", "MAX_HEAD_DIM", "VARIANTS",
-    "reference", "weighted", "traffic", "traced_traffic",
+    "reference", "check_host_heads", "weighted", "traffic", "traced_traffic",
     "v1_scores", "v1_softmax", "v1_pv", "fused_kernel",
     "v1_three_kernels", "v2_fused", "forward", "attention",
 ]
@@ -68,7 +75,9 @@ NEG_INF = float32(-np.inf)  # a float32 constant: a Python -inf would be float64
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray,
               causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(o, lse)`` in float64 NumPy: ``softmax(q k^T / sqrt(d)) v`` over the last two axes,
-    keys after the query masked out if ``causal``, and each row's log-sum-exp of scores."""
+    keys after the query masked out if ``causal``, and each row's log-sum-exp of scores.
+    ``q`` may hold another number of queries than ``k`` and ``v`` hold keys."""
+    check_host_heads(q, k, v, causal, same_length=False)
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     x = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
     if causal:
@@ -83,6 +92,11 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray,
 def weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
     """``p @ v`` over the keys each query sees (float64 NumPy): a NaN in a value a query does
     not see (a later key, when causal) does not reach it, as in the kernels."""
+    check_bool("causal", causal)
+    check_array("p", p, 3)
+    check_array("v", v, 3)
+    check_equal("(p.shape[0], p.shape[2])", (p.shape[0], p.shape[2]), "v.shape[:2]",
+                v.shape[:2])
     if not causal:
         return p @ v
     s = p.shape[-1]
@@ -191,6 +205,8 @@ def v1_pv(probs, v, o, causal):
 def fused_kernel(d: int, causal: bool) -> Any:
     """The fused kernel for head size ``d``, causal or not, compiled once per pair: shared
     arrays need shapes that are constants when the kernel is compiled."""
+    check_int("d", d, 1, MAX_HEAD_DIM)
+    check_bool("causal", causal)
     n_out = -(-d // TILE)  # output columns per thread: tx, tx + 16, ...
     threads = TILE * TILE
     d_padded = d + 1  # computed here: a shape must be a constant, not d + 1 in the kernel
@@ -310,9 +326,23 @@ VARIANTS: dict[str, Callable[..., None]] = {
 }
 
 
+def check_host_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: object,
+                     same_length: bool = True) -> None:
+    """The checks of a reference's inputs: three real NumPy arrays ``(heads, s, d)``, ``k``
+    and ``v`` of one shape, ``q`` of the same heads and ``d`` (and, with ``same_length``, of
+    the same ``s``), and a bool ``causal``."""
+    check_bool("causal", causal)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_array(name, x, 3)
+    if k.shape != v.shape or (q.shape[0], q.shape[2]) != (k.shape[0], k.shape[2]) or (
+            same_length and q.shape != k.shape):
+        raise ValueError(f"q, k and v must have one shape (heads, s, d)"
+                         f"{'' if same_length else ' but for the length of q'}, got "
+                         f"{q.shape}, {k.shape} and {v.shape}")
+
+
 def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
     check_bool("causal", causal)
     on_device = False
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -363,8 +393,11 @@ def traffic(variant: str, heads: int, s: int, d: int, causal: bool = False) -> d
     lse. v2 reads q once, k and v once per block of queries (``T s d`` each; causal: only
     the ``min(s, 16 (b + 1))`` keys up to block b's diagonal), and writes o and lse.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
+    check_int("heads", heads, 1)
+    check_int("s", s, 1)
+    check_int("d", d, 1, MAX_HEAD_DIM)
+    check_bool("causal", causal)
     tiles = -(-s // TILE)
     values = {("o", "store"): s * d, ("lse", "store"): s}
     if variant == "v1_three_kernels":

@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from gpudl.kernels.arrays import EPS32
-from gpudl.kernels.attention import TILE, weighted
+from gpudl.kernels.attention import TILE, check_host_heads, weighted
 
 __all__ = ["error_bound"]
 
@@ -48,6 +48,7 @@ def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                 causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Elementwise bounds on ``|o - o_ref|`` and ``|lse - lse_ref|`` for any variant's float32
     result (derivation in the module docstring); NaN where the reference is NaN."""
+    check_host_heads(q, k, v, causal)
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     s, d = q.shape[1], q.shape[2]
     tiles = -(-s // TILE)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from numba import cuda, float32
 
-from gpudl.checks import check_equal
+from gpudl.checks import check_array, check_equal, check_tensor
 from gpudl.interop import as_kernel_array
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
 from gpudl.kernels.nn import MAX_BLOCKS, THREADS_PER_BLOCK
@@ -52,6 +52,7 @@ _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
 def reference(x: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``gelu(x + b)`` in float64 (``x`` 2-D, ``b`` one value per column)."""
+    _check_bias(check_array("x", x, 2), check_array("b", b, 1))
     z = np.asarray(x, dtype=np.float64) + np.asarray(b, dtype=np.float64)
     return 0.5 * z * (1.0 + np.vectorize(math.erf)(z * _INV_SQRT2))
 
@@ -59,6 +60,8 @@ def reference(x: np.ndarray, b: np.ndarray) -> np.ndarray:
 def reference_backward(dy: np.ndarray, x: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``dy * gelu'(x + b)`` in float64: the gradient with respect to ``x`` (and, summed over
     the rows, to ``b``)."""
+    _check_bias(check_array("x", x, 2), check_array("b", b, 1))
+    check_equal("dy.shape", check_array("dy", dy, 2).shape, "x.shape", x.shape)
     z = np.asarray(x, dtype=np.float64) + np.asarray(b, dtype=np.float64)
     cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z * _INV_SQRT2))
     return np.asarray(dy, dtype=np.float64) * (cdf + z * np.exp(-0.5 * z * z) * _INV_SQRT_2PI)
@@ -153,10 +156,7 @@ def bias_gelu_tensor(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``gelu(x + b)`` through :class:`BiasGeLU` for ``x`` of any rank whose last dimension
     is ``b``'s length (the leading dimensions are flattened into rows), float32 only."""
     for name, t in (("x", x), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32 (the kernels are), got {t.dtype}")
+        check_tensor(name, t, (torch.float32,))
     if b.dim() != 1 or x.dim() < 1 or x.shape[-1] != b.shape[0]:
         raise ValueError(f"b must be 1-D with x.shape[-1] elements, got x {tuple(x.shape)} "
                          f"and b {tuple(b.shape)}")

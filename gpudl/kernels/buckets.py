@@ -24,7 +24,14 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
-from gpudl.checks import check_float32_array, check_real
+from gpudl.checks import (
+    check_array,
+    check_choice,
+    check_equal,
+    check_float32_array,
+    check_ints,
+    check_real,
+)
 from gpudl.kernels.grid import grid_stride_blocks
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -59,15 +66,20 @@ MAX_TENSORS_PER_LAUNCH = 32
 
 def offsets(sizes: Sequence[int]) -> list[int]:
     """Where each tensor starts in the bucket, and the bucket's length last: the running sum
-    ``[0, s0, s0 + s1, ...]`` of ``sizes``."""
+    ``[0, s0, s0 + s1, ...]`` of ``sizes`` (ints >= 0)."""
     out = [0]
-    for size in sizes:
-        out.append(out[-1] + int(size))
+    for size in check_ints("sizes", sizes, 0, minimum_count=0):
+        out.append(out[-1] + size)
     return out
 
 
 def reference_pack(grads: Sequence[np.ndarray], scale: float) -> np.ndarray:
     """The bucket in float64: the gradients one after another, each times ``scale``."""
+    check_real("scale", scale)
+    if isinstance(grads, str | bytes) or not isinstance(grads, Sequence):
+        raise TypeError(f"grads must be a list of arrays, got {type(grads).__name__}")
+    for i, g in enumerate(grads):
+        check_array(f"grads[{i}]", g, 1)
     if not grads:
         return np.zeros(0)
     return np.concatenate([np.asarray(g, dtype=np.float64).ravel() for g in grads]) * scale
@@ -76,6 +88,7 @@ def reference_pack(grads: Sequence[np.ndarray], scale: float) -> np.ndarray:
 def reference_unpack(bucket: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
     """The pieces of ``bucket`` of lengths ``sizes``, in order (copies, float64)."""
     bounds = offsets(sizes)
+    check_equal("bucket.size", check_array("bucket", bucket, 1).size, "sum(sizes)", bounds[-1])
     flat = np.asarray(bucket, dtype=np.float64)
     return [flat[start:end].copy() for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
 
@@ -180,8 +193,7 @@ VARIANTS: dict[str, Callable[..., None]] = {
 
 
 def _check(grads: Sequence[Array], bucket: Array, variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
     if isinstance(grads, (str, bytes)) or not isinstance(grads, Sequence):
         raise TypeError(f"grads must be a list of arrays, got {type(grads).__name__}")
     if not grads:

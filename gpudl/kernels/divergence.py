@@ -12,7 +12,7 @@ time them.
 from __future__ import annotations
 
 from gpudl import backend
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_int
 from gpudl.kernels.arrays import Array
 from gpudl.kernels.grid import blocks_to_cover, check_threads_per_block
 
@@ -92,6 +92,7 @@ def reference_divergence(
 
 def launch_divergence(out: Array, mode: str, work: int, threads_per_block: int) -> None:
     """Launch the divergence kernel, one thread per element of the int64 device array."""
+    _check_divergence_args(out.size, mode, work, threads_per_block)
     blocks = blocks_to_cover(out.size, threads_per_block)
     _divergence_kernel[blocks, threads_per_block](out, mode == "warp", work)
 
@@ -112,7 +113,7 @@ def divergence_paths(mode: str, n_threads: int, threads_per_block: int = 256) ->
     The kernel records each thread's branch; the host groups the records by warp (32
     consecutive threads of a block). ``"parity"`` gives 2 everywhere, ``"warp"`` 1.
     """
-    _check_divergence_args(n_threads, mode, 1, threads_per_block)
+    _check_divergence_args(n_threads, mode, 1, threads_per_block, "n_threads")
     ids = cuda.to_device(np.full(n_threads, -1, dtype=np.int32))
     blocks = blocks_to_cover(n_threads, threads_per_block)
     _branch_ids_kernel[blocks, threads_per_block](ids, mode == "warp")
@@ -123,9 +124,9 @@ def divergence_paths(mode: str, n_threads: int, threads_per_block: int = 256) ->
     return np.array([np.unique(w).size for w in warps])
 
 
-def _check_divergence_args(n: int, mode: str, work: int, threads_per_block: int) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    check_int("n", n, 1)
+def _check_divergence_args(n: int, mode: str, work: int, threads_per_block: int,
+                           name: str = "n") -> None:
+    check_choice("mode", mode, MODES)
+    check_int(name, n, 1)
     check_int("work", work, 1)
     check_threads_per_block(threads_per_block)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpudl.checks import check_real, is_device_array
+from gpudl.checks import check_array, check_choice, check_equal, check_real, is_device_array
 from gpudl.kernels.arrays import check_arrays, launch_into_poisoned
 from gpudl.kernels.grid import blocks_to_cover, check_threads_per_block, grid_stride_blocks
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
@@ -61,6 +61,7 @@ __all__ = [
 
 def reference_vector_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a + b`` in float64 (exact for float32 inputs) on the host."""
+    check_equal("b.shape", check_array("b", b, 1).shape, "a.shape", check_array("a", a, 1).shape)
     return np.asarray(a, dtype=np.float64) + np.asarray(b, dtype=np.float64)
 
 
@@ -180,8 +181,7 @@ VARIANTS: dict[str, Callable] = {"v1": launch_v1, "v2": launch_v2, "v3": launch_
 
 def vector_add(a: Array, b: Array, variant: str = "v2", threads_per_block: int = 256) -> Array:
     """``a + b`` for two float32 vectors on the GPU, with the kernel ``VARIANTS[variant]``."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
     check_threads_per_block(threads_per_block)
     launch = VARIANTS[variant]
     return _run(lambda a_, b_, out: launch(a_, b_, out, threads_per_block), a=a, b=b)
@@ -194,6 +194,8 @@ def vector_add(a: Array, b: Array, variant: str = "v2", threads_per_block: int =
 
 def reference_saxpy(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``alpha * x + y`` in float64 on the host."""
+    check_real("alpha", alpha)
+    check_equal("y.shape", check_array("y", y, 1).shape, "x.shape", check_array("x", x, 1).shape)
     return float(alpha) * np.asarray(x, dtype=np.float64) + np.asarray(y, dtype=np.float64)
 
 
@@ -250,8 +252,7 @@ def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256,
     with the kernel ``SAXPY_VARIANTS[variant]``."""
     check_real("alpha", alpha)
     check_threads_per_block(threads_per_block)
-    if variant not in SAXPY_VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(SAXPY_VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, SAXPY_VARIANTS)
     launch = SAXPY_VARIANTS[variant]
     return _run(lambda x_, y_, out: launch(alpha, x_, y_, out, threads_per_block), x=x, y=y)
 

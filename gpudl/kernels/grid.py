@@ -6,15 +6,17 @@ Book section: *Chapter 1, "Threads, blocks, grids and warps"*.
 ``threadIdx``, ``cuda.grid(1)``, its warp and its lane. :func:`blocks_to_cover` gives one
 thread per element; :func:`grid_stride_blocks` gives one full wave of resident blocks, for
 kernels that loop over the elements in strides of the whole grid.
+
+Every launch is held to CUDA's limits by :func:`gpudl.launches.check_launch`.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 
 from gpudl import backend
 from gpudl.checks import check_int
+from gpudl.launches import MAX_THREADS_PER_BLOCK
 
 # isort: split
 import numpy as np
@@ -31,8 +33,6 @@ __all__ = [
 
 #: The columns of :func:`thread_ids`.
 THREAD_ID_COLUMNS = ("blockIdx.x", "threadIdx.x", "grid index", "warp", "lane")
-
-
 @cuda.jit
 def _thread_ids_kernel(out):
     i = cuda.grid(1)
@@ -48,21 +48,28 @@ def thread_ids(blocks: int, threads_per_block: int) -> np.ndarray:
     :data:`THREAD_ID_COLUMNS`: block index, thread index in the block, index in the grid
     (``cuda.grid(1)``), warp within the block and lane within the warp."""
     check_int("blocks", blocks, 1)
-    if check_int("threads_per_block", threads_per_block, 1) > 1024:
-        raise ValueError(f"threads_per_block must be <= 1024, got {threads_per_block}")
+    check_int("threads_per_block", threads_per_block, 1, MAX_THREADS_PER_BLOCK)
     out = cuda.to_device(np.full((blocks * threads_per_block, 5), -1, dtype=np.int64))
     _thread_ids_kernel[blocks, threads_per_block](out)
     return out.copy_to_host()
 
 
 def blocks_to_cover(n: int, threads_per_block: int) -> int:
-    """Blocks of ``threads_per_block`` threads for one thread per element of ``n``."""
-    return math.ceil(n / threads_per_block)
+    """Blocks of ``threads_per_block`` threads for one thread per element of ``n`` (0 for no
+    element)."""
+    check_int("n", n, 0)
+    check_int("threads_per_block", threads_per_block, 1)
+    return -(-n // threads_per_block)
+
+
+def resident_blocks(threads_per_block: int) -> int:
+    """Blocks of this size that all SMs hold at once (full occupancy); 4 on the simulator."""
+    return _resident_blocks(check_int("threads_per_block", threads_per_block, 1,
+                                      MAX_THREADS_PER_BLOCK))
 
 
 @functools.cache
-def resident_blocks(threads_per_block: int) -> int:
-    """Blocks of this size that all SMs hold at once (full occupancy); 4 on the simulator."""
+def _resident_blocks(threads_per_block: int) -> int:
     if backend.is_simulator():
         return 4
     dev = cuda.get_current_device()
@@ -78,8 +85,9 @@ def grid_stride_blocks(n: int, threads_per_block: int) -> int:
 def check_threads_per_block(threads_per_block: int) -> None:
     """``TypeError`` unless an int, ``ValueError`` unless a multiple of 32 from 32 to 1024."""
     check_int("threads_per_block", threads_per_block)
-    if not (0 < threads_per_block <= 1024 and threads_per_block % 32 == 0):
+    if not (0 < threads_per_block <= MAX_THREADS_PER_BLOCK and threads_per_block % 32 == 0):
         raise ValueError(
             f"threads_per_block must be a multiple of 32 between 32 and 1024, "
             f"got {threads_per_block!r}"
         )
+

@@ -25,7 +25,7 @@ import functools
 from typing import Any
 
 from gpudl import backend, hardware
-from gpudl.checks import check_float32_array, check_int
+from gpudl.checks import check_array, check_bool, check_equal, check_float32_array, check_int
 
 # isort: split
 import numpy as np
@@ -91,6 +91,7 @@ def make_chain(n_elements: int, stride_elements: int, seed: int = 0) -> np.ndarr
     """
     n = check_int("n_elements", n_elements, 1)
     stride = check_int("stride_elements", stride_elements, 1)
+    check_int("seed", seed, 0)
     dtype = np.int32 if n <= np.iinfo(np.int32).max else np.int64
     slots = np.arange(0, n, stride, dtype=dtype)
     order = slots[np.random.default_rng(seed).permutation(slots.size)]
@@ -99,21 +100,31 @@ def make_chain(n_elements: int, stride_elements: int, seed: int = 0) -> np.ndarr
     return chain
 
 
+# Each hop's index is checked before it is read: compiled code has no bounds check, and a
+# negative index would wrap around as in Python. Returns the index reached and the hops done
+# (fewer than steps where the chain leads outside itself or to an empty slot).
 @njit
 def _host_chase(chain, start, steps):
     j = start
-    for _ in range(steps):
+    for hop in range(steps):
+        if j < 0 or j >= chain.size or chain[j] < 0:
+            return j, hop
         j = chain[j]
-    return j
+    return j, steps
 
 
 def reference_chase(chain: np.ndarray, steps: int, start: int = 0) -> int:
-    """The index reached after ``steps`` hops from ``start``, followed on the CPU."""
+    """The index reached after ``steps`` hops from ``start``, followed on the CPU.
+    ``ValueError`` if a hop leads outside the chain or to an empty slot (-1)."""
     _check_chain(chain)
     check_int("steps", steps, 1)
     if not 0 <= check_int("start", start, 0) < chain.size or chain[start] < 0:
         raise ValueError(f"start must be a slot of the chain, got {start}")
-    return int(_host_chase(chain, chain.dtype.type(start), steps))
+    end, hops = _host_chase(chain, chain.dtype.type(start), steps)
+    if hops < steps or not 0 <= end < chain.size:
+        raise ValueError(f"chain: hop {hops + 1} of {steps} from slot {start} leads to index "
+                         f"{end}, which is not a slot of the chain (size {chain.size})")
+    return int(end)
 
 
 # x[i] for an index i >= 0, read as unsigned: numba wraps negative indices around (x[-1] is
@@ -185,6 +196,7 @@ def _check_chain(chain: object, shared: bool = False) -> None:
 
 def check_chase(got: int, chain: np.ndarray, steps: int) -> None:
     """Raise ``RuntimeError`` unless ``got`` is where ``steps`` hops from slot 0 end."""
+    check_int("got", got, 0)
     expected = reference_chase(chain, steps)
     if got != expected:
         raise RuntimeError(
@@ -200,7 +212,8 @@ def pointer_chase(chain: np.ndarray, steps: int, shared: bool = False) -> int:
     (a mismatch raises ``RuntimeError``).
     """
     _check_chain(chain, shared)
-    check_int("steps", steps, 1)
+    check_bool("shared", shared)
+    reference_chase(chain, steps)  # refuses a chain whose hops would leave it, before a launch
     pos = cuda.to_device(np.zeros(1, dtype=chain.dtype))
     launch_chase(cuda.to_device(chain), steps, pos, shared)
     got = int(pos.copy_to_host()[0])
@@ -258,6 +271,8 @@ def reference_read_sums(
 ) -> np.ndarray:
     """What :func:`read_sums` computes, in float64 on the host: thread g's sum over the
     repetitions r of the elements ``v, v + T, v + 2T, ...`` with ``v = (g + r B) mod T``."""
+    check_array("a", a, 1)
+    _check_launch(reps=reps, blocks=blocks, threads_per_block=threads_per_block)
     n_threads = blocks * threads_per_block
     padded = np.zeros(-(-a.size // n_threads) * n_threads)
     padded[: a.size] = a
@@ -326,6 +341,8 @@ def reference_shared_sums(src: np.ndarray, iters: int, blocks: int) -> np.ndarra
     """What :func:`shared_sums` computes, in float64 on the host: thread t of every block
     sums ``src[(t + 32 it + k T) mod SHARED_WORDS]`` over ``it < iters`` and
     ``k < SHARED_WORDS / T`` (T: threads per block)."""
+    _check_launch(iters=iters, blocks=blocks)
+    check_equal("src.size", check_array("src", src, 1).size, "SHARED_WORDS", SHARED_WORDS)
     t = np.arange(THREADS)[:, None, None]
     it = np.arange(iters)[None, :, None]
     k = np.arange(_PER_THREAD)[None, None, :]
@@ -346,8 +363,7 @@ def shared_sums(src: Array, iters: int, blocks: int | None = None) -> Array:
     blocks = grid_blocks() if blocks is None else blocks
     _check_launch(iters=iters, blocks=blocks)
     on_device = _check_vector("src", src)
-    if src.size != SHARED_WORDS:
-        raise ValueError(f"src must have {SHARED_WORDS} elements, got {src.size}")
+    check_equal("src.size", src.size, "SHARED_WORDS", SHARED_WORDS)
     src_dev = src if on_device else cuda.to_device(src)
     out = cuda.to_device(np.full(blocks * THREADS, np.nan, dtype=np.float32))
     _shared_read_kernel[blocks, THREADS](src_dev, out, iters)
@@ -367,6 +383,8 @@ def register_file_bandwidth_gbs(info: hardware.DeviceInfo | None = None) -> floa
     (on the simulator). ``info`` defaults to :func:`gpudl.hardware.describe`.
     """
     info = hardware.describe() if info is None else info
+    if not isinstance(info, hardware.DeviceInfo):
+        raise TypeError(f"info must be a gpudl.hardware.DeviceInfo, got {type(info).__name__}")
     if None in (info.sm_count, info.fp32_cores_per_sm, info.sm_clock_khz):
         return None
     return info.sm_count * info.fp32_cores_per_sm * 3 * 4 * info.sm_clock_khz * 1e3 / 1e9

@@ -37,8 +37,9 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint32
 
-from gpudl.checks import check_float32_array, check_int
+from gpudl.checks import check_array, check_choice, check_equal, check_float32_array, check_int
 from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
+from gpudl.launches import check_launch
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -72,12 +73,14 @@ if any(size % threads for size, threads in [
 
 def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` in float64 NumPy (float32 inputs convert exactly)."""
+    _check_factors(a, b)
     return a.astype(np.float64) @ b.astype(np.float64)
 
 
 def error_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``K * eps32 * (|a| @ |b|)``: the most a float32 ``a @ b`` may differ from
     :func:`reference`, elementwise (derivation in the module docstring)."""
+    _check_factors(a, b)
     return a.shape[1] * EPS32 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
 
 
@@ -264,12 +267,19 @@ _BLOCKS = {
 def launch_config(variant: str, m: int, n: int) -> tuple[tuple[int, int], tuple[int, ...]]:
     """``(griddim, blockdim)`` of ``variant`` for an (m, n) output: one block per tile of C.
 
-    Grid x runs over the columns of C, except in v1, whose x runs over the rows."""
+    Grid x runs over the columns of C, except in v1, whose x runs over the rows. A grid
+    beyond CUDA's limits is a ``ValueError`` naming the kernel and the limit
+    (:func:`gpudl.launches.check_launch`)."""
     _check_variant(variant)
+    check_int("m", m, 1)
+    check_int("n", n, 1)
     if variant == "v1_naive":
-        return (math.ceil(m / NAIVE_X), math.ceil(n / NAIVE_Y)), (NAIVE_X, NAIVE_Y)
-    rows, cols, block = _BLOCKS[variant]
-    return (math.ceil(n / cols), math.ceil(m / rows)), block
+        grid, block = (math.ceil(m / NAIVE_X), math.ceil(n / NAIVE_Y)), (NAIVE_X, NAIVE_Y)
+    else:
+        rows, cols, block = _BLOCKS[variant]
+        grid = (math.ceil(n / cols), math.ceil(m / rows))
+    check_launch(f"{__name__}.{variant}", grid, block)
+    return grid, block
 
 
 def _launcher(variant: str) -> Callable[[Array, Array, Array], None]:
@@ -306,7 +316,11 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
 # ------------------------------------------------------------------------------------------
 
 
+def _check_factors(a: np.ndarray, b: np.ndarray) -> None:
+    check_array("a", a, 2)
+    check_equal("b.shape[0]", check_array("b", b, 2).shape[0], "a.shape[1]", a.shape[1])
+
+
 def _check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
 

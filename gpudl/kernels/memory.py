@@ -26,7 +26,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint64
 
-from gpudl.checks import check_float32_array, check_int
+from gpudl.checks import check_array, check_choice, check_float32_array, check_int, check_ints
 from gpudl.kernels.arrays import launch_into_poisoned
 from gpudl.kernels.elementwise import VECTORS, K
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
@@ -65,16 +65,18 @@ THREADS_PER_BLOCK = 256
 
 def reference_copy(x: np.ndarray) -> np.ndarray:
     """``x`` copied, in NumPy."""
-    return np.array(x, copy=True)
+    return np.array(check_array("x", x, 1), copy=True)
 
 
 def reference_copy_strided(x: np.ndarray, stride: int) -> np.ndarray:
     """``x[::stride]`` copied, in NumPy."""
-    return np.ascontiguousarray(x[::stride])
+    check_array("x", x, 1)
+    return np.ascontiguousarray(x[::check_int("stride", stride, 1)])
 
 
 def reference_copy_offset(x: np.ndarray, offset: int) -> np.ndarray:
     """``x[offset:]`` copied, in NumPy."""
+    _check_offset(check_array("x", x, 1), offset)
     return np.array(x[offset:], copy=True)
 
 
@@ -186,20 +188,29 @@ COPY_VARIANTS: dict[str, Callable] = {"v1": launch_copy, "v2": launch_copy_k,
 
 
 def launch_copy_strided(x: Array, out: Array, stride: int) -> None:
-    """Launch ``copy_strided_kernel``: ``out[i] = x[i * stride]``."""
+    """Launch ``copy_strided_kernel``: ``out[i] = x[i * stride]`` (every index within ``x``:
+    ``(out.size - 1) * stride < x.size``)."""
+    check_int("stride", stride, 1)
+    if out.size and (out.size - 1) * stride >= x.size:
+        raise ValueError(f"stride {stride} reads past the end of x: out has {out.size} "
+                         f"elements, x {x.size}")
     copy_strided_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, stride)
 
 
 def launch_copy_offset(x: Array, out: Array, offset: int) -> None:
-    """Launch ``copy_offset_kernel``: ``out[i] = x[i + offset]``."""
+    """Launch ``copy_offset_kernel``: ``out[i] = x[i + offset]`` (every index within ``x``:
+    ``offset + out.size <= x.size``)."""
+    _check_offset(x, offset)
+    if offset + out.size > x.size:
+        raise ValueError(f"offset {offset} reads past the end of x: out has {out.size} "
+                         f"elements, x {x.size}")
     copy_offset_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, offset)
 
 
 def copy(x: Array, variant: str = "v1") -> Array:
     """A copy of the float32 vector ``x`` made by the coalesced kernel
     ``COPY_VARIANTS[variant]`` (v1: ``copy_kernel``)."""
-    if variant not in COPY_VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(COPY_VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, COPY_VARIANTS)
     on_device = check_float32_array("x", x, 1)
     return _run(x, on_device, x.shape, COPY_VARIANTS[variant])
 
@@ -215,9 +226,7 @@ def copy_strided(x: Array, stride: int) -> Array:
 def copy_offset(x: Array, offset: int) -> Array:
     """``x[offset:]`` for a float32 vector, made by ``copy_offset_kernel``."""
     on_device = check_float32_array("x", x, 1)
-    check_int("offset", offset, 0)
-    if offset >= x.size:
-        raise ValueError(f"offset must be < len(x) = {x.size}, got {offset}")
+    _check_offset(x, offset)
     n_out = x.size - offset
     return _run(x, on_device, (n_out,), lambda x_, out: launch_copy_offset(x_, out, offset))
 
@@ -236,6 +245,9 @@ def coalescing_report(strides: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
     full warps) and ``ideal`` (4: 32 lanes x 4 bytes = 128 bytes = 4 sectors)."""
     from gpudl.trace import trace
 
+    check_ints("strides", strides, 1, minimum_count=0)
+    check_ints("offsets", offsets, 0, minimum_count=0)
+
     rows = []
     for stride in strides:
         x = np.arange(128 * stride, dtype=np.float32)
@@ -250,6 +262,11 @@ def coalescing_report(strides: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
         stats = t.sectors_per_request("x")
         rows.append({"pattern": f"offset {offset}", "sectors": stats.mean, "ideal": stats.ideal})
     return rows
+
+
+def _check_offset(x: Array, offset: int) -> None:
+    if check_int("offset", offset, 0) >= x.size:
+        raise ValueError(f"offset must be < len(x) = {x.size}, got {offset}")
 
 
 def _run(x: Array, on_device: bool, out_shape: tuple[int, ...], launch: Callable) -> Array:

@@ -43,6 +43,12 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
+from gpudl.checks import (
+    check_array,
+    check_choice,
+    check_equal,
+    check_int,
+)
 from gpudl.kernels.arrays import EPS32, poisoned
 
 __all__ = [
@@ -70,6 +76,7 @@ def bf16_round(x: np.ndarray) -> np.ndarray:
     """``x`` rounded to bfloat16 (to nearest, ties to even, as torch does), as float32."""
     import torch
 
+    check_array("x", x)
     return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(torch.bfloat16).float(
     ).numpy()
 
@@ -80,11 +87,9 @@ def bf16_words(x: np.ndarray, k_padded: int | None = None) -> np.ndarray:
     multiple of 16; default: ``k`` rounded up): a ``(rows, k_padded // 2)`` uint32 array."""
     import torch
 
-    x = np.asarray(x, np.float32)
-    if x.ndim != 2:
-        raise ValueError(f"x must be 2-D, got {x.ndim}-D with shape {x.shape}")
+    x = np.asarray(check_array("x", x, 2), np.float32)
     rows, k = x.shape
-    k_padded = -(-k // K) * K if k_padded is None else k_padded
+    k_padded = -(-k // K) * K if k_padded is None else check_int("k_padded", k_padded, 0)
     if k_padded % K or k_padded < k:
         raise ValueError(f"k_padded must be a multiple of {K} and at least {k}, got {k_padded}")
     padded = np.zeros((rows, k_padded), np.float32)
@@ -103,6 +108,7 @@ def _unpack(words: np.ndarray) -> np.ndarray:
 def fragments(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> list[tuple]:
     """Each lane's registers for ``a`` (16, 16) and ``b`` (16, 8), bf16 values as float32,
     and ``c`` (16, 8) float32: ``[(a_words (4,), b_words (2,), c (4,)) for lane 0..31]``."""
+    _check_tile(a, b, c)
     a_w, b_w = bf16_words(a), bf16_words(np.asarray(b).T)  # (16, 8) and (8, 8) words
     out = []
     for lane in range(32):
@@ -118,8 +124,7 @@ def lanes(matrix: str) -> np.ndarray:
     """The lane that holds each element of ``matrix`` ("a", "b" or "c"), read off
     :func:`fragments` by handing it matrices whose values number their elements."""
     shapes = {"a": (M, K), "b": (K, N), "c": (M, N)}
-    if matrix not in shapes:
-        raise ValueError(f"matrix must be one of {list(shapes)}, got {matrix!r}")
+    check_choice("matrix", matrix, shapes)
     numbered = {name: np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
                 for name, shape in shapes.items()}  # below 256: exact in bf16
     owner = np.full(shapes[matrix], -1)
@@ -128,6 +133,12 @@ def lanes(matrix: str) -> np.ndarray:
         held = {"a": _unpack(a_w), "b": _unpack(b_w), "c": c_v}[matrix]
         owner.flat[held.astype(int)] = lane
     return owner
+
+
+def _check_tile(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    """One instruction's operands: real arrays ``a`` (16, 16), ``b`` (16, 8), ``c`` (16, 8)."""
+    for name, x, shape in (("a", a, (M, K)), ("b", b, (K, N)), ("c", c, (M, N))):
+        check_equal(f"{name}.shape", check_array(name, x).shape, "the instruction's", shape)
 
 
 def _assemble(registers: dict[int, tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,6 +157,7 @@ def _assemble(registers: dict[int, tuple]) -> tuple[np.ndarray, np.ndarray, np.n
 
 def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``bf16(a) @ bf16(b) + c`` in float64: what one instruction computes, exactly."""
+    _check_tile(a, b, c)
     return (bf16_round(a).astype(np.float64) @ bf16_round(b).astype(np.float64)
             + np.asarray(c, np.float64))
 
@@ -153,6 +165,7 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 def error_bound(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``(K + 2) eps32 (|bf16(a)| @ |bf16(b)| + |c|)``: how far one instruction's float32
     ``D`` may be from :func:`reference` (derivation in the module docstring)."""
+    _check_tile(a, b, c)
     magnitude = (np.abs(bf16_round(a)).astype(np.float64) @ np.abs(bf16_round(b))
                  + np.abs(np.asarray(c, np.float64)))
     return ERROR_ULPS * EPS32 * magnitude

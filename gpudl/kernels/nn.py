@@ -31,7 +31,14 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_equal, is_device_array
+from gpudl.checks import (
+    check_bool,
+    check_equal,
+    check_float32_array,
+    check_int,
+    check_positive,
+    is_device_array,
+)
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
 from gpudl.kernels.matmul import flops as matmul_flops
 from gpudl.kernels.matmul import matmul
@@ -68,6 +75,7 @@ def linear_forward_flops(batch: int, in_features: int, out_features: int,
                          bias: bool = True) -> int:
     """Flops of :func:`linear_forward`: the product, plus one addition per output for the
     bias (``bias=False`` leaves it out)."""
+    _check_sizes(batch, in_features, out_features, bias)
     return matmul_flops(batch, in_features, out_features) + (batch * out_features if bias else 0)
 
 
@@ -75,13 +83,14 @@ def linear_backward_flops(batch: int, in_features: int, out_features: int,
                           bias: bool = True) -> int:
     """Flops of :func:`linear_backward`: two products of the forward's size (``dx`` and
     ``dw``), plus ``batch`` additions per output feature for ``db``."""
+    _check_sizes(batch, in_features, out_features, bias)
     product = matmul_flops(batch, in_features, out_features)
     return 2 * product + (batch * out_features if bias else 0)
 
 
 def relu_flops(size: int) -> int:
     """Flops of :func:`relu_forward` or :func:`relu_backward`: one comparison per element."""
-    return size
+    return check_int("size", size, 0)
 
 
 def softmax_cross_entropy_flops(batch: int, classes: int) -> int:
@@ -89,7 +98,7 @@ def softmax_cross_entropy_flops(batch: int, classes: int) -> int:
     (max), ``C`` subtractions, exponentials and additions (sum), a reciprocal and a log,
     ``2 C`` multiplications and one subtraction (gradient), two subtractions and an addition
     (loss): ``6 C + 5``."""
-    return batch * (6 * classes + 5)
+    return check_int("batch", batch, 0) * (6 * check_int("classes", classes, 1) + 5)
 
 
 # ------------------------------------------------------------------------------------------
@@ -134,19 +143,22 @@ def _column_sum_kernel(dy, db):
         db[j] = acc
 
 
+# Zero where x < 0, x itself elsewhere: a NaN stays NaN, as torch.relu keeps it (the test
+# "x > 0" would be False for NaN and turn it into 0, hiding it).
 @cuda.jit
 def _relu_kernel(x, out):
     for idx in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         i, j = idx // x.shape[1], idx % x.shape[1]
-        out[i, j] = x[i, j] if x[i, j] > 0 else float32(0.0)
+        out[i, j] = float32(0.0) if x[i, j] < 0 else x[i, j]
 
 
-# The derivative of relu at x is 1 where x > 0, else 0 (0 at x = 0, as in torch).
+# The derivative of relu is 0 where x <= 0 (0 at x = 0, as in torch) and 1 elsewhere: the
+# gradient passes where x is NaN, as torch's does (it tests "x <= 0", False for NaN).
 @cuda.jit
 def _relu_backward_kernel(x, dy, dx):
     for idx in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         i, j = idx // x.shape[1], idx % x.shape[1]
-        dx[i, j] = dy[i, j] if x[i, j] > 0 else float32(0.0)
+        dx[i, j] = float32(0.0) if x[i, j] <= 0 else dy[i, j]
 
 
 # One thread per row of logits z with label y. Subtracting the row's max m before exp keeps
@@ -269,16 +281,17 @@ def softmax_cross_entropy(logits: Array, labels: Array) -> tuple[float, Array]:
 
 
 def sgd_update(param: Array, grad: Array, lr: float) -> None:
-    """``param -= lr * grad`` in place, for float32 device arrays of one shape.
+    """``param -= lr * grad`` in place, for float32 device arrays of one shape and a finite
+    learning rate ``lr > 0``.
 
     Flops: 2 per element."""
-    if not (is_device_array(param) and is_device_array(grad)):
-        raise TypeError("sgd_update updates device arrays in place: param and grad must be "
-                        f"numba device arrays, got {type(param).__name__}, {type(grad).__name__}")
-    check_equal("grad.shape", grad.shape, "param.shape", param.shape)
     for name, v in (("param", param), ("grad", grad)):
-        if v.dtype != np.float32:
-            raise TypeError(f"{name} must have dtype float32, got {v.dtype}")
+        if not is_device_array(v):
+            raise TypeError(f"sgd_update updates device arrays in place: {name} must be a "
+                            f"numba device array, got {type(v).__name__}")
+        check_float32_array(name, v, v.ndim)
+    check_equal("grad.shape", grad.shape, "param.shape", param.shape)
+    check_positive("lr", lr)
     if param.size:
         _sgd_kernel[_grid_1d(param.size)](param.ravel(), grad.ravel(), np.float32(lr))
 
@@ -286,6 +299,13 @@ def sgd_update(param: Array, grad: Array, lr: float) -> None:
 # ------------------------------------------------------------------------------------------
 # Input checks and the host/device plumbing
 # ------------------------------------------------------------------------------------------
+
+
+def _check_sizes(batch: int, in_features: int, out_features: int, bias: bool) -> None:
+    for name, size in (("batch", batch), ("in_features", in_features),
+                       ("out_features", out_features)):
+        check_int(name, size, 0)
+    check_bool("bias", bias)
 
 
 def _check_batch(x: Array, name: str = "x") -> None:

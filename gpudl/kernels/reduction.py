@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint64
 from numba.cuda.cudadrv import driver
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_choice, check_float32_array
 from gpudl.kernels import grid
 from gpudl.kernels.arrays import Array, poisoned, to_device
 from gpudl.kernels.grid import blocks_to_cover
@@ -387,6 +387,5 @@ def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
 
 def check_variant(variant: str) -> None:
     """``ValueError`` unless ``variant`` is a key of :data:`VARIANTS`."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
 

@@ -37,12 +37,21 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint32
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import (
+    check_array,
+    check_bool,
+    check_choice,
+    check_equal,
+    check_float32_array,
+    check_int,
+    is_device_array,
+)
 from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
 from gpudl.kernels.mma import ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
 from gpudl.kernels.mma import K as MMA_K
 from gpudl.kernels.mma import M as MMA_M
 from gpudl.kernels.mma import N as MMA_N
+from gpudl.launches import check_launch
 
 Array = Any
 
@@ -62,11 +71,13 @@ TILES_M, TILES_N = WM // MMA_M, WN // MMA_N
 
 def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``bf16(a) @ bf16(b)`` in float64: the product of the rounded inputs."""
+    _check_factors(a, b)
     return bf16_round(a).astype(np.float64) @ bf16_round(b).astype(np.float64)
 
 
 def error_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``18 ceil(K / 16) eps32 (|bf16(a)| @ |bf16(b)|)``, elementwise (module docstring)."""
+    _check_factors(a, b)
     steps = -(-a.shape[1] // MMA_K)
     magnitude = np.abs(bf16_round(a)).astype(np.float64) @ np.abs(bf16_round(b))
     return ERROR_ULPS * steps * EPS32 * magnitude
@@ -104,6 +115,10 @@ def pack_bf16(x_bits, words, transpose):
 def packed(x: Array, transpose: bool = False) -> Array:
     """The bf16 words of a float32 device array ``x`` (rows, k), or of its transpose: a
     ``(rows, ceil(k / 16) * 8)`` uint32 device array."""
+    check_bool("transpose", transpose)
+    if not is_device_array(x):
+        raise TypeError(f"x must be a numba device array, got {type(x).__name__}")
+    check_float32_array("x", x, 2)
     rows, k = (x.shape[1], x.shape[0]) if transpose else x.shape
     words = cuda.device_array((rows, -(-k // MMA_K) * WORDS), np.uint32)
     if words.size:
@@ -209,12 +224,22 @@ _KERNELS: dict[str, Callable] = {"v1_warp_tiles": v1_warp_tiles,
 
 def launch_config(variant: str, m: int, n: int) -> tuple[tuple[int, int], int]:
     """``(griddim, blockdim)`` of ``variant`` for an (m, n) output: 128 threads per block,
-    grid x over the columns of C."""
-    if variant not in _KERNELS:
-        raise ValueError(f"variant must be one of {list(_KERNELS)}, got {variant!r}")
+    grid x over the columns of C. A grid beyond CUDA's limits is a ``ValueError`` naming the
+    kernel and the limit (:func:`gpudl.launches.check_launch`)."""
+    check_choice("variant", variant, _KERNELS)
+    check_int("m", m, 1)
+    check_int("n", n, 1)
     if variant == "v1_warp_tiles":
-        return (-(-n // (WARPS * MMA_N)), -(-m // MMA_M)), THREADS
-    return (-(-n // BN), -(-m // BM)), THREADS
+        grid = (-(-n // (WARPS * MMA_N)), -(-m // MMA_M))
+    else:
+        grid = (-(-n // BN), -(-m // BM))
+    check_launch(f"{__name__}.{variant}", grid, THREADS)
+    return grid, THREADS
+
+
+def _check_factors(a: np.ndarray, b: np.ndarray) -> None:
+    check_array("a", a, 2)
+    check_equal("b.shape[0]", check_array("b", b, 2).shape[0], "a.shape[1]", a.shape[1])
 
 
 def _launcher(variant: str) -> Callable[[Array, Array, Array], None]:
@@ -233,8 +258,7 @@ VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = {
 def matmul(a: Array, b: Array, variant: str = "v2_shared_tiles") -> Array:
     """``bf16(a) @ bf16(b)`` in float32 for float32 (M, K) and (K, N) arrays of any sizes,
     on tensor cores (compute capability 8.0 or later; the simulator emulates them)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
     on_device = check_float32_array("a", a, 2) | check_float32_array("b", b, 2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions do not match: a has shape {a.shape} and b has "

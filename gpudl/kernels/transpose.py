@@ -20,7 +20,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_array, check_choice, check_float32_array, check_int, check_ints
 from gpudl.kernels.arrays import Array, launch_into_poisoned
 
 __all__ = [
@@ -56,7 +56,7 @@ PADDED = TILE + 1  # a named constant: a shared array's shape must be literal in
 
 def reference_transpose(x: np.ndarray) -> np.ndarray:
     """``x.T`` as a new C-contiguous array, in NumPy."""
-    return np.ascontiguousarray(np.asarray(x).T)
+    return np.ascontiguousarray(check_array("x", x, 2).T)
 
 
 # v1_naive: thread (row, col) reads x[row, col] and writes out[col, row]. A warp reads 32
@@ -136,7 +136,9 @@ def v4_padded_loads_first(x, out):
 
 def transpose_grid(shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
     """``(griddim, blockdim)`` of a transpose of an array of ``shape``: one block per tile."""
-    rows, cols = shape
+    if not isinstance(shape, tuple | list) or len(shape) != 2:
+        raise TypeError(f"shape must be a (rows, cols) tuple, got {shape!r}")
+    rows, cols = check_ints("shape", shape, 1)
     return (math.ceil(cols / TILE), math.ceil(rows / TILE)), (TILE, BLOCK_ROWS)
 
 
@@ -171,8 +173,7 @@ VARIANTS: dict[str, Callable] = {
 
 def transpose(x: Array, variant: str = "padded") -> Array:
     """``x.T`` for a 2-D float32 array of any shape, with the kernel ``VARIANTS[variant]``."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
     on_device = check_float32_array("x", x, 2)
     return launch_into_poisoned(VARIANTS[variant], [x], [(x.shape[1], x.shape[0])],
                                 on_device)[0]
@@ -189,6 +190,8 @@ def transpose_report(side: int = 64) -> dict[str, dict]:
     on its row-wise store and its column-wise load (None for the naive kernel, which has no
     tile)."""
     from gpudl.trace import trace
+
+    check_int("side", side, 1, 256)
 
     x = np.arange(side * side, dtype=np.float32).reshape(side, side)
     report = {}

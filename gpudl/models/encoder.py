@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_instance, check_int, check_tensor
 
 __all__ = [
+    "DTYPES",
     "BERT_BASE",
     "EncoderConfig",
     "SelfAttention",
@@ -62,6 +63,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head_dim: int) -> 
     """Scaled dot-product attention of (batch, seq, heads * head_dim) projections, head by
     head, with the heads merged back into the last dimension. The number of heads is read
     from the shapes, so a rank that holds only some of the heads runs it unchanged."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, ndim=3)
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k and v must have one shape, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[2] % check_int("head_dim", head_dim, 1):
+        raise ValueError(f"head_dim ({head_dim}) must divide the width {q.shape[2]}")
     batch, seq, _ = q.shape
     q, k, v = (t.view(batch, seq, -1, head_dim).transpose(1, 2) for t in (q, k, v))
     scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (batch, heads, seq, seq)
@@ -75,6 +83,7 @@ class SelfAttention(torch.nn.Module):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
+        check_instance("config", config, EncoderConfig)
         self.head_dim = config.head_dim
         self.q, self.k, self.v, self.out = (torch.nn.Linear(config.hidden, config.hidden)
                                             for _ in range(4))
@@ -89,6 +98,7 @@ class FeedForward(torch.nn.Module):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
+        check_instance("config", config, EncoderConfig)
         self.fc1 = torch.nn.Linear(config.hidden, config.ffn)
         self.fc2 = torch.nn.Linear(config.ffn, config.hidden)
 
@@ -103,6 +113,7 @@ class EncoderBlock(torch.nn.Module):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
+        check_instance("config", config, EncoderConfig)
         self.attn = SelfAttention(config)
         self.norm1 = torch.nn.LayerNorm(config.hidden)
         self.mlp = FeedForward(config)
@@ -121,6 +132,7 @@ def make_encoder(config: EncoderConfig = EncoderConfig(), seed: int = 0,
     BERT's token embeddings and output heads are left out, since the 12 blocks are what is
     split across GPUs. A slice (``encoder[3:6]``) is a stage that shares the blocks and keeps
     their names (``"3.attn.q.weight"``)."""
+    _check_setup(config, seed, dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         blocks = [EncoderBlock(config) for _ in range(config.layers)]
@@ -131,7 +143,19 @@ def encoder_batch(config: EncoderConfig, batch: int, seed: int = 1,
                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and regression targets, each (batch, seq, hidden), the same in every run; the
     loss of Chapter 6 is their mean-squared error."""
+    _check_setup(config, seed, dtype)
+    check_int("batch", batch, 1)
     generator = torch.Generator().manual_seed(seed)
     shape = (batch, config.seq, config.hidden)
     return (torch.randn(shape, generator=generator, dtype=dtype),
             torch.randn(shape, generator=generator, dtype=dtype))
+
+
+#: The dtypes an encoder is built in.
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _check_setup(config: object, seed: object, dtype: object) -> None:
+    check_instance("config", config, EncoderConfig)
+    check_int("seed", seed, 0)
+    check_choice("dtype", dtype, DTYPES)

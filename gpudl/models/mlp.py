@@ -25,7 +25,16 @@ import numpy as np
 import torch
 from numba import cuda
 
-from gpudl.checks import check_int, check_widths, is_device_array
+from gpudl.checks import (
+    check_array,
+    check_choice,
+    check_equal,
+    check_instance,
+    check_int,
+    check_positive,
+    check_widths,
+    is_device_array,
+)
 from gpudl.kernels import nn
 
 __all__ = [
@@ -39,6 +48,11 @@ __all__ = [
 ]
 
 
+#: The kinds of call and the operations :class:`FlopCounter` counts.
+KINDS = ("forward", "loss", "backward", "update")
+OPERATIONS = ("matmul", "bias", "relu", "softmax_xent", "sgd")
+
+
 class FlopCounter:
     """Flops added up by call kind (``"forward"``, ``"loss"``, ``"backward"``, ``"update"``)
     and operation (``"matmul"``, ``"bias"``, ``"relu"``, ``"softmax_xent"``, ``"sgd"``)."""
@@ -47,10 +61,15 @@ class FlopCounter:
         self.counts: Counter[tuple[str, str]] = Counter()
 
     def add(self, kind: str, op: str, flops: int) -> None:
-        self.counts[kind, op] += flops
+        """Count ``flops`` (an int >= 0) under ``kind`` and ``op``."""
+        check_choice("kind", kind, KINDS)
+        check_choice("op", op, OPERATIONS)
+        self.counts[kind, op] += check_int("flops", flops, 0)
 
     def total(self, kind: str | None = None, op: str | None = None) -> int:
         """Flops of one kind and/or one operation (all of them when both are None)."""
+        check_choice("kind", kind, (None, *KINDS))
+        check_choice("op", op, (None, *OPERATIONS))
         return sum(n for (k, o), n in self.counts.items()
                    if kind in (None, k) and op in (None, o))
 
@@ -75,6 +94,7 @@ class KernelMLP:
 
     def __init__(self, sizes: tuple[int, ...] = (64, 32, 10), seed: int = 0) -> None:
         sizes = check_widths("sizes", sizes)
+        check_int("seed", seed, 0)
         self.sizes = sizes
         rng = np.random.default_rng(seed)
         self.params: dict[str, object] = {}
@@ -132,7 +152,8 @@ class KernelMLP:
         training does not need it, so that every linear layer's backward is exactly two
         products of its forward's size."""
         on_device = is_device_array(x)
-        x_d, labels_d = (x, labels) if on_device else (_to_device(x), _to_device(labels))
+        x_d, labels_d = ((x, labels) if on_device
+                         else (_to_device(x, "x"), _to_device(labels, "labels")))
         logits, inputs, pre_activations = self._forward(x_d)
         loss, grad = nn.softmax_cross_entropy(logits, labels_d)
         self.flops.add("loss", "softmax_xent", nn.softmax_cross_entropy_flops(*logits.shape))
@@ -154,7 +175,9 @@ class KernelMLP:
 
     def sgd_step(self, lr: float) -> None:
         """``p -= lr * grad`` for every parameter, with the gradients of the last
-        :meth:`loss_and_grads`, by the ``nn.sgd_update`` kernel (2 flops per parameter)."""
+        :meth:`loss_and_grads`, by the ``nn.sgd_update`` kernel (2 flops per parameter).
+        ``lr`` must be a finite number > 0."""
+        check_positive("lr", lr)
         if self._grads is None:
             raise RuntimeError("sgd_step needs gradients: call loss_and_grads first")
         for name, p in self.params.items():
@@ -164,6 +187,8 @@ class KernelMLP:
     def to_torch(self, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
         """The same network as ``torch.nn.Sequential(Linear, ReLU, ..., Linear)`` in
         ``dtype``, with copies of the current parameters."""
+        check_choice("dtype", dtype, (torch.float32, torch.float64, torch.float16,
+                                      torch.bfloat16))
         layers: list[torch.nn.Module] = []
         for i in range(self.n_layers):
             linear = torch.nn.Linear(self.sizes[i], self.sizes[i + 1], dtype=dtype)
@@ -176,10 +201,11 @@ class KernelMLP:
     @classmethod
     def from_torch(cls, module: torch.nn.Sequential) -> KernelMLP:
         """A KernelMLP with float32 copies of the parameters of ``Linear, ReLU, ..., Linear``."""
+        _check_sequential(module)
         linears = list(module)[::2]
         expected = [torch.nn.Linear, torch.nn.ReLU] * len(linears)
         if [type(m) for m in module] != expected[:-1]:
-            raise ValueError("from_torch needs a Sequential of Linear, ReLU, ..., Linear, got "
+            raise ValueError("module must be a Sequential of Linear, ReLU, ..., Linear, got "
                              f"{[type(m).__name__ for m in module]}")
         sizes = (linears[0].in_features, *(m.out_features for m in linears))
         model = cls(sizes)
@@ -196,17 +222,21 @@ class TorchTwin:
     gradients come back in KernelMLP's names and layout."""
 
     def __init__(self, module: torch.nn.Sequential) -> None:
-        self.module = module
+        self.module = _check_sequential(module)
         self.dtype = next(module.parameters()).dtype
         self.optimizer = torch.optim.SGD(module.parameters(), lr=0.0)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Logits for a host batch ``x``, as a host array in the twin's dtype."""
+        check_array("x", x, 2)
         with torch.no_grad():
             return self.module(torch.from_numpy(x).to(self.dtype)).numpy()
 
     def loss_and_grads(self, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
         """Mean cross-entropy and host gradients named and laid out as KernelMLP's."""
+        check_array("x", x, 2)
+        check_equal("labels.shape", check_array("labels", labels, 1, "iu").shape,
+                    "(x.shape[0],)", (x.shape[0],))
         self.optimizer.zero_grad()
         logits = self.module(torch.from_numpy(x).to(self.dtype))
         loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels).long())
@@ -214,7 +244,8 @@ class TorchTwin:
         return loss.item(), self._layout(lambda p: p.grad)
 
     def sgd_step(self, lr: float) -> None:
-        """One ``torch.optim.SGD`` step with learning rate ``lr``."""
+        """One ``torch.optim.SGD`` step with learning rate ``lr`` (a finite number > 0)."""
+        check_positive("lr", lr)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -234,6 +265,7 @@ class TorchTwin:
 def load_digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(x_train, y_train, x_test, y_test)``: scikit-learn's 1797 8x8 digits, pixels scaled
     from 0..16 to [0, 1] in float32, labels int64, split 80/20 stratified by class."""
+    check_int("seed", seed, 0)
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -248,12 +280,18 @@ def load_digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """One epoch's batches: a permutation of ``range(n)`` cut into ``batch_size`` pieces
     (the last one shorter if ``batch_size`` does not divide ``n``)."""
+    check_int("n", n, 0)
+    check_int("batch_size", batch_size, 1)
+    check_instance("rng", rng, np.random.Generator)
     order = rng.permutation(n)
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
 def accuracy(model: KernelMLP | TorchTwin, x: np.ndarray, y: np.ndarray) -> float:
     """Fraction of rows of ``x`` whose largest logit is at the label."""
+    _check_model(model)
+    check_equal("y.shape", check_array("y", y, 1, "iu").shape, "(x.shape[0],)",
+                (check_array("x", x, 2).shape[0],))
     return float(np.mean(np.argmax(model.forward(x), axis=1) == y))
 
 
@@ -264,8 +302,18 @@ def train(model: KernelMLP | TorchTwin, data: tuple[np.ndarray, ...], epochs: in
 
     Returns the history: ``step_loss`` (every step), ``loss`` (mean step loss per epoch),
     ``test_accuracy`` (after each epoch) and ``seconds`` (wall time of each epoch)."""
+    _check_model(model)
     check_int("epochs", epochs, 1)
     check_int("batch_size", batch_size, 1)
+    check_positive("lr", lr)
+    check_int("seed", seed, 0)
+    if not isinstance(data, tuple | list) or len(data) != 4:
+        raise TypeError("data must be (x_train, y_train, x_test, y_test), as "
+                        f"load_digits_split returns, got {type(data).__name__}")
+    for name, x, ndim, kinds in zip(("data[0] (x_train)", "data[1] (y_train)",
+                                     "data[2] (x_test)", "data[3] (y_test)"), data,
+                                    (2, 1, 2, 1), ("f", "iu", "f", "iu"), strict=True):
+        check_array(name, x, ndim, kinds)
     x_train, y_train, x_test, y_test = data
     rng = np.random.default_rng(seed)
     history: dict[str, list[float]] = {"step_loss": [], "loss": [], "test_accuracy": [],
@@ -284,8 +332,17 @@ def train(model: KernelMLP | TorchTwin, data: tuple[np.ndarray, ...], epochs: in
     return history
 
 
-def _to_device(x: object) -> object:
+def _check_sequential(module: object) -> torch.nn.Sequential:
+    return check_instance("module", module, torch.nn.Sequential)
+
+
+def _check_model(model: object) -> None:
+    check_instance("model", model, (KernelMLP, TorchTwin))
+
+
+def _to_device(x: object, name: str = "x") -> object:
     """A host array on the device (the nn functions check its dtype and shape)."""
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"expected a NumPy array or a numba device array, got {type(x).__name__}")
+        raise TypeError(f"{name} must be a NumPy array or a numba device array, got "
+                        f"{type(x).__name__}")
     return cuda.to_device(np.ascontiguousarray(x))

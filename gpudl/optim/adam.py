@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from gpudl.checks import check_bool, check_choice, check_equal, check_tensor
 from gpudl.interop import KernelArrays
 from gpudl.kernels import optim as kernels
 from gpudl.optim.tensors import (
@@ -29,12 +30,15 @@ from gpudl.optim.tensors import (
     adam_betas,
     array_cache,
     cached_adam_scalars,
-    check_params,
+    check_group,
+    check_loaded_state,
+    check_params_argument,
     checked_gradient,
     hyperparameter,
     kernel_array,
     refuse_torch_options,
     run_closure,
+    staged,
 )
 
 __all__ = ["Adam", "AdamW", "FlatGroup", "adopt"]
@@ -72,6 +76,8 @@ class FlatGroup:
 
 def adopt(tensor: torch.Tensor, slot: torch.Tensor) -> bool:
     """Make ``slot`` hold ``tensor``'s values; False if ``tensor`` already is ``slot``."""
+    check_equal("tensor.shape", check_tensor("tensor", tensor).shape, "slot.shape",
+                check_tensor("slot", slot).shape)
     if tensor.data_ptr() == slot.data_ptr() and tensor.dtype == slot.dtype:
         return False
     slot.copy_(tensor)
@@ -96,12 +102,14 @@ class Adam(torch.optim.Optimizer):
                  variant: str = kernels.DEFAULT_VARIANT) -> None:
         refuse_torch_options(type(self).__name__, foreach=foreach, fused=fused,
                               capturable=capturable, differentiable=differentiable)
+        check_params_argument(type(self).__name__, params)
         kernels.check_adam_hyper(hyperparameter("lr", lr), adam_betas(betas), eps, weight_decay)
         if amsgrad:
             raise ValueError("amsgrad=True is not implemented by gpudl.optim; use "
                              "torch.optim.Adam(amsgrad=True)")
-        if variant not in kernels.VARIANTS:
-            raise ValueError(f"variant must be one of {list(kernels.VARIANTS)}, got {variant!r}")
+        check_choice("variant", variant, kernels.VARIANTS)
+        check_bool("maximize", maximize)
+        check_bool("decoupled_weight_decay", decoupled_weight_decay)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": False, "maximize": maximize,
                     "decoupled_weight_decay": decoupled_weight_decay, "variant": variant}
@@ -116,8 +124,10 @@ class Adam(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group``, refusing parameters the kernels cannot update."""
         super().add_param_group(param_group)
-        check_params(type(self).__name__, self.param_groups[-1], (torch.float32, *LOW_PRECISION))
-        self._check_group(self.param_groups[-1], self._group_dtypes(len(self.param_groups) - 1))
+        index = len(self.param_groups) - 1
+        check_group(self, (torch.float32, *LOW_PRECISION), kernels.check_adam_hyper,
+                    ("lr", "betas", "eps", "weight_decay"),
+                    lambda group: self._check_group(group, self._group_dtypes(index)))
         self.kernel_arrays.capacity = array_cache(
             chain.from_iterable(g["params"] for g in self.param_groups)).capacity
 
@@ -144,9 +154,7 @@ class Adam(torch.optim.Optimizer):
         return cached[2]
 
     def _check_group(self, group: dict, dtypes: tuple[torch.dtype, ...]) -> None:
-        if group["variant"] not in kernels.VARIANTS:
-            raise ValueError(f"variant must be one of {list(kernels.VARIANTS)}, got "
-                             f"{group['variant']!r}")
+        check_choice("variant", group["variant"], kernels.VARIANTS)
         low = [d for d in dtypes if d in LOW_PRECISION]
         if low and group["variant"] not in ("fused", "multi_tensor"):
             raise ValueError(f"{sorted(map(str, low))} parameters need variant 'fused' or "
@@ -193,14 +201,16 @@ class Adam(torch.optim.Optimizer):
             state = self._init_state(p)
             state["step"] += 1
             k = self._scalars(group, int(state["step"].item()))
-            m = kernel_array(arrays, state["exp_avg"], "exp_avg")
-            v = kernel_array(arrays, state["exp_avg_sq"], "exp_avg_sq")
-            if p.dtype in LOW_PRECISION:
-                kernels.launch_mixed(kernel_array(arrays, p, "param"),
-                                     kernel_array(arrays, g, "grad"),
-                                     kernel_array(arrays, state["master"], "master"), m, v, k)
-            else:
-                launch(kernel_array(arrays, p, "param"), kernel_array(arrays, g, "grad"), m, v, k)
+            tensors = {"param": p, "grad": g, "exp_avg": state["exp_avg"],
+                       "exp_avg_sq": state["exp_avg_sq"], "master": state.get("master")}
+            with staged(tensors, ("param", "exp_avg", "exp_avg_sq", "master")) as t:
+                a = {kind: kernel_array(arrays, x, kind) for kind, x in t.items()
+                     if x is not None}
+                if p.dtype in LOW_PRECISION:
+                    kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
+                                         a["exp_avg_sq"], k)
+                else:
+                    launch(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
 
     def _flatten(self, index: int, group: dict, dtype: torch.dtype) -> FlatGroup:
         """Move the group's ``dtype`` parameters into flat buffers, with room for their
@@ -298,6 +308,7 @@ class Adam(torch.optim.Optimizer):
         pass accumulates into the buffer again. With ``set_to_none=True`` they count as
         absent until backward writes into them, so a parameter that then receives no
         gradient is skipped by :meth:`step`, as torch skips a ``None`` gradient."""
+        check_bool("set_to_none", set_to_none)
         flat_ids: set[int] = set()
         for flat in self.flat_groups.values():
             flat.buffers["grad"].zero_()
@@ -323,7 +334,10 @@ class Adam(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's ``load_state_dict``, keeping the moments and master weights float32 (torch
-        casts floating-point state to the parameter's dtype, which would round them)."""
+        casts floating-point state to the parameter's dtype, which would round them). Every
+        moment is checked against its parameter first
+        (:func:`gpudl.optim.tensors.check_loaded_state`)."""
+        check_loaded_state(type(self).__name__, self, state_dict, _FP32_STATE)
         super().load_state_dict(state_dict)
         ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
         params = chain.from_iterable(g["params"] for g in self.param_groups)

@@ -11,16 +11,20 @@ from typing import Any
 
 import torch
 
+from gpudl.checks import check_bool
 from gpudl.interop import KernelArrays
 from gpudl.kernels import optim as kernels
 from gpudl.optim.tensors import (
     array_cache,
-    check_params,
+    check_group,
+    check_loaded_state,
+    check_params_argument,
     checked_gradient,
     hyperparameter,
     kernel_array,
     refuse_torch_options,
     run_closure,
+    staged,
 )
 
 __all__ = ["SGD"]
@@ -41,8 +45,10 @@ class SGD(torch.optim.Optimizer):
                  fused: bool | None = None) -> None:
         refuse_torch_options("SGD", foreach=foreach, fused=fused,
                               differentiable=differentiable)
+        check_params_argument("SGD", params)
         kernels.check_sgd_hyper(hyperparameter("lr", lr), momentum, dampening,
                            hyperparameter("weight_decay", weight_decay), nesterov)
+        check_bool("maximize", maximize)
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize}
         self.kernel_arrays = KernelArrays()
@@ -51,7 +57,8 @@ class SGD(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group``, refusing parameters the kernel cannot update."""
         super().add_param_group(param_group)
-        check_params("SGD", self.param_groups[-1], (torch.float32,))
+        check_group(self, (torch.float32,), kernels.check_sgd_hyper,
+                    ("lr", "momentum", "dampening", "weight_decay", "nesterov"))
         self.kernel_arrays.capacity = array_cache(self._all_params()).capacity
 
     def _all_params(self) -> Iterable[torch.Tensor]:
@@ -75,9 +82,18 @@ class SGD(torch.optim.Optimizer):
                                    group["nesterov"], group["maximize"])
                 if k.has_momentum and first:  # poisoned: the kernel must write every element
                     buf = state["momentum_buffer"] = torch.full_like(p, float("nan"))
-                arrays = self.kernel_arrays
-                kernels.launch_sgd(kernel_array(arrays, p, "param"),
-                                   kernel_array(arrays, g, "grad"),
-                                   kernel_array(arrays, buf, "momentum_buffer")
-                                   if k.has_momentum else None, k)
+                tensors = {"param": p, "grad": g, "momentum_buffer": buf if k.has_momentum
+                           else None}
+                with staged(tensors, ("param", "momentum_buffer")) as t:
+                    arrays, buf = self.kernel_arrays, t["momentum_buffer"]
+                    kernels.launch_sgd(
+                        kernel_array(arrays, t["param"], "param"),
+                        kernel_array(arrays, t["grad"], "grad"),
+                        None if buf is None else kernel_array(arrays, buf, "momentum_buffer"), k)
         return loss
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's ``load_state_dict``, after checking every momentum buffer against its
+        parameter (:func:`gpudl.optim.tensors.check_loaded_state`)."""
+        check_loaded_state("SGD", self, state_dict, ("momentum_buffer",))
+        super().load_state_dict(state_dict)

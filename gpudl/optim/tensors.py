@@ -6,8 +6,11 @@ Book section: *Chapter 4, "Kernels on a framework's tensors"*.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
@@ -15,12 +18,13 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 # isort: split
 import torch
 
+from gpudl.checks import check_callable, check_tensor
 from gpudl.interop import KernelArrays, check_device
 from gpudl.kernels import optim as kernels
 
-__all__ = ["LOW_PRECISION", "adam_betas", "array_cache", "cached_adam_scalars", "check_params",
-           "checked_gradient", "hyperparameter", "kernel_array", "refuse_torch_options",
-           "run_closure"]
+__all__ = ["LOW_PRECISION", "adam_betas", "array_cache", "cached_adam_scalars", "check_group",
+           "check_loaded_state", "check_params", "check_params_argument", "checked_gradient",
+           "hyperparameter", "kernel_array", "refuse_torch_options", "run_closure", "staged"]
 
 #: Parameter dtypes that Adam updates through float32 master weights.
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -59,6 +63,7 @@ def run_closure(closure: Callable[[], Any] | None) -> Any:
     """The loss ``closure()`` returns, computed with gradients on (``None`` without one)."""
     if closure is None:
         return None
+    check_callable("closure", closure)
     with torch.enable_grad():
         return closure()
 
@@ -68,20 +73,102 @@ def check_params(name: str, group: dict, dtypes: tuple[torch.dtype, ...]) -> Non
     the kernels run (:func:`gpudl.interop.check_device`)."""
     for p in group["params"]:
         if p.dtype not in dtypes:
-            raise TypeError(f"{name} needs parameters of dtype {[str(d) for d in dtypes]}, "
-                            f"got {p.dtype}")
-        check_device(p, "parameters")
+            raise TypeError(f"{name} needs parameters (params) of dtype "
+                            f"{[str(d) for d in dtypes]}, got {p.dtype}")
+        check_device(p, "params")
+
+
+def check_group(optimizer: torch.optim.Optimizer, dtypes: tuple[torch.dtype, ...],
+                check: Callable[..., Any], keys: tuple[str, ...],
+                more: Callable[[dict], None] | None = None) -> None:
+    """Check the parameter group just added to ``optimizer`` (by ``add_param_group``, which
+    the constructor calls too): its parameters (:func:`check_params`), its own
+    hyperparameters ``keys`` by ``check`` (the constructor's check), and ``more``. A failure
+    removes the group again and raises a ``TypeError`` or ``ValueError`` naming
+    ``param_group``, before any step."""
+    name, group = type(optimizer).__name__, optimizer.param_groups[-1]
+    try:
+        check_params(name, group, dtypes)
+        check(*(hyperparameter(key, group[key]) if key in ("lr", "weight_decay")
+                else adam_betas(group[key]) if key == "betas" else group[key] for key in keys))
+        if more is not None:
+            more(group)
+    except (TypeError, ValueError) as err:
+        optimizer.param_groups.pop()
+        raise type(err)(f"{name}: param_group: {err}") from None
+
+
+def check_params_argument(name: str, params: object) -> None:
+    """``TypeError`` unless ``params`` is an iterable of tensors or of parameter groups (a
+    lone tensor, ``None`` or a number is not)."""
+    if isinstance(params, torch.Tensor | str) or not isinstance(params, Iterable):
+        raise TypeError(f"{name}: params must be an iterable of tensors or of parameter groups "
+                        f"(dicts), got {type(params).__name__}")
 
 
 def checked_gradient(p: torch.Tensor, name: str) -> torch.Tensor:
     """``p.grad``, dense and of ``p``'s dtype and shape (else ``TypeError``/``ValueError``)."""
-    g = p.grad
+    g = check_tensor("p", p).grad
+    check_tensor("p.grad", g)
     if g.is_sparse:
         raise TypeError(f"{name} does not support sparse gradients")
     if g.dtype != p.dtype or g.shape != p.shape:
         raise ValueError(f"a gradient must match its parameter: parameter {p.dtype} "
                          f"{tuple(p.shape)}, gradient {g.dtype} {tuple(g.shape)}")
     return g
+
+
+@contextmanager
+def staged(tensors: dict[str, torch.Tensor | None],
+           written: tuple[str, ...]) -> Iterator[dict[str, torch.Tensor | None]]:
+    """The ``tensors`` as the kernels need them: contiguous. A non-contiguous one (a
+    transposed parameter, its gradient and state) is replaced by a contiguous copy for the
+    ``with`` block, and those named in ``written`` are copied back into it afterwards, so a
+    parameter of any layout is updated as torch updates it (the same values, element by
+    element). Contiguous tensors pass as they are, with no copy."""
+    copies = {name: t if t is None or t.is_contiguous() else t.contiguous()
+              for name, t in tensors.items()}
+    yield copies
+    for name in written:
+        if copies[name] is not tensors[name]:
+            tensors[name].copy_(copies[name])
+
+
+def check_loaded_state(name: str, optimizer: torch.optim.Optimizer, state_dict: object,
+                       tensors: tuple[str, ...]) -> None:
+    """Check a ``state_dict`` before ``optimizer`` loads it: its groups hold as many
+    parameters as the optimizer's, and each state tensor named in ``tensors`` (``exp_avg``,
+    ``momentum_buffer``...) is a floating-point tensor of its parameter's shape, and
+    ``step`` a whole number >= 0. ``TypeError`` or ``ValueError`` naming the parameter and
+    the entry; torch would find a wrong shape only at the next step (or broadcast it)."""
+    if not isinstance(state_dict, dict) or not {"state", "param_groups"} <= set(state_dict):
+        raise TypeError(f"{name}.load_state_dict needs a dict with 'state' and 'param_groups' "
+                        f"(from state_dict()), got {type(state_dict).__name__}")
+    saved_ids = list(chain.from_iterable(g["params"] for g in state_dict["param_groups"]))
+    params = list(chain.from_iterable(g["params"] for g in optimizer.param_groups))
+    if len(saved_ids) != len(params):
+        raise ValueError(f"the state_dict has {len(saved_ids)} parameters, {name} has "
+                         f"{len(params)}")
+    for index, (saved_id, p) in enumerate(zip(saved_ids, params, strict=True)):
+        saved = state_dict["state"].get(saved_id, {})
+        for key in tensors:
+            if key not in saved:
+                continue
+            where = f"state_dict['state'][{saved_id!r}][{key!r}]"
+            t = check_tensor(where, saved[key])
+            if not t.dtype.is_floating_point:
+                raise TypeError(f"{where} must be a floating-point tensor, got {t.dtype}")
+            if t.shape != p.shape:
+                raise ValueError(f"{where} has shape {tuple(t.shape)}, but parameter {index} "
+                                 f"has shape {tuple(p.shape)}")
+        if "step" in saved:
+            step = saved["step"]
+            value = float(step.item()) if isinstance(step, torch.Tensor) and step.numel() == 1 \
+                else step
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    math.isfinite(value) and value >= 0 and value == int(value)):
+                raise ValueError(f"state_dict['state'][{saved_id!r}]['step'] must be a whole "
+                                 f"number >= 0, got {step!r}")
 
 
 def kernel_array(arrays: KernelArrays, t: torch.Tensor, name: str) -> object:
@@ -100,4 +187,5 @@ def cached_adam_scalars(step: int, lr: float, betas: tuple, eps: float, weight_d
 
 def array_cache(params: Iterable[torch.Tensor]) -> KernelArrays:
     """Room for the arrays of every parameter, gradient and state tensor, twice over."""
+    check_params_argument("array_cache", params)
     return KernelArrays(capacity=16 * sum(1 for _ in params) + 64)

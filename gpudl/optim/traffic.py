@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from gpudl.checks import check_choice, check_ints
 from gpudl.kernels import optim as kernels
 from gpudl.optim.adam import Adam
 
@@ -21,7 +22,11 @@ def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
     (:func:`gpudl.kernels.optim.traffic`); run it through :func:`gpudl.trace.on_simulator`
     on a GPU. One row per variant: ``variant``, ``launches``, ``global_bytes``,
     ``shared_bytes``, ``params`` and the bytes per parameter."""
-    n = sum(sizes)
+    n = sum(check_ints("sizes", sizes, 1))
+    if isinstance(variants, str) or not isinstance(variants, tuple | list):
+        raise TypeError(f"variants must be a tuple of variant names, got {variants!r}")
+    for i, variant in enumerate(variants):
+        check_choice(f"variants[{i}]", variant, kernels.VARIANTS)
     rows = []
     for variant in variants:
         gen = torch.Generator().manual_seed(0)

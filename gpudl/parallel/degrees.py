@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_int
 
 __all__ = ["ParallelDegrees"]
 
@@ -60,7 +60,8 @@ class ParallelDegrees:
         """``ValueError`` unless the ``degree`` degree (``"data"``, ``"tensor"``,
         ``"pipeline"`` or ``"sharding"``) divides ``size``, the size of ``what``, so that every
         rank gets an equal share; returns the share."""
-        ways = getattr(self, degree)
+        ways = getattr(self, check_choice("degree", degree, tuple(_WHAT)))
+        check_int("size", size, 1)
         if size % ways:
             raise ValueError(f"{what} ({size}) must be divisible by the {_WHAT[degree]} "
                              f"({ways}), so that every rank holds an equal share")

@@ -12,6 +12,8 @@ from fnmatch import fnmatch
 import torch
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
+from gpudl.checks import check_instance
+
 __all__ = ["DTENSOR_PLAN", "check_dtensor_plan"]
 
 # [dtensor-plan]
@@ -30,6 +32,8 @@ def check_dtensor_plan(module: torch.nn.Module, plan: dict[str, ParallelStyle]) 
     ``parallelize_module`` matches each key, dot-separated token by token with ``fnmatch``
     wildcards, against the submodule names, and only *warns* about a key that matches nothing:
     a typo would leave that layer whole on every rank, silently."""
+    check_instance("module", module, torch.nn.Module)
+    check_instance("plan", plan, dict)
     names = [name.split(".") for name, _ in module.named_modules() if name]
     for key in plan:
         tokens = key.split(".")

@@ -17,7 +17,6 @@ worker, :func:`device_and_sync` gives the rank's device and :class:`Clock` times
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import pickle
@@ -31,7 +30,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from gpudl.checks import check_int
+from gpudl.checks import (
+    check_callable,
+    check_choice,
+    check_instance,
+    check_int,
+    check_positive,
+)
 
 __all__ = [
     "Clock",
@@ -58,6 +63,7 @@ class WorkerError(RuntimeError):
 
 def default_backend(world_size: int) -> str:
     """``"nccl"`` when there is a GPU for each of ``world_size`` local ranks, else ``"gloo"``."""
+    check_int("world_size", world_size, 1)
     if (
         dist.is_nccl_available()
         and torch.cuda.is_available()
@@ -98,7 +104,7 @@ class Clock:
     the first mark."""
 
     def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
+        self.cuda = check_instance("device", device, torch.device).type == "cuda"
 
     def mark(self) -> float | torch.cuda.Event:
         """Now: a ``time.perf_counter`` reading, or a CUDA event recorded on the stream."""
@@ -141,6 +147,18 @@ def _check_worker(worker: object) -> None:
         "Spawned processes import the worker by module and name, so it must be a function "
         "defined at the top level of an importable module (for example in gpudl.parallel)."
     )
+
+
+def _check_backend(backend: object, world_size: int) -> str:
+    """``backend``, or the default one for ``world_size`` when it is None: ``"gloo"``, or
+    ``"nccl"`` where the machine has a GPU for every rank."""
+    if backend is None:
+        return default_backend(world_size)
+    check_choice("backend", backend, ("gloo", "nccl"))
+    if backend == "nccl" and default_backend(world_size) != "nccl":
+        raise ValueError(f"backend 'nccl' needs NCCL and a GPU for each of the {world_size} "
+                         f"ranks; this machine has {torch.cuda.device_count()} GPU(s)")
+    return backend
 
 
 def _device_id(backend: str, local_rank: int) -> torch.device | None:
@@ -225,19 +243,31 @@ def _collect(conns: list[Connection], world_size: int, timeout: float) -> list[A
     return [results[rank] for rank in range(world_size)]
 
 
-def _stop(procs: list[mp.process.BaseProcess], grace: float) -> None:
-    """Join the children, terminating (then killing) those still alive after ``grace`` s."""
-    deadline = time.monotonic() + grace
+#: Seconds a terminated child has to exit before it is killed (all children together).
+_TERMINATE_GRACE_S = 5.0
+
+
+def _join_all(procs: list[mp.process.BaseProcess], seconds: float) -> None:
+    """Wait for the children to exit, ``seconds`` in all (not per child)."""
+    deadline = time.monotonic() + seconds
     for proc in procs:
         proc.join(max(0.0, deadline - time.monotonic()))
+
+
+def _stop(procs: list[mp.process.BaseProcess], grace: float) -> None:
+    """Join the children, terminating those still alive after ``grace`` s, and killing those
+    that then ignore the signal for :data:`_TERMINATE_GRACE_S` more: every deadline is shared
+    by all the children, so stopping N of them takes as long as stopping one."""
+    _join_all(procs, grace)
     for proc in procs:
         if proc.is_alive():
             proc.terminate()
+    _join_all(procs, _TERMINATE_GRACE_S)
     for proc in procs:
-        proc.join(5.0)
         if proc.is_alive():
             proc.kill()
-            proc.join()
+    for proc in procs:
+        proc.join()
 
 
 def spawn(
@@ -255,13 +285,14 @@ def spawn(
     the workers' return values in rank order. A worker's exception is raised here as
     :class:`WorkerError` naming the rank, with its traceback, and the other ranks are stopped;
     if the workers have not all finished after ``timeout`` seconds, :class:`TimeoutError`.
+    Every argument is checked before any process starts.
     """
     check_int("world_size", world_size, 1)
-    if not 0 < timeout < math.inf:
-        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+    check_positive("timeout", timeout)
+    check_int("num_threads", num_threads, 1)
     _check_worker(worker)
+    backend = _check_backend(backend, world_size)
     payload = pickle.dumps((worker, args))
-    backend = backend or default_backend(world_size)
     # The parent hosts the rendezvous store on a port the OS picks (port 0) and keeps it bound
     # for the whole run, so two runs can never be handed the same port.
     store = dist.TCPStore(_HOST, 0, world_size, is_master=True, wait_for_workers=False)
@@ -300,6 +331,7 @@ def run_under_torchrun(worker: Callable[..., T], *args: Any) -> T:
     Started without ``torchrun`` it runs as a group of one on a free port, so the same script
     works both ways. The group is always destroyed; returns this rank's result.
     """
+    check_callable("worker", worker)
     if "RANK" in os.environ:
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         backend = default_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))

@@ -31,8 +31,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module
 
-from gpudl.checks import check_int
-from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
+from gpudl.checks import (
+    check_choice,
+    check_instance,
+    check_int,
+    check_positive,
+    largest,
+    largest_difference,
+)
+from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
 from gpudl.parallel.launch import device_and_sync, rank0_print, run_under_torchrun, spawn
@@ -52,15 +59,26 @@ __all__ = [
 MESH_CONFIG = EncoderConfig(layers=4)
 
 
+def _check_run(config: object, batch: object, steps: object, lr: object,
+               dtype: object) -> None:
+    """The arguments every run of this module takes: an encoder, a batch of at least one
+    sample, at least one step of a learning rate > 0, and a floating-point dtype."""
+    check_instance("config", config, EncoderConfig)
+    check_int("batch", batch, 1)
+    check_int("steps", steps, 1)
+    check_positive("lr", lr)
+    check_choice("dtype", dtype, DTYPES)
+
+
 def _check_mesh(degrees: ParallelDegrees, config: EncoderConfig, batch: int) -> None:
     """``ValueError`` unless ``degrees`` describe a data x tensor mesh this module runs
     (FSDP2 shards the state over the data dimension: sharding = data) and split the encoder's
     heads and widths and the batch evenly."""
-    if not isinstance(degrees, ParallelDegrees):
-        raise TypeError(f"degrees must be a ParallelDegrees, got {type(degrees).__name__}")
+    check_instance("degrees", degrees, ParallelDegrees)
     if degrees.pipeline != 1 or degrees.sharding != degrees.data:
-        raise ValueError(f"the 2-D mesh is data x tensor with the state sharded over the data "
-                         f"dimension (pipeline 1, sharding = data), got {degrees}")
+        raise ValueError(f"degrees must describe the 2-D mesh, data x tensor with the state "
+                         f"sharded over the data dimension (pipeline 1, sharding = data), got "
+                         f"{degrees}")
     for what in ("heads", "hidden", "ffn"):
         degrees.check_divides("tensor", what, getattr(config, what))
     degrees.check_divides("data", "the batch", check_int("batch", batch, 1))
@@ -87,6 +105,7 @@ def fsdp_worker(rank: int, world_size: int, config: EncoderConfig, batch: int, s
     ``r`` on samples ``[r b/N, (r + 1) b/N)``. Returns ``losses`` and ``grads`` (as
     :func:`encoder_sgd_run`), ``param_bytes`` (this rank's
     shards) and ``full_param_bytes`` (the whole model)."""
+    _check_run(config, batch, steps, lr, dtype)
     degrees = ParallelDegrees(data=world_size, sharding=world_size)
     share = degrees.check_divides("data", "the batch", batch)
     device, _ = device_and_sync()
@@ -111,6 +130,7 @@ def mesh_2d_worker(rank: int, world_size: int, degrees: ParallelDegrees,
     ``"data"``, each data-parallel row on its slice of the batch. Returns ``losses``,
     ``grads`` (whole, as one process names them) and ``coords``, this rank's
     ``(data, tensor)`` place in the grid."""
+    _check_run(config, batch, steps, lr, dtype)
     degrees.check_world_size(world_size)
     _check_mesh(degrees, config, batch)
     # Gathering a (data, tensor)-sharded gradient whole takes two all-gathers, and DTensor
@@ -135,8 +155,11 @@ def mesh_2d_worker(rank: int, world_size: int, degrees: ParallelDegrees,
 def run_fsdp(world_size: int = 2, config: EncoderConfig = MESH_CONFIG, batch: int = 8,
              steps: int = 2, lr: float = 0.05, dtype: torch.dtype = torch.float32,
              timeout: float = 120.0) -> list[dict]:
-    """Spawn ``world_size`` ranks running :func:`fsdp_worker`; one dict per rank."""
+    """Spawn ``world_size`` ranks running :func:`fsdp_worker`; one dict per rank. Every
+    argument is checked before anything is started."""
     world_size = check_int("world_size", world_size, 1)
+    _check_run(config, batch, steps, lr, dtype)
+    check_positive("timeout", timeout)
     ParallelDegrees(data=world_size, sharding=world_size).check_divides("data", "the batch",
                                                                         batch)
     return spawn(fsdp_worker, world_size, config, batch, steps, lr, dtype, timeout=timeout)
@@ -152,6 +175,8 @@ def run_mesh_2d(degrees: ParallelDegrees = MESH_2X2, config: EncoderConfig = MES
                 dtype: torch.dtype = torch.float32, timeout: float = 120.0) -> list[dict]:
     """Spawn ``degrees.world_size`` ranks running :func:`mesh_2d_worker`; one dict per rank.
     The degrees and sizes are checked before anything is started."""
+    _check_run(config, batch, steps, lr, dtype)
+    check_positive("timeout", timeout)
     _check_mesh(degrees, config, batch)
     return spawn(mesh_2d_worker, degrees.world_size, degrees, config, batch, steps, lr, dtype,
                  timeout=timeout)
@@ -163,8 +188,8 @@ def _both_worker(rank: int, world_size: int) -> dict[str, float]:
     if world_size == 4:
         runs["2x2"] = mesh_2d_worker(rank, world_size, MESH_2X2, MESH_CONFIG, 8, 2, 0.05,
                                      torch.float32)
-    return {name: max((got["grads"][s][k] - g).abs().max().item()
-                      for s, step in enumerate(reference["grads"]) for k, g in step.items())
+    return {name: largest(largest_difference(got["grads"][s][k], g)
+                          for s, step in enumerate(reference["grads"]) for k, g in step.items())
             for name, got in runs.items()}
 
 

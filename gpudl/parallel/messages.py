@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from gpudl.checks import check_int, check_tensor
+
 __all__ = ["ITEMSIZE", "check_allreduce", "check_p2p", "expected_sum", "rank_input"]
 
 #: Bytes per element of a message (the messages are float32).
@@ -22,13 +24,15 @@ def rank_input(rank: int, numel: int, device: torch.device | str = "cpu") -> tor
     Every rank and element differ, so a chunk sent to the wrong place shows; the values are
     small integers, so the sum is exact in float32 whatever order the ranks add in.
     """
-    i = torch.arange(numel, device=device)
+    check_int("rank", rank, 0)
+    i = torch.arange(check_int("numel", numel, 0), device=device)
     return (i % 1024 + 1024 * rank).to(torch.float32)
 
 
 def expected_sum(world_size: int, numel: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """The sum over all ranks of :func:`rank_input`: what every rank must hold afterwards."""
-    i = torch.arange(numel, device=device)
+    check_int("world_size", world_size, 1)
+    i = torch.arange(check_int("numel", numel, 0), device=device)
     return (world_size * (i % 1024) + 1024 * (world_size * (world_size - 1) // 2)).to(
         torch.float32
     )
@@ -47,11 +51,14 @@ def _check_exact(result: torch.Tensor, expected: torch.Tensor, what: str) -> Non
 
 def check_allreduce(result: torch.Tensor, world_size: int) -> None:
     """Raise ``RuntimeError`` unless ``result`` is exactly the all-reduced sum of the inputs."""
+    check_tensor("result", result)
     expected = expected_sum(world_size, result.numel(), result.device)
     _check_exact(result, expected, f"all-reduce over {world_size} ranks")
 
 
 def check_p2p(received: torch.Tensor, sender: int) -> None:
     """Raise ``RuntimeError`` unless ``received`` is exactly rank ``sender``'s message."""
+    check_tensor("received", received)
+    check_int("sender", sender, 0)
     expected = rank_input(sender, received.numel(), received.device)
     _check_exact(received, expected, f"message from rank {sender}")

@@ -24,7 +24,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from gpudl.checks import check_widths
+from gpudl.checks import (
+    check_callable,
+    check_instance,
+    check_int,
+    check_ints,
+    check_positive,
+    check_tensor,
+    check_widths,
+)
 from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
 
 __all__ = [
@@ -71,6 +79,7 @@ def make_mlp(dims: Sequence[int], seed: int = 0) -> nn.Sequential:
     """Linear layers of widths ``dims`` with ReLUs between, initialised from ``seed`` (the
     caller's random state is left as it was)."""
     dims = check_widths("dims", dims)
+    check_int("seed", seed, 0)
     layers: list[nn.Module] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -84,8 +93,9 @@ def make_batch(world_size: int, dims: Sequence[int], batch_per_rank: int = BATCH
     """Inputs and targets of a whole batch for ``make_mlp(dims)``, ``batch_per_rank`` samples
     for each rank (rank ``r`` takes rows ``[r b, (r + 1) b)``), the same for the same
     ``seed`` in every run."""
-    generator = torch.Generator().manual_seed(seed)
-    n = batch_per_rank * world_size
+    dims = check_widths("dims", dims)
+    n = check_int("batch_per_rank", batch_per_rank, 1) * check_int("world_size", world_size, 1)
+    generator = torch.Generator().manual_seed(check_int("seed", seed, 0))
     return (torch.randn(n, dims[0], generator=generator),
             torch.randn(n, dims[-1], generator=generator))
 
@@ -98,6 +108,8 @@ def adam_step_loss(world_size: int, dims: Sequence[int] = SHARDING_DIMS,
     """The loss after one Adam step on the whole batch of ``world_size`` ranks
     (:func:`make_batch`, mean-squared error), in one process: what the replicated and the
     sharded runs of :mod:`gpudl.parallel.zero.fsdp` must reproduce."""
+    check_positive("lr", lr)
+    check_int("world_size", world_size, 1)
     model = make_mlp(dims)
     x, y = make_batch(world_size, dims)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -112,6 +124,9 @@ def adam_run(world_size: int, steps: int, lr: float, dims: Sequence[int] = ZERO_
     ranks drawn with seed ``s``: what every sharded optimizer of :mod:`gpudl.parallel.zero`
     must reproduce. ``params``: the flat parameters after each step; ``losses``: the batch's
     loss before each step; ``state_bytes``: Adam's moments."""
+    check_int("world_size", world_size, 1)
+    check_int("steps", steps, 1)
+    check_positive("lr", lr)
     model = make_mlp(dims)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     params, losses = [], []
@@ -136,6 +151,8 @@ def mlp_gradients(world_size: int, dims: Sequence[int] = TIMELINE_DIMS,
     model = make_mlp(dims)
     x, y = make_batch(world_size, dims, batch_per_rank)
     if ranks is not None:
+        for i, r in enumerate(check_ints("ranks", ranks, 0)):
+            check_int(f"ranks[{i}]", r, 0, world_size - 1)
         rows = torch.cat([torch.arange(r * batch_per_rank, (r + 1) * batch_per_rank)
                           for r in ranks])
         x, y = x[rows], y[rows]
@@ -150,6 +167,13 @@ def sgd_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
     step, before its update, as ``loss_of`` reads it) and ``grads`` (one dict of parameter
     name to ``gradient_of`` its gradient per step). A parallel rank passes the functions that
     make its slice's loss the whole batch's and its shards' gradients whole."""
+    check_instance("model", model, nn.Module)
+    check_tensor("x", x)
+    check_tensor("y", y)
+    check_int("steps", steps, 1)
+    check_positive("lr", lr)
+    check_callable("loss_of", loss_of)
+    check_callable("gradient_of", gradient_of)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses, grads = [], []
     for _ in range(steps):
@@ -167,6 +191,8 @@ def encoder_sgd_run(config: EncoderConfig, batch: int, steps: int, lr: float,
     """``steps`` SGD steps of the whole encoder (:func:`gpudl.models.make_encoder`) in one
     process on the whole batch (:func:`sgd_steps`): what the pipeline, tensor-parallel, FSDP
     and two-dimensional runs must reproduce."""
+    check_int("steps", steps, 1)
+    check_positive("lr", lr)
     model = make_encoder(config, dtype=dtype)
     x, y = encoder_batch(config, batch, dtype=dtype)
     return sgd_steps(model, x, y, steps, lr)
@@ -177,16 +203,22 @@ def encoder_sgd_run(config: EncoderConfig, batch: int, steps: int, lr: float,
 
 def whole(t: torch.Tensor) -> torch.Tensor:
     """``t`` whole, detached, on the CPU: a DTensor gathered from its shards."""
+    check_tensor("t", t)
     return (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu()
 
 
 def flat_parameters(model: nn.Module) -> torch.Tensor:
     """All of ``model``'s parameters, flattened into one tensor on the CPU."""
+    check_instance("model", model, nn.Module)
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
 
 
 def local_bytes(tensors: list[torch.Tensor]) -> int:
     """Bytes of this rank's part of each tensor (its local shard, for a DTensor)."""
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, Sequence):
+        raise TypeError(f"tensors must be a list of tensors, got {type(tensors).__name__}")
+    for i, t in enumerate(tensors):
+        check_tensor(f"tensors[{i}]", t)
     local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
     return sum(t.numel() * t.element_size() for t in local)
 
@@ -194,6 +226,7 @@ def local_bytes(tensors: list[torch.Tensor]) -> int:
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> tuple[int, int]:
     """``(state, steps)``: bytes of the tensors ``optimizer`` holds in its state on this rank,
     without and with only the ``"step"`` counters (which ZeRO's accounting leaves out)."""
+    check_instance("optimizer", optimizer, torch.optim.Optimizer)
     states = list(optimizer.state.values())
     return (local_bytes([t for s in states for k, t in s.items()
                          if k != "step" and isinstance(t, torch.Tensor)]),

@@ -7,6 +7,8 @@ nearly full size and :data:`MIN_FONT_PT` points stay at least 14 px tall on scre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
@@ -34,3 +36,19 @@ def font_sizes(fig: Figure) -> list[float]:
     """The size in points of every visible text of ``fig``, tick labels included (for tests)."""
     fig.canvas.draw()
     return [t.get_size() for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+
+
+def check_rows(name: str, rows: object, keys: tuple[str, ...]) -> list[dict]:
+    """Rows to draw: a non-empty list of dicts, each with ``keys`` (``TypeError`` or
+    ``ValueError`` naming ``name`` otherwise)."""
+    if isinstance(rows, str | dict) or not isinstance(rows, Sequence):
+        raise TypeError(f"{name} must be a list of rows (dicts), got {type(rows).__name__}")
+    if not rows:
+        raise ValueError(f"{name} must hold at least one row")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TypeError(f"{name}[{i}] must be a dict, got {type(row).__name__}")
+        missing = [k for k in keys if k not in row]
+        if missing:
+            raise ValueError(f"{name}[{i}] lacks {missing}")
+    return list(rows)

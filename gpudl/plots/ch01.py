@@ -12,12 +12,29 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from gpudl.checks import (
+    check_compute_capability,
+    check_instance,
+    check_ints,
+    check_positive,
+    check_real,
+    check_real_mapping,
+    check_reals,
+)
 from gpudl.estimate import allreduce_time
 from gpudl.hardware import FP32_CORES_PER_SM, SM_LIMITS, occupancy
-from gpudl.plots._style import finish
+from gpudl.plots._style import check_rows, finish
 
 __all__ = ["sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
            "ring_allreduce_model"]
+
+
+
+def _check_cc(compute_capability: object) -> None:
+    """A compute capability the SM tables describe."""
+    cc = check_compute_capability("compute_capability", compute_capability)
+    if cc not in SM_LIMITS or cc not in FP32_CORES_PER_SM:
+        raise ValueError(f"compute_capability {cc} is not in gpudl.hardware.SM_LIMITS")
 
 
 def sm_diagram(compute_capability: tuple[int, int] = (9, 0)) -> Figure:
@@ -25,6 +42,7 @@ def sm_diagram(compute_capability: tuple[int, int] = (9, 0)) -> Figure:
     ``gpudl.hardware.SM_LIMITS`` and ``gpudl.hardware.FP32_CORES_PER_SM``: its
     partitions, each with a warp scheduler, a slice of the register file and its FP32 lanes
     (one small square per lane, gid ``"fp32-lane"``), and the shared memory they all reach."""
+    _check_cc(compute_capability)
     limits = SM_LIMITS[compute_capability]
     parts = limits.register_partitions
     lanes = FP32_CORES_PER_SM[compute_capability] // parts
@@ -77,6 +95,9 @@ def occupancy_curves(
 ) -> Figure:
     """Occupancy against registers per thread, one line per block size (no shared memory);
     zero where a block of that size cannot launch at all."""
+    _check_cc(compute_capability)
+    check_ints("block_sizes", block_sizes, 1)
+    check_ints("registers", registers, 1)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for threads in block_sizes:
         occ = [_occupancy_or_zero(threads, r, compute_capability) for r in registers]
@@ -95,6 +116,9 @@ def time_bars(seconds: dict[str, float], title: str, note: str = "") -> Figure:
     """A horizontal bar per method, time in milliseconds on a linear axis (so that a bar
     twice as long took twice as long), each labelled with its time and its speed-up over
     the slowest."""
+    check_real_mapping("seconds", seconds, 0)
+    check_instance("title", title, str)
+    check_instance("note", note, str)
     fig, ax = plt.subplots(figsize=(6.5, 0.6 * len(seconds) + 1.4))
     names = list(seconds)
     ms = [seconds[n] * 1e3 for n in names]
@@ -115,6 +139,9 @@ def allreduce_bandwidth(
     """Algorithm and bus bandwidth against message size (rows of
     :func:`gpudl.bench.allreduce.allreduce_bandwidth`), with the ring model's algorithm
     bandwidth for ``model = (latency_s, bandwidth_bytes_per_s)`` if given."""
+    check_rows("rows", rows, ("size_bytes",))
+    if model is not None:
+        check_reals("model", model, 0, minimum_count=2)
     sizes = [r["size_bytes"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     ax.plot(sizes, [r["algbw_gbs"] for r in rows], "o-", label="algorithm bandwidth")
@@ -143,6 +170,10 @@ def ring_allreduce_model(
 ) -> Figure:
     """The ring model's all-reduce time against the number of ranks, with and without the
     per-step latency: the bandwidth term approaches 2 S/B, the latency term grows with N."""
+    check_real("n_bytes", n_bytes, 0)
+    check_positive("bus_bandwidth_gbs", bus_bandwidth_gbs)
+    check_real("latency_s", latency_s, 0)
+    check_ints("world_sizes", world_sizes, 1)
     ns = list(world_sizes)
     bandwidth = bus_bandwidth_gbs * 1e9
     fig, ax = plt.subplots(figsize=(6, 3.5))

@@ -14,16 +14,36 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpudl.checks import check_choice, check_instance, check_int, check_ints, check_positive
 from gpudl.estimate import ridge_point
 from gpudl.estimate import roofline as attainable
 from gpudl.hardware import SM_LIMITS, SPECS, DeviceInfo
-from gpudl.plots._style import finish
+from gpudl.plots._style import check_rows, finish
 from gpudl.trace import BANK_BYTES, BANKS, SECTOR_BYTES
 
 __all__ = [
     "memory_levels", "copy_requests", "warp_sectors", "tile_load_requests", "bank_conflicts",
     "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
 ]
+
+
+
+def _check_patterns(patterns: object) -> None:
+    if isinstance(patterns, str) or not isinstance(patterns, Sequence):
+        raise TypeError(f"patterns must be a list of (kind, amount) pairs, got {patterns!r}")
+    for i, pattern in enumerate(patterns):
+        if not isinstance(pattern, tuple | list) or len(pattern) != 2:
+            raise TypeError(f"patterns[{i}] must be a (kind, amount) pair, got {pattern!r}")
+        check_choice(f"patterns[{i}][0]", pattern[0], ("stride", "offset"))
+        check_int(f"patterns[{i}][1]", pattern[1], 1 if pattern[0] == "stride" else 0, 64)
+
+
+def _check_words(words: object) -> None:
+    check_instance("words", words, dict)
+    if not words:
+        raise ValueError("words must name at least one access")
+    for name, indices in words.items():
+        check_ints(f"words[{name!r}]", indices, 0)
 
 
 def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
@@ -34,6 +54,8 @@ def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
     figure the table does not hold; its bandwidth is in no datasheet and is not drawn) and
     device memory (the datasheet). The clock is the one the FP32 peak implies. Bars:
     left, bytes; right, GB/s; both on log scales."""
+    check_choice("gpu", gpu, tuple(SPECS))
+    check_positive("l2_mb", l2_mb)
     from gpudl.kernels.hierarchy import register_file_bandwidth_gbs
 
     spec = SPECS[gpu]
@@ -82,6 +104,7 @@ def copy_requests(patterns: Sequence[tuple[str, int]] = (("stride", 1), ("stride
     copies, traced on the simulator (run it through :func:`gpudl.trace.on_simulator` on a
     GPU): one dict per ``(kind, amount)`` with ``pattern``, the lanes' byte ``addresses``
     relative to the array's start, and the ``sectors`` the tracer counted."""
+    _check_patterns(patterns)
     from gpudl.kernels import memory
     from gpudl.trace import trace
 
@@ -108,6 +131,8 @@ def warp_sectors(rows: Sequence[dict], size: int = 4) -> Figure:
     """For each traced request (rows of :func:`copy_requests`), the 32-byte sectors its 32
     lanes touch: a dot per lane at the sector of its ``size``-byte word, touched sectors
     shaded, and the count in the title of each panel."""
+    check_rows("rows", rows, ("addresses",))
+    check_int("size", size, 1)
     fig, axes = plt.subplots(len(rows), 1, figsize=(7.4, 1.15 * len(rows) + 0.9),
                              squeeze=False)
     for ax, row in zip(axes[:, 0], rows, strict=True):
@@ -149,6 +174,7 @@ def bank_conflicts(words: dict[str, Sequence[int]]) -> Figure:
     """For each variant (``words`` of :func:`tile_load_requests`), the 32 banks and the
     distinct words each is asked for by one warp's request: a bank asked for k different
     words serves them in k passes, and the tallest column is the conflict degree."""
+    _check_words(words)
     fig, axes = plt.subplots(1, len(words), figsize=(7.4, 3.4), sharey=True, squeeze=False)
     for ax, (name, ws) in zip(axes[0], words.items(), strict=True):
         per_bank: dict[int, list[int]] = {}
@@ -169,6 +195,7 @@ def bank_conflicts(words: dict[str, Sequence[int]]) -> Figure:
 def sectors_per_request(rows: Sequence[dict]) -> Figure:
     """Sectors per warp request for each access pattern (rows of
     :func:`gpudl.kernels.memory.coalescing_report`), against the ideal."""
+    check_rows("rows", rows, ("pattern", "sectors"))
     fig, ax = plt.subplots(figsize=(6, 3.2))
     names = [r["pattern"].replace(" ", "\n") for r in rows]  # two lines: the labels fit
     ax.bar(names, [r["sectors"] for r in rows], label="traced")
@@ -183,6 +210,10 @@ def roofline(peak_flops: float, peak_bandwidth: float, points: dict[str, tuple],
     """The roofline of a device (flop/s, bytes/s) with kernels placed on it by arithmetic
     intensity. ``points`` maps a name to ``(intensity, measured flop/s or None)``: measured
     points are drawn where they were measured, the others on the roof."""
+    check_positive("peak_flops", peak_flops)
+    check_positive("peak_bandwidth", peak_bandwidth)
+    check_instance("points", points, dict)
+    check_instance("title", title, str)
     intensities = np.logspace(-2, 3, 200)
     fig, ax = plt.subplots(figsize=(7.0, 6.4))
     ax.loglog(intensities, attainable(intensities, peak_flops, peak_bandwidth), "k-",
@@ -201,6 +232,8 @@ def roofline(peak_flops: float, peak_bandwidth: float, points: dict[str, tuple],
 
 def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
     """Bandwidth (``row[key]``, GB/s) against message size (``row["size_bytes"]``)."""
+    check_rows("rows", rows, ("size_bytes", key))
+    check_instance("title", title, str)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([r["size_bytes"] for r in rows], [r[key] for r in rows], "o-")
     ax.set_xscale("log", base=2)
@@ -211,6 +244,7 @@ def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
 def state_bytes(rows: Sequence[dict]) -> Figure:
     """Bytes of parameters, gradients and Adam state on rank 0 for each strategy and world
     size (rows of :func:`gpudl.parallel.zero.fsdp.state_bytes`, rank 0's), stacked."""
+    check_rows("rows", rows, ())
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [f"{r['strategy']}\nN={r['world_size']}" for r in rows]
     bottom = np.zeros(len(rows))
@@ -227,6 +261,7 @@ def state_bytes(rows: Sequence[dict]) -> Figure:
 def hierarchy(levels: dict) -> Figure:
     """Latency (ns per dependent load) and bandwidth (GB/s) of each memory level, from
     :func:`gpudl.bench.hierarchy.measure`, side by side on log scales."""
+    check_instance("levels", levels, dict)
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
     latency = levels["latency"]
     left.bar(list(latency), [r["ns_per_hop"] for r in latency.values()])

@@ -12,11 +12,20 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from gpudl.plots._style import finish
+from gpudl.checks import check_choice, check_int
+from gpudl.plots._style import check_rows, finish
 
 __all__ = ["tile_geometry", "matmul_tiling", "linear_dataflow", "gradient_timeline"]
 
 TILED_VARIANTS = ("v3_tiled", "v4_register_1d", "v5_register_2d")
+
+
+
+def _check_names(name: str, names: object, choices: Sequence[str]) -> None:
+    if isinstance(names, str) or not isinstance(names, Sequence) or not names:
+        raise TypeError(f"{name} must be a non-empty list of names, got {names!r}")
+    for i, value in enumerate(names):
+        check_choice(f"{name}[{i}]", value, choices)
 
 
 def tile_geometry(variant: str) -> dict:
@@ -26,8 +35,7 @@ def tile_geometry(variant: str) -> dict:
     registers. Read from the module's launch configuration and tile constants."""
     from gpudl.kernels import matmul as matmul_kernels
 
-    if variant not in TILED_VARIANTS:
-        raise ValueError(f"variant must be one of {TILED_VARIANTS}, got {variant!r}")
+    check_choice("variant", variant, TILED_VARIANTS)
     big = 1 << 12
     grid, block = matmul_kernels.launch_config(variant, big, big)
     rows, cols = big // grid[1], big // grid[0]
@@ -51,6 +59,7 @@ def matmul_tiling(variants: Sequence[str] = TILED_VARIANTS) -> Figure:
     (left) and B (top) it stages in shared memory for one step along K, and thread 0's
     outputs (dots), which it accumulates in registers. Scales differ between panels: each is
     labelled with its sizes."""
+    _check_names("variants", variants, TILED_VARIANTS)
     fig, axes = plt.subplots(1, len(variants), figsize=(7.4, 3.3), squeeze=False)
     for ax, variant in zip(axes[0], variants, strict=True):
         g = tile_geometry(variant)
@@ -98,6 +107,9 @@ def linear_dataflow(batch: int = 32, in_features: int = 64, out_features: int = 
     """One linear layer ``Y = X W + b`` forward (top) and backward (bottom): which arrays
     each product reads and writes, with their shapes and the flops of
     :func:`gpudl.kernels.nn.linear_forward_flops` and ``linear_backward_flops``."""
+    for name, value in (("batch", batch), ("in_features", in_features),
+                        ("out_features", out_features)):
+        check_int(name, value, 1)
     from gpudl.kernels.nn import linear_backward_flops, linear_forward_flops
 
     b, k, n = batch, in_features, out_features
@@ -134,6 +146,7 @@ def gradient_timeline(events: Sequence[dict]) -> Figure:
     its gradient became ready, then a row per bucket, a bar from the start to the end of its
     all-reduce; milliseconds since the backward pass started. A dotted line marks the last
     gradient: bars that start left of it overlap the computation."""
+    check_rows("events", events, ("kind",))
     ready = [e for e in events if e["kind"] == "grad_ready"]
     buckets = [e for e in events if e["kind"] == "allreduce"]
     fig, ax = plt.subplots(figsize=(7.4, 0.32 * (len(ready) + len(buckets)) + 1.4))

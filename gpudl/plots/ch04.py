@@ -13,7 +13,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from gpudl.plots._style import finish
+from gpudl.checks import check_int, check_ints
+from gpudl.plots._style import check_rows, finish
 
 __all__ = ["optimizer_traffic", "zero_partition", "ZERO_PARTS"]
 
@@ -22,6 +23,7 @@ def optimizer_traffic(rows: Sequence[dict]) -> Figure:
     """Bytes per parameter of one Adam step for each variant (rows of
     :func:`gpudl.optim.traffic_table`, counted by the tracer): device memory and shared
     memory side by side, each bar labelled with its kernel launches."""
+    check_rows("rows", rows, ())
     fig, ax = plt.subplots(figsize=(7.0, 3.6))
     names = [r["variant"] for r in rows]
     x = np.arange(len(rows))
@@ -52,6 +54,9 @@ def zero_partition(world_size: int = 4, stages: Sequence[int] = (0, 1, 2, 3)) ->
     ``ZERO_PARTS``: a part is whole on every rank until the stage that shards it, then
     each rank holds its 1/N slice (drawn at that rank's position). The bars' totals are
     :func:`gpudl.estimate.model_state_memory` per parameter."""
+    check_int("world_size", world_size, 1)
+    for i, stage in enumerate(check_ints("stages", stages, 0)):
+        check_int(f"stages[{i}]", stage, 0, 3)
     n = world_size
     colors = {"parameters": "#4c72b0", "gradients": "#55a868", "optimizer state": "#dd8452"}
     fig, axes = plt.subplots(1, len(stages), figsize=(7.4, 3.4), sharey=True, squeeze=False)

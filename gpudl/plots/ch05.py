@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpudl.checks import check_int, check_ints, check_real
 from gpudl.estimate import allreduce_time
 from gpudl.plots._style import finish
 
@@ -23,6 +24,7 @@ def ring_schedule(world_size: int) -> list[np.ndarray]:
     ``s`` it sends chunk ``r + 1 - s``, which replaces the receiver's (indices modulo N).
     Element ``[r, c]`` of each state counts the ranks' contributions in rank ``r``'s chunk
     ``c``: the first state is all ones, the last all ``world_size``."""
+    check_int("world_size", world_size, 1)
     n = world_size
     held = [[{r} for _ in range(n)] for r in range(n)]
     states = [np.ones((n, n), dtype=int)]
@@ -42,6 +44,7 @@ def ring_schedule(world_size: int) -> list[np.ndarray]:
 def ring_steps(world_size: int = 4) -> Figure:
     """:func:`ring_schedule` drawn: a panel per step, rows ranks and columns chunks, each cell
     shaded by how many ranks' contributions it holds (N is the complete sum)."""
+    check_int("world_size", world_size, 1)
     states = ring_schedule(world_size)
     n = world_size
     fig, axes = plt.subplots(1, len(states), figsize=(7.4, 2.6), squeeze=False)
@@ -68,6 +71,10 @@ def bucket_timeline(compute_s: float, grad_bytes: float, world_size: int, bandwi
     """The schedule behind :func:`gpudl.estimate.data_parallel_step_time`: per bucket, the
     time its gradients are ready and the start and end of its all-reduce (seconds from the
     start of the backward pass)."""
+    check_int("n_buckets", n_buckets, 1)
+    check_real("backward_fraction", backward_fraction, 0, 1)
+    check_real("compute_s", compute_s, 0)
+    check_real("grad_bytes", grad_bytes, 0)
     per_bucket = allreduce_time(grad_bytes / n_buckets, world_size, bandwidth, latency)
     backward = backward_fraction * compute_s
     rows, free = [], 0.0
@@ -85,6 +92,8 @@ def ddp_overlap(compute_s: float = 0.15, grad_bytes: float = 100e6, world_size: 
     """The backward pass and the all-reduces of :func:`bucket_timeline` for each bucket count:
     with one bucket the all-reduce starts when backward ends; with several, each starts as
     its bucket is ready and only the last one's tail is exposed."""
+    check_ints("bucket_counts", bucket_counts, 1)
+    bucket_timeline(compute_s, grad_bytes, world_size, bandwidth, latency)  # the checks
     fig, ax = plt.subplots(figsize=(7.4, 1.4 + 1.3 * len(bucket_counts)))
     backward = 2 / 3 * compute_s
     ticks, labels = [], []

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_instance, check_int
 from gpudl.parallel.pipeline.schedule import idle_fraction, simulate
 from gpudl.plots._style import finish
 
@@ -22,10 +22,24 @@ _COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#d
            "#8c8c8c")
 
 
+
+def _check_timelines(timelines_by_name: object) -> None:
+    check_instance("timelines_by_name", timelines_by_name, dict)
+    if not timelines_by_name:
+        raise ValueError("timelines_by_name must hold at least one schedule's timelines")
+    for name, timelines in timelines_by_name.items():
+        try:
+            idle_fraction(timelines)  # the checks of a timeline: each action a finite span
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"timelines_by_name[{name!r}]: {err}") from None
+
+
 def pipeline_timelines(timelines_by_name: dict[str, Sequence[Sequence[dict]]],
                        unit: str = "ms") -> Figure:
     """A Gantt chart per schedule: one row per stage, forwards light and backwards dark, each
     bar labelled with its micro-batch; white is where the stage waits."""
+    check_choice("unit", unit, ("ms", "s", "units"))
+    _check_timelines(timelines_by_name)
     scale = {"ms": 1e3, "s": 1.0, "units": 1.0}[unit]
     stages = max(len(t) for t in timelines_by_name.values())
     fig, axes = plt.subplots(len(timelines_by_name), 1, squeeze=False,
@@ -53,6 +67,7 @@ def pipeline_schedules(stages: int = 4, microbatches: int = 4) -> Figure:
     ``microbatches`` micro-batches, simulated with a micro-batch's forward taking 1 unit and
     its backward 2; the naive split's passes carry the whole batch (``microbatches`` times
     as long), so the three charts share one time axis."""
+    check_int("stages", stages, 1)
     m = check_int("microbatches", microbatches, 1)
     timelines = {"naive, m = 1": simulate("naive", stages, 1, 1.0 * m, 2.0 * m)}
     for name in ("gpipe", "1f1b"):
@@ -66,6 +81,9 @@ def tensor_parallel_split(hidden: int = 32, ffn: int = 64, degree: int = 2) -> F
     (gid ``"A:i"``, ``"B:i"``), each GPU's partial ``Y_i``, and the two communication
     points: ``g``, an all-reduce of Y in the forward pass, and ``f``, an all-reduce of dX
     in the backward pass."""
+    check_int("hidden", hidden, 1)
+    check_int("ffn", ffn, 1)
+    check_int("degree", degree, 1)
     if degree < 1 or ffn % degree:
         raise ValueError(f"degree must be >= 1 and divide ffn = {ffn}, got {degree}")
     fig, ax = plt.subplots(figsize=(7.4, 3.9))

@@ -11,6 +11,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpudl.checks import (
+    check_instance,
+    check_ints,
+    check_positive,
+    check_real,
+    check_real_mapping,
+    check_reals,
+)
 from gpudl.plots._style import finish
 
 __all__ = ["training_time_and_cost", "memory_by_zero_stage"]
@@ -23,6 +31,14 @@ def training_time_and_cost(flops: float, peak_flops: float, gpu_name: str,
     """Chapter 7, "Time, cost and energy": hours against the number of GPUs for each MFU
     (left; ``claimed`` = (GPUs, hours) marks a run someone reported), and GPU-hours, which
     set the cost at any price per GPU-hour, against MFU (right)."""
+    check_positive("flops", flops)
+    check_positive("peak_flops", peak_flops)
+    check_instance("gpu_name", gpu_name, str)
+    check_ints("gpus", gpus, 1)
+    for i, value in enumerate(check_reals("mfus", mfus, 0, strict=True)):
+        check_real(f"mfus[{i}]", value, 0, 1)
+    if claimed is not None:
+        check_reals("claimed", claimed, 0, strict=True, minimum_count=2)
     from gpudl.estimate import training_time
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(7.4, 4.6))
@@ -53,6 +69,10 @@ def memory_by_zero_stage(cases: dict[str, Sequence[float]],
     """Chapter 7, "Memory": model state per GPU (GB) under ZeRO stages 0 to 3 for each case
     (label -> four values, e.g. from :func:`gpudl.estimate.model_state_memory`), against the
     memory of some GPUs (name -> GB, horizontal lines)."""
+    check_instance("cases", cases, dict)
+    for case, values in cases.items():
+        check_reals(f"cases[{case!r}]", values, 0)
+    check_real_mapping("gpu_memory_gb", gpu_memory_gb, 0, strict=True)
     fig, ax = plt.subplots(figsize=(7.2, 4.0))
     x = np.arange(4)
     width = 0.8 / len(cases)

@@ -12,6 +12,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpudl.checks import (
+    check_array,
+    check_bool,
+    check_instance,
+    check_int,
+    check_ints,
+    check_positive,
+    check_real_mapping,
+    check_reals,
+)
 from gpudl.estimate import ridge_point
 from gpudl.estimate import roofline as attainable
 from gpudl.plots._style import finish
@@ -24,6 +34,10 @@ def roofline_precisions(peaks: dict[str, float], peak_bandwidth: float,
     """One roof per precision (``peaks``: name -> flop/s) over one memory bandwidth
     (bytes/s), each ridge point marked, and kernels placed on the roof of their precision:
     ``points`` maps a name to ``(intensity, precision)``."""
+    check_real_mapping("peaks", peaks, 0, strict=True)
+    check_positive("peak_bandwidth", peak_bandwidth)
+    check_instance("points", points, dict)
+    check_instance("title", title, str)
     intensities = np.logspace(-1, 4, 300)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     styles = ["-", "--", "-.", ":"]
@@ -46,6 +60,9 @@ def online_softmax_tiles(s: int, tile: int, causal: bool) -> Figure:
     ``tile`` queries per row of tiles, keys ``tile`` at a time from left to right; grey tiles
     (above the diagonal, when causal) are skipped. Each visited tile updates the block's
     running maximum ``m`` and sum ``l``; the numbers give the order of one block's visits."""
+    check_int("s", s, 1)
+    check_int("tile", tile, 1)
+    check_bool("causal", causal)
     blocks = -(-s // tile)
     grid = np.array([[1.0 if (not causal or j <= i) else 0.0 for j in range(blocks)]
                      for i in range(blocks)])
@@ -69,6 +86,9 @@ def mma_fragments(owners: dict[str, np.ndarray]) -> Figure:
     a matrix name to an array of lane numbers (:func:`gpudl.kernels.mma.lanes`)."""
     # the widest matrix on a row of its own, the others side by side below it, every cell
     # large enough for its lane number in readable type, on light colours
+    check_instance("owners", owners, dict)
+    for name, lanes in owners.items():
+        check_array(f"owners[{name!r}]", lanes, 2, "iu")
     (wide, *rest) = sorted(owners, key=lambda name: -owners[name].shape[1])
     fig = plt.figure(figsize=(7.5, 7.5 + 7.5 / max(len(rest), 1) * (1 if rest else 0)))
     grid = fig.add_gridspec(2 if rest else 1, max(len(rest), 1),
@@ -90,6 +110,11 @@ def attention_bytes(s_values: Sequence[int], bytes_by_variant: dict[str, Sequenc
                     title: str = "") -> Figure:
     """Device-memory bytes per variant against the sequence length (log-log), from the
     formula, with traced counts (``(s values, bytes)`` per variant) as markers if given."""
+    check_ints("s_values", s_values, 1)
+    check_instance("bytes_by_variant", bytes_by_variant, dict)
+    for variant, values in bytes_by_variant.items():
+        check_reals(f"bytes_by_variant[{variant!r}]", values, 0)
+    check_instance("title", title, str)
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for name, values in bytes_by_variant.items():
         ax.loglog(list(s_values), list(values), "-", label=f"{name} (formula)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from gpudl.checks import check_instance, check_real_mapping
 from gpudl.plots._style import finish
 
 __all__ = ["rate_bars"]
@@ -19,6 +20,10 @@ def rate_bars(groups: dict[str, dict[str, float]], references: dict[str, float],
     """One bar per kernel in each group (a size, a layout), its rate in ``unit`` (higher is
     faster), and each group's reference rate (a torch copy, cuBLAS) as a dashed line across
     the group's bars, labelled ``reference_label``. One group: the kernels name the bars."""
+    check_real_mapping("groups", groups, 0, strict=True)
+    check_real_mapping("references", references, 0, strict=True)
+    for name, value in (("unit", unit), ("title", title), ("reference_label", reference_label)):
+        check_instance(name, value, str)
     names = list(dict.fromkeys(name for group in groups.values() for name in group))
     single = len(groups) == 1
     width = 0.8 / len(names)

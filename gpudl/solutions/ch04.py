@@ -11,7 +11,7 @@ from __future__ import annotations
 from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
 
 # isort: split
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_int
 from gpudl.estimate import roofline
 from gpudl.hardware import SM_LIMITS, spec
 
@@ -79,8 +79,7 @@ def step_time_model(sizes: list[int], variant: str, launch_s: float,
     fixed cost per launch ``launch_s``, plus the bytes over ``bandwidth`` (bytes/s), the two
     not overlapping (Chapter 4, exercise 4). Returns ``launches``, ``bytes`` and
     ``time_s``."""
-    if variant not in VARIANT_COSTS:
-        raise ValueError(f"variant must be one of {list(VARIANT_COSTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANT_COSTS)
     per_tensor, per_param = VARIANT_COSTS[variant]
     launches = 1 if per_tensor is None else per_tensor * len(sizes)
     n_bytes = per_param * sum(check_int("size", s, 1) for s in sizes)

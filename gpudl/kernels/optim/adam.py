@@ -33,7 +33,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array
+from gpudl.checks import check_choice, check_float32_array
 from gpudl.kernels.arrays import Array, launch_in_place
 from gpudl.kernels.grid import grid_stride_blocks
 from gpudl.kernels.optim.hyper import AdamScalars, adam_scalars
@@ -269,8 +269,7 @@ def adam_step(p: Array, g: Array, m: Array, v: Array, *, step: int, lr: float = 
     size, in place: ``p``, ``m`` (first moment) and ``v`` (second moment) are updated, ``g``
     is read. NumPy arrays or numba device arrays (not a mix); ``VARIANTS[variant]`` runs it.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, VARIANTS)
     k = adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
     arrays = {"p": p, "g": g, "m": m, "v": v}
     kinds = {check_float32_array(name, x, 1) for name, x in arrays.items()}

@@ -6,6 +6,7 @@ Book section: *Chapter 4, "The update rules"*.
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import NamedTuple
 
 import numpy as np
@@ -16,26 +17,33 @@ __all__ = ["AdamScalars", "SgdScalars", "adam_scalars", "check_adam_hyper", "che
            "sgd_scalars"]
 
 
+#: torch's words for a hyperparameter in its error messages.
+_WORDS = {"lr": "learning rate", "eps": "epsilon value", "weight_decay": "weight_decay value",
+          "momentum": "momentum value"}
+
+
+def _at_least_zero(name: str, value: object) -> float:
+    """A hyperparameter >= 0 as a float: torch's message for a negative value or NaN, the
+    package's for the wrong type or an infinity (:func:`gpudl.checks.check_real`)."""
+    if isinstance(value, Real) and not isinstance(value, bool) and not float(value) >= 0:
+        raise ValueError(f"Invalid {_WORDS[name]}: {value} ({name} must be >= 0)")
+    return check_real(name, value)
+
+
 def check_adam_hyper(lr: float, betas: tuple[float, float], eps: float,
                      weight_decay: float) -> tuple[float, tuple[float, float], float, float]:
     """``(lr, betas, eps, weight_decay)`` as floats, checked as ``torch.optim.Adam`` checks
     them (same messages, with the rule added): ``lr``, ``eps`` and ``weight_decay`` >= 0,
     each beta in [0, 1). ``TypeError`` for what is not a real number or a pair."""
-    lr, eps, weight_decay = (check_real(n, x) for n, x in (("lr", lr), ("eps", eps),
-                                                       ("weight_decay", weight_decay)))
+    lr, eps, weight_decay = (_at_least_zero(n, x) for n, x in (
+        ("lr", lr), ("eps", eps), ("weight_decay", weight_decay)))
     if isinstance(betas, str) or not hasattr(betas, "__len__") or len(betas) != 2:
         raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    b1, b2 = check_real("betas[0]", betas[0]), check_real("betas[1]", betas[1])
-    if not 0.0 <= lr:
-        raise ValueError(f"Invalid learning rate: {lr} (lr must be >= 0)")
-    if not 0.0 <= eps:
-        raise ValueError(f"Invalid epsilon value: {eps} (eps must be >= 0)")
-    for index, beta in enumerate((b1, b2)):
-        if not 0.0 <= beta < 1.0:
+    for index, beta in enumerate(betas):
+        if isinstance(beta, Real) and not isinstance(beta, bool) and not 0.0 <= beta < 1.0:
             raise ValueError(f"Invalid beta parameter at index {index}: {beta} "
                              "(betas must lie in [0, 1))")
-    if not 0.0 <= weight_decay:
-        raise ValueError(f"Invalid weight_decay value: {weight_decay} (weight_decay must be >= 0)")
+    b1, b2 = check_real("betas[0]", betas[0]), check_real("betas[1]", betas[1])
     return lr, (b1, b2), eps, weight_decay
 
 
@@ -44,16 +52,10 @@ def check_sgd_hyper(lr: float, momentum: float, dampening: float, weight_decay: 
     """``(lr, momentum, dampening, weight_decay, nesterov)`` checked as ``torch.optim.SGD``
     checks them: ``lr``, ``momentum`` and ``weight_decay`` >= 0, and Nesterov momentum needs
     a momentum > 0 and no dampening."""
-    lr, momentum, dampening, weight_decay = (
-        check_real(n, x) for n, x in (("lr", lr), ("momentum", momentum), ("dampening", dampening),
-                                 ("weight_decay", weight_decay)))
+    lr, momentum, weight_decay = (_at_least_zero(n, x) for n, x in (
+        ("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)))
+    dampening = check_real("dampening", dampening)
     nesterov = check_bool("nesterov", nesterov)
-    if not 0.0 <= lr:
-        raise ValueError(f"Invalid learning rate: {lr} (lr must be >= 0)")
-    if not 0.0 <= momentum:
-        raise ValueError(f"Invalid momentum value: {momentum} (momentum must be >= 0)")
-    if not 0.0 <= weight_decay:
-        raise ValueError(f"Invalid weight_decay value: {weight_decay} (weight_decay must be >= 0)")
     if nesterov and (momentum <= 0 or dampening != 0):
         raise ValueError("Nesterov momentum requires a momentum and zero dampening "
                          f"(got momentum={momentum}, dampening={dampening})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpudl.checks import check_int
+from gpudl.checks import check_array, check_bool, check_equal, check_int
 from gpudl.kernels.arrays import EPS32, Array
 from gpudl.kernels.optim.hyper import check_adam_hyper, check_sgd_hyper
 
@@ -25,8 +25,18 @@ def _lerp64(a: np.ndarray, b: np.ndarray, w: float) -> np.ndarray:
         return a + w * (b - a) if abs(w) < 0.5 else b - (b - a) * (1.0 - w)
 
 
-def _f64(*arrays: Array) -> list[np.ndarray]:
-    return [np.array(a, dtype=np.float64) for a in arrays]
+def _f64(**arrays: Array) -> list[np.ndarray]:
+    """The arrays, checked (real NumPy arrays of one shape; ``buf`` may be None), as float64
+    copies."""
+    shape = None
+    for name, a in arrays.items():
+        if a is None and name == "buf":
+            continue
+        check_array(name, a)
+        if shape is None:
+            shape = (name, a.shape)
+        check_equal(f"{name}.shape", a.shape, f"{shape[0]}.shape", shape[1])
+    return [None if a is None else np.array(a, dtype=np.float64) for a in arrays.values()]
 
 
 def reference_adam(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, *, step: int,
@@ -37,7 +47,9 @@ def reference_adam(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, *
     by ``torch.optim.Adam``'s single-tensor formulas. The inputs are not modified."""
     step = check_int("step", step, 1)
     lr, (b1, b2), eps, wd = check_adam_hyper(lr, betas, eps, weight_decay)
-    p, g, m, v = _f64(p, g, m, v)
+    p, g, m, v = _f64(p=p, g=g, m=m, v=v)
+    check_bool("decoupled", decoupled)
+    check_bool("maximize", maximize)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if maximize:
             g = -g
@@ -75,7 +87,7 @@ def adam_error_bound(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
     lr, (b1, b2), eps, wd = check_adam_hyper(lr, betas, eps, weight_decay)
     _, _, v_new = reference_adam(p, g, m, v, step=step, lr=lr, betas=(b1, b2), eps=eps,
                                  weight_decay=wd, decoupled=decoupled, maximize=maximize)
-    p, g, m, v = (np.abs(a) for a in _f64(p, g, m, v))
+    p, g, m, v = (np.abs(a) for a in _f64(p=p, g=g, m=m, v=v))
     big_g = g + (0.0 if decoupled else wd) * p
     big_m = m + big_g
     big_v = b2 * v + (1.0 - b2) * big_g**2
@@ -96,7 +108,8 @@ def reference_sgd(p: np.ndarray, g: np.ndarray, buf: np.ndarray | None, *, lr: f
     returned buffer is ``None`` when ``momentum`` is 0."""
     lr, momentum, dampening, wd, nesterov = check_sgd_hyper(lr, momentum, dampening,
                                                             weight_decay, nesterov)
-    p, g = _f64(p, g)
+    p, g, buf = _f64(p=p, g=g, buf=buf)
+    check_bool("maximize", maximize)
     with np.errstate(invalid="ignore", over="ignore"):
         if maximize:
             g = -g
@@ -121,7 +134,8 @@ def sgd_error_bound(p: np.ndarray, g: np.ndarray, buf: np.ndarray | None, *, lr:
     ``6 eps32 B``."""
     lr, momentum, dampening, wd, nesterov = check_sgd_hyper(lr, momentum, dampening,
                                                             weight_decay, nesterov)
-    p, g = (np.abs(a) for a in _f64(p, g))
+    p, g, buf = _f64(p=p, g=g, buf=buf)
+    p, g = np.abs(p), np.abs(g)
     big_g = g + wd * p
     big_b = big_g if buf is None else momentum * np.abs(np.asarray(buf, np.float64)) + abs(
         1.0 - dampening) * big_g

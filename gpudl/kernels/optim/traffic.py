@@ -10,13 +10,13 @@ recorded (and run, or not).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudl import backend
+from gpudl.checks import check_bool, check_choice, check_int
 
 __all__ = ["THREADS", "Traffic", "blocks_for", "launch", "recorded_launches", "traffic"]
 
@@ -26,7 +26,7 @@ THREADS = backend.pick(gpu=256, sim=32)
 
 def blocks_for(n: int) -> int:
     """Blocks of ``THREADS`` threads for one thread per element of ``n``."""
-    return math.ceil(n / THREADS)
+    return -(-check_int("n", n, 0) // THREADS)
 
 
 @dataclass
@@ -39,6 +39,7 @@ class Traffic:
 
     def total(self, kind: str = "global") -> int:
         """Bytes loaded plus stored in ``kind`` memory ("global": device memory, "shared")."""
+        check_choice("kind", kind, ("global", "shared"))
         return sum(n for (k, _), n in self.bytes.items() if k == kind)
 
     def record(self, kernel: Any, blocks: int, args: tuple) -> None:
@@ -92,6 +93,7 @@ def recorded_launches(run: bool = True) -> Iterator[list]:
     """Append every kernel launched inside the ``with`` block to the list it yields; launch
     it only if ``run`` (without, the host's work of a step can be timed alone)."""
     global _recorded
+    check_bool("run", run)
     if _recorded is not None:
         raise RuntimeError("recorded_launches() is already recording")
     _recorded = ([], run)

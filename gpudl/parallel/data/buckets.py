@@ -7,7 +7,7 @@ Book section: *Chapter 5, "Buckets by hand"*.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from gpudl import backend
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from numba import cuda
 from torch import nn
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_instance, check_int, check_positive, check_tensor
 from gpudl.interop import as_kernel_array
 from gpudl.kernels import buckets as bucket_kernels
 from gpudl.parallel.data.timeline import expected_buckets
@@ -44,7 +44,7 @@ def kernel_stream(device: torch.device) -> Iterator[object]:
     """Launch Numba kernels in this device's context, on torch's current stream, so that they
     run in order with torch's own kernels and with the collectives that wait on that stream;
     stream 0 on the simulator."""
-    if device.type != "cuda":
+    if check_instance("device", device, torch.device).type != "cuda":
         yield 0
         return
     handle = torch.cuda.current_stream(device).cuda_stream  # 0: the legacy default stream
@@ -78,15 +78,21 @@ class GradientBuckets:
 
     def __init__(self, params: Sequence[torch.nn.Parameter], bucket_cap_mb: float | None,
                  world_size: int, variant: str = "views") -> None:
+        check_choice("variant", variant, BUCKET_VARIANTS)
+        self.scale = 1.0 / check_int("world_size", world_size, 1)
+        if bucket_cap_mb is not None:
+            check_positive("bucket_cap_mb", bucket_cap_mb)
+        if isinstance(params, torch.Tensor) or not isinstance(params, Iterable):
+            raise TypeError(f"params must be a list of parameters, got {type(params).__name__}")
         self.params = list(params)
         if not self.params:
             raise ValueError("params must list at least one parameter")
         for param in self.params:
+            check_tensor("params", param)
             if param.dtype != torch.float32 or not param.requires_grad:
-                raise TypeError(f"every parameter must be float32 and require a gradient, got "
-                                f"{param.dtype} (requires_grad={param.requires_grad})")
-        if variant not in BUCKET_VARIANTS:
-            raise ValueError(f"variant must be one of {list(BUCKET_VARIANTS)}, got {variant!r}")
+                raise TypeError(f"params: every parameter must be float32 and require a "
+                                f"gradient, got {param.dtype} "
+                                f"(requires_grad={param.requires_grad})")
         ready = self.params[::-1]  # the backward pass produces the last layer's first
         groups = expected_buckets([p.numel() * p.element_size() for p in ready], bucket_cap_mb)
         self.buckets = [[ready[i] for i in group] for group in groups]
@@ -99,7 +105,6 @@ class GradientBuckets:
             for p, start in zip(bucket, starts, strict=False):
                 self.slot_of[id(p)] = flat[start:start + p.numel()].view_as(p)
         self.slots = [self.slot_of[id(p)] for p in self.params]
-        self.scale = 1.0 / check_int("world_size", world_size, 1)
         self.variant = variant
         self.views = variant == "views"
         self.copies = 0

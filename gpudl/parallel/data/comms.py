@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gpudl.checks import check_int
+from gpudl.checks import check_instance, check_int, check_ints, largest_difference, within
 from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.messages import ITEMSIZE, check_allreduce, rank_input
 
@@ -30,6 +30,8 @@ def ring_chunks(numel: int, world_size: int) -> list[tuple[int, int]]:
     """The ring all-reduce's ``world_size`` chunks of a tensor of ``numel`` elements, as
     ``(start, end)``: contiguous, in order, their sizes differing by at most one (some are
     empty when ``numel < world_size``)."""
+    check_int("numel", numel, 0)
+    check_int("world_size", world_size, 1)
     return [(i * numel // world_size, (i + 1) * numel // world_size) for i in range(world_size)]
 
 
@@ -95,10 +97,7 @@ def ring_all_reduce(tensor: torch.Tensor) -> int:
 
 
 def _check_numels(numels: list[int]) -> None:
-    if not numels:
-        raise ValueError("numels must list at least one tensor length")
-    for i, numel in enumerate(numels):
-        check_int(f"numels[{i}]", numel, 1)
+    check_ints("numels", numels, 1)
 
 
 def ring_all_reduce_worker(rank: int, world_size: int, numels: list[int]) -> list[dict]:
@@ -129,32 +128,40 @@ def ring_all_reduce_check(
     """Spawn ``world_size`` ranks running :func:`ring_all_reduce_worker`; one list of rows per
     rank. The default lengths include ones the world size does not divide and ones smaller
     than it."""
-    numels = [1, 3, 1000, 1001, 4099] if numels is None else list(numels)
+    numels = [1, 3, 1000, 1001, 4099] if numels is None else numels
     _check_numels(numels)
     return spawn(ring_all_reduce_worker, world_size, numels, timeout=timeout)
 
 
 def check_replicas(module: torch.nn.Module) -> None:
-    """Raise ``RuntimeError`` on every rank unless all ranks hold the same parameters.
+    """Raise ``RuntimeError`` on every rank unless all ranks hold the same parameters, none
+    of them NaN.
 
     Each parameter's elementwise maximum and minimum over the ranks are all-reduced; they are
-    equal exactly when every rank holds the same values. All ranks reach the same verdict,
-    so all of them raise (none is left waiting in a later collective).
+    equal exactly when every rank holds the same values. A NaN compares with nothing, so a
+    reduction may or may not pass it on: each rank also counts its own NaNs, and the counts
+    are summed. All ranks reach the same verdict, so all of them raise (none is left waiting
+    in a later collective).
     """
+    check_instance("module", module, nn.Module)
     for name, param in module.named_parameters():
         high, low = param.detach().clone(), param.detach().clone()
+        nans = torch.isnan(param.detach()).sum().to(torch.float64).reshape(1)
         dist.all_reduce(high, op=dist.ReduceOp.MAX)
         dist.all_reduce(low, op=dist.ReduceOp.MIN)
-        spread = (high - low).abs().max().item()
-        if spread > 0:
+        dist.all_reduce(nans)
+        spread = largest_difference(high, low)
+        if nans.item() or not within(spread, 0.0):
             raise RuntimeError(
                 f"the replicas start from different weights: parameter {name!r} differs "
-                f"between ranks by up to {spread:.3g}. Broadcast rank 0's parameters "
-                "(DistributedDataParallel does so when it is built) or seed every rank alike")
+                f"between ranks by up to {spread:.3g} ({int(nans.item())} NaN element(s) "
+                "over all ranks). Broadcast rank 0's parameters (DistributedDataParallel "
+                "does so when it is built) or seed every rank alike")
 
 
 def broadcast_parameters(module: nn.Module) -> None:
     """Copy rank 0's parameters to every rank (as ``DistributedDataParallel`` does when it is
     built)."""
+    check_instance("module", module, nn.Module)
     for param in module.parameters():
         dist.broadcast(param.detach(), src=0)

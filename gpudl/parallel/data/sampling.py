@@ -18,7 +18,15 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DistributedSampler
 
-from gpudl.checks import check_bool, check_int, check_positive, check_real, check_widths
+from gpudl.checks import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_int,
+    check_positive,
+    check_real,
+    check_widths,
+)
 from gpudl.parallel.data.buckets import BUCKET_VARIANTS
 from gpudl.parallel.degrees import ParallelDegrees
 
@@ -62,22 +70,20 @@ class Setup:
                             ("accumulation", 1), ("seed", 0), ("rank_seed_step", 0)):
             check_int(name, getattr(self, name), least)
         object.__setattr__(self, "dims", check_widths("dims", self.dims))
-        for name in ("lr", "momentum"):
-            check_real(name, getattr(self, name), 0, finite=True)
+        check_positive("lr", self.lr)
+        check_real("momentum", self.momentum, 0)
         for name in ("shuffle", "drop_last"):
             check_bool(name, getattr(self, name))
         if self.bucket_cap_mb is not None:
             check_positive("bucket_cap_mb", self.bucket_cap_mb)
-        if self.variant not in BUCKET_VARIANTS:
-            raise ValueError(f"variant must be one of {list(BUCKET_VARIANTS)}, "
-                             f"got {self.variant!r}")
-        if self.start not in ("broadcast", "verify"):
-            raise ValueError(f"start must be 'broadcast' or 'verify', got {self.start!r}")
+        check_choice("variant", self.variant, BUCKET_VARIANTS)
+        check_choice("start", self.start, ("broadcast", "verify"))
 
 
 def make_dataset(setup: Setup) -> tuple[torch.Tensor, torch.Tensor]:
     """``setup.n_samples`` inputs and targets (float32), the same on every rank and in every
     run: a random teacher network's outputs plus a little noise."""
+    check_instance("setup", setup, Setup)
     generator = torch.Generator().manual_seed(setup.seed + 12345)
     d_in, d_out = setup.dims[0], setup.dims[-1]
     x = torch.randn(setup.n_samples, d_in, generator=generator)
@@ -90,9 +96,7 @@ def check_plan(setup: Setup, world_size: int) -> None:
     """Raise ``ValueError`` unless ``world_size`` ranks can share ``setup``'s data evenly:
     no more ranks than samples, and a global batch that splits into ``world_size`` equal
     shares of ``accumulation`` equal micro-batches."""
-    if not isinstance(setup, Setup):
-        raise TypeError(f"setup must be a gpudl.parallel.data.Setup, "
-                        f"got {type(setup).__name__}")
+    check_instance("setup", setup, Setup)
     degrees = ParallelDegrees(data=check_int("world_size", world_size, 1))
     if world_size > setup.n_samples:
         raise ValueError(
@@ -120,6 +124,9 @@ def _sampler(setup: Setup, world_size: int, rank: int, epoch: int) -> Distribute
 def rank_indices(setup: Setup, world_size: int, rank: int, epoch: int) -> list[int]:
     """The samples rank ``rank`` of ``world_size`` trains on in ``epoch``, in order: what
     ``DistributedSampler`` gives it."""
+    check_plan(setup, world_size)
+    check_int("rank", rank, 0, world_size - 1)
+    check_int("epoch", epoch, 0)
     return list(_sampler(setup, world_size, rank, epoch))
 
 
@@ -127,6 +134,8 @@ def global_order(setup: Setup, world_size: int, epoch: int) -> list[int]:
     """The samples of ``epoch`` in the order the ranks take them together: position
     ``r + N k`` is rank ``r``'s ``k``-th sample. Global batch ``s`` is positions
     ``[s B, (s + 1) B)``: exactly the union of the ranks' ``s``-th batches."""
+    check_plan(setup, world_size)
+    check_int("epoch", epoch, 0)
     per_rank = [rank_indices(setup, world_size, r, epoch) for r in range(world_size)]
     return [index for row in zip(*per_rank, strict=True) for index in row]
 
@@ -140,6 +149,8 @@ def sampler_plan(n_samples: int, world_size: int, drop_last: bool = False,
     its start up to a multiple of ``world_size``) and ``dropped`` (the indices not seen at
     all: with ``drop_last`` its tail is cut off instead).
     """
+    check_int("epoch", epoch, 0)
+    check_int("world_size", world_size, 1)
     setup = Setup(n_samples=n_samples, global_batch=world_size, drop_last=drop_last,
                   shuffle=shuffle, seed=seed)
     check_plan(setup, world_size)

@@ -36,7 +36,14 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from gpudl.checks import check_int, check_positive, check_widths
+from gpudl.checks import (
+    check_int,
+    check_ints,
+    check_positive,
+    check_widths,
+    largest,
+    largest_difference,
+)
 from gpudl.parallel.launch import Clock, device_and_sync, spawn
 from gpudl.parallel.reference import (
     TIMELINE_BATCH_PER_RANK,
@@ -73,8 +80,7 @@ def expected_buckets(sizes_bytes: Sequence[int], bucket_cap_mb: float | None) ->
     buckets by this rule in the order the gradients arrived.
     """
     _check_cap(bucket_cap_mb)
-    if not sizes_bytes:
-        raise ValueError("sizes_bytes must list at least one gradient size")
+    sizes_bytes = check_ints("sizes_bytes", sizes_bytes, 0)
     if bucket_cap_mb is None:
         first, rest = dist._DEFAULT_FIRST_BUCKET_BYTES, _DEFAULT_BUCKET_CAP_MB * _MIB
     else:
@@ -118,6 +124,8 @@ def timeline_worker(
     ``bucket_cap_mb`` is DDP's (``None``: its default, see :func:`expected_buckets`).
     """
     _check_cap(bucket_cap_mb)
+    check_widths("dims", dims)
+    check_int("batch_per_rank", batch_per_rank, 1)
     device, sync = device_and_sync()
     model = make_mlp(dims).to(device)
     linears = [m for m in model if isinstance(m, nn.Linear)]
@@ -177,9 +185,9 @@ def timeline_worker(
                            "end_s": clock.seconds(began, end)})
 
     reference = mlp_gradients(world_size, dims, batch_per_rank)
-    scale = max(g.abs().max().item() for g in reference.values())
-    error = max((p.grad.cpu() - reference[name]).abs().max().item()
-                for name, p in model.named_parameters())
+    scale = largest(g.abs() for g in reference.values())
+    error = largest(largest_difference(p.grad, reference[name])
+                    for name, p in model.named_parameters())  # NaN if any gradient is
     return {"rank": rank, "world_size": world_size, "backend": dist.get_backend(),
             "bucket_cap_mb": bucket_cap_mb, "events": events,
             "backward_s": clock.seconds(began, ended), "grad_error": error / scale}

@@ -34,6 +34,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from gpudl.checks import (
+    check_choice,
+    check_instance,
+    check_int,
+    check_positive,
+    largest,
+    largest_difference,
+    within,
+)
 from gpudl.parallel.data.buckets import GradientBuckets, rank_device
 from gpudl.parallel.data.comms import broadcast_parameters, check_replicas
 from gpudl.parallel.data.sampling import (
@@ -78,6 +87,10 @@ class Replica:
 
     def __init__(self, strategy: str, setup: Setup, rank: int, world_size: int,
                  device: torch.device) -> None:
+        check_strategy(strategy)
+        check_instance("setup", setup, Setup)
+        check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+        check_instance("device", device, torch.device)
         self.strategy, self.setup, self.world_size = strategy, setup, world_size
         self.model = make_mlp(setup.dims, setup.seed + rank * setup.rank_seed_step).to(device)
         distributed = strategy != "single"
@@ -145,8 +158,7 @@ class Replica:
 
 def check_strategy(strategy: object) -> None:
     """Raise ``ValueError`` unless ``strategy`` is one of :data:`STRATEGIES`."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    check_choice("strategy", strategy, STRATEGIES)
 
 
 def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
@@ -164,6 +176,7 @@ def train_worker(rank: int, world_size: int, strategy: str, setup: Setup,
     the strategies without buckets).
     """
     check_strategy(strategy)
+    check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
     single = strategy == "single"
     if single and world_size != 1:
         raise ValueError(f"strategy 'single' runs in one process, got world size {world_size}")
@@ -202,21 +215,37 @@ def run_worker(rank: int, world_size: int, jobs: Sequence[tuple[str, Setup]]) ->
     """Run several ``(strategy, setup)`` jobs one after another in one group of processes
     (starting processes costs seconds; the jobs do not); one :func:`train_worker` record
     each."""
+    check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    _check_jobs(jobs, world_size, allow_empty=True)
     return [train_worker(rank, world_size, strategy, setup) for strategy, setup in jobs]
+
+
+def _check_jobs(jobs: object, world_size: int, allow_empty: bool = False) -> None:
+    """``jobs``: a list of ``(strategy, setup)`` pairs that ``world_size`` ranks can run."""
+    if isinstance(jobs, str) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a list of (strategy, setup) pairs, got {jobs!r}")
+    if not jobs and not allow_empty:
+        raise ValueError("jobs must list at least one (strategy, setup) pair")
+    for i, job in enumerate(jobs):
+        if not isinstance(job, tuple | list) or len(job) != 2:
+            raise TypeError(f"jobs[{i}] must be a (strategy, setup) pair, got {job!r}")
+        try:
+            check_strategy(job[0])
+            if job[0] == "single":
+                raise ValueError("'single' runs in this process: use run('single', ...)")
+            check_plan(job[1], world_size)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"jobs[{i}]: {err}") from None
 
 
 def run_many(jobs: Sequence[tuple[str, Setup]], world_size: int,
              timeout: float = 180.0) -> list[list[dict]]:
     """Spawn ``world_size`` ranks once for distributed ``jobs`` (strategy, setup); for each
     job, the records of all ranks. Plans and strategies are checked before anything starts."""
+    check_int("world_size", world_size, 1)
+    check_positive("timeout", timeout)
+    _check_jobs(jobs, world_size)
     jobs = list(jobs)
-    if not jobs:
-        raise ValueError("jobs must list at least one (strategy, setup) pair")
-    for strategy, setup in jobs:
-        check_strategy(strategy)
-        if strategy == "single":
-            raise ValueError("'single' runs in this process: use run('single', ...)")
-        check_plan(setup, world_size)
     per_rank = spawn(run_worker, world_size, jobs, timeout=timeout)
     return [[per_rank[r][j] for r in range(world_size)] for j in range(len(jobs))]
 
@@ -227,6 +256,7 @@ def run(strategy: str, world_size: int, setup: Setup = Setup(),
     ``"single"`` trains here, in this process, on the global batches that ``world_size``
     ranks would share (one record)."""
     check_strategy(strategy)
+    check_positive("timeout", timeout)
     if strategy == "single":
         check_plan(setup, world_size)
         return [train_worker(0, 1, "single", setup, world_size)]
@@ -237,19 +267,26 @@ def compare(records: Sequence[dict], reference: dict) -> dict:
     """How far the records of a run are from the ``"single"`` reference, over every step and
     rank: ``loss`` (largest absolute difference of the losses), ``params`` (largest absolute
     difference of the parameters, relative to the largest reference parameter), ``steps``,
-    and ``equal`` (both within :data:`TOLERANCE`)."""
+    and ``equal`` (both within :data:`TOLERANCE`). A NaN anywhere, in a record or in the
+    reference, makes the differences NaN and ``equal`` False."""
+    check_instance("reference", reference, dict)
+    if isinstance(records, dict | str) or not isinstance(records, Sequence):
+        raise TypeError(f"records must be a list of train_worker records, got "
+                        f"{type(records).__name__}")
+    if not records:
+        raise ValueError("records must hold at least one record")
     steps = len(reference["losses"])
-    for record in records:
+    for i, record in enumerate(records):
+        check_instance(f"records[{i}]", record, dict)
         if len(record["losses"]) != steps:
-            raise ValueError(f"rank {record['rank']} took {len(record['losses'])} steps, "
-                             f"the reference {steps}")
-    loss = max(abs(a - b) for r in records for a, b in zip(r["losses"], reference["losses"],
-                                                           strict=True))
-    scale = max(float(np.abs(p).max()) for p in reference["params"])
-    params = max(float(np.abs(p - q).max()) for r in records
-                 for p, q in zip(r["params"], reference["params"], strict=True)) / scale
+            raise ValueError(f"records: rank {record['rank']} took {len(record['losses'])} "
+                             f"steps, the reference {steps}")
+    loss = largest(largest_difference(r["losses"], reference["losses"]) for r in records)
+    scale = largest(np.abs(p) for p in reference["params"])
+    params = largest(largest_difference(p, q) for r in records
+                     for p, q in zip(r["params"], reference["params"], strict=True)) / scale
     return {"steps": steps, "loss": loss, "params": params,
-            "equal": loss <= TOLERANCE and params <= TOLERANCE}
+            "equal": within(loss, TOLERANCE) and within(params, TOLERANCE)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_int, check_positive, check_real
 from gpudl.parallel.degrees import ParallelDegrees
 
 __all__ = ["SCHEDULES", "check_schedule", "idle_fraction", "schedule", "simulate",
@@ -36,15 +36,16 @@ SCHEDULES = ("naive", "gpipe", "1f1b")
 def stage_layers(layers: int, stages: int, stage: int) -> range:
     """The blocks stage ``stage`` of ``stages`` holds: an equal, contiguous share."""
     degrees = ParallelDegrees(pipeline=check_int("stages", stages, 1))
-    per = degrees.check_divides("pipeline", "the encoder's layers", layers)
-    if not 0 <= stage < stages:
-        raise ValueError(f"stage must be in [0, {stages}), got {stage}")
+    check_int("stage", stage, 0, stages - 1)
+    per = degrees.check_divides("pipeline", "the encoder's layers",
+                                check_int("layers", layers, 1))
     return range(stage * per, (stage + 1) * per)
 
 
 def schedule(name: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
     """The actions of ``stage``, in order: ``("F", i)`` or ``("B", i)`` for micro-batch ``i``."""
     check_schedule(name, microbatches)
+    check_int("stage", stage, 0, check_int("stages", stages, 1) - 1)
     m = microbatches
     if name in ("naive", "gpipe"):
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
@@ -60,6 +61,9 @@ def simulate(name: str, stages: int, microbatches: int, forward: float = 1.0,
     ``backward`` time units and messages took none: an action starts when the stage is free
     and its input has arrived (the previous stage's forward, the next stage's backward)."""
     check_int("stages", stages, 1)
+    check_schedule(name, microbatches)
+    check_positive("forward", forward)
+    check_positive("backward", backward)
     end: dict[tuple[str, int, int], float] = {}
     orders = [schedule(name, s, stages, microbatches) for s in range(stages)]
     timelines: list[list[dict]] = [[] for _ in range(stages)]
@@ -89,16 +93,27 @@ def simulate(name: str, stages: int, microbatches: int, forward: float = 1.0,
 
 def idle_fraction(timelines: Sequence[Sequence[dict]]) -> float:
     """The share of ``stages x makespan`` in which no stage computed: ``1 - busy / (p T)``,
-    with ``T`` the end of the last action (times measured from a common start)."""
-    makespan = max(event["end_s"] for timeline in timelines for event in timeline)
+    with ``T`` the end of the last action (times measured from a common start).
+    ``ValueError`` for no action, or for a time that is not a finite number >= 0 or an
+    action that ends before it starts."""
+    if isinstance(timelines, str) or not isinstance(timelines, Sequence) or not timelines:
+        raise TypeError(f"timelines must be a non-empty list of each stage's actions, got "
+                        f"{timelines!r}")
+    for s, timeline in enumerate(timelines):
+        for k, event in enumerate(timeline):
+            start = check_real(f"timelines[{s}][{k}]['start_s']", event["start_s"], 0)
+            check_real(f"timelines[{s}][{k}]['end_s']", event["end_s"], start)
+    makespan = max((event["end_s"] for timeline in timelines for event in timeline),
+                   default=0.0)
+    if not makespan > 0:
+        raise ValueError("timelines must hold at least one action that takes time")
     busy = sum(event["end_s"] - event["start_s"] for timeline in timelines for event in timeline)
     return 1.0 - busy / (len(timelines) * makespan)
 
 
 def check_schedule(name: str, microbatches: int) -> None:
     """``ValueError`` unless ``name`` is a schedule that can run ``microbatches``."""
-    if name not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {name!r}")
+    check_choice("name (the schedule)", name, SCHEDULES)
     check_int("microbatches", microbatches, 1)
     if name == "naive" and microbatches != 1:
         raise ValueError(f"the naive schedule runs the whole batch at once (microbatches=1), "

@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_instance, check_int, check_positive
 from gpudl.estimate import bubble_fraction
-from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
+from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.launch import Clock, device_and_sync, rank0_print, run_under_torchrun, spawn
 from gpudl.parallel.pipeline.comms import exchange
 from gpudl.parallel.pipeline.schedule import (
@@ -76,14 +76,19 @@ class PipelinePlan:
     pace_s: float | None = None
 
     def __post_init__(self) -> None:
+        check_choice("schedule", self.schedule, SCHEDULES)
         check_schedule(self.schedule, self.microbatches)
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        check_choice("engine", self.engine, ENGINES)
         if self.engine == "torch" and self.schedule not in _TORCH_SCHEDULES:
             raise ValueError(f"torch.distributed.pipelining runs {tuple(_TORCH_SCHEDULES)}, "
                              f"got schedule {self.schedule!r}")
         check_int("steps", self.steps, 1)
         check_int("batch", self.batch, 1)
+        check_positive("lr", self.lr)
+        check_instance("config", self.config, EncoderConfig)
+        check_choice("dtype", self.dtype, DTYPES)
+        if self.pace_s is not None:
+            check_positive("pace_s", self.pace_s)
         if self.batch % self.microbatches:
             raise ValueError(f"microbatches ({self.microbatches}) must divide the batch "
                              f"({self.batch}) into equal micro-batches")
@@ -93,7 +98,7 @@ class PipelinePlan:
 
     def check_world_size(self, world_size: int) -> None:
         """``ValueError`` unless ``world_size`` stages split the encoder's blocks evenly."""
-        stage_layers(self.config.layers, world_size, 0)
+        stage_layers(self.config.layers, check_int("world_size", world_size, 1), 0)
 
 
 def _hand_step(stage: torch.nn.Module, plan: PipelinePlan, rank: int, stages: int,
@@ -173,6 +178,11 @@ def pipeline_worker(rank: int, world_size: int, plans: Sequence[PipelinePlan]) -
     barrier) and ``peak_in_flight`` (the most micro-batches whose activations this stage held
     at once).
     """
+    check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    if isinstance(plans, str) or not isinstance(plans, Sequence):
+        raise TypeError(f"plans must be a list of PipelinePlan, got {type(plans).__name__}")
+    for i, plan in enumerate(plans):
+        check_instance(f"plans[{i}]", plan, PipelinePlan)
     device, _ = device_and_sync()
     results = []
     for plan in plans:
@@ -211,10 +221,14 @@ def run_pipelines(plans: Sequence[PipelinePlan], world_size: int = 4, timeout: f
                   ) -> list[list[dict]]:
     """Spawn ``world_size`` stages running :func:`pipeline_worker`; one list per plan, of one
     dict per rank. Plans are checked before anything is started."""
+    if isinstance(plans, str) or not isinstance(plans, Sequence):
+        raise TypeError(f"plans must be a list of PipelinePlan, got {type(plans).__name__}")
     plans = tuple(plans)
-    for plan in plans:
-        if not isinstance(plan, PipelinePlan):
-            raise TypeError(f"plans must be PipelinePlan objects, got {type(plan).__name__}")
+    if not plans:
+        raise ValueError("plans must list at least one PipelinePlan")
+    check_positive("timeout", timeout)
+    for i, plan in enumerate(plans):
+        check_instance(f"plans[{i}]", plan, PipelinePlan)
         plan.check_world_size(check_int("world_size", world_size, 1))
     by_rank = spawn(pipeline_worker, world_size, plans, timeout=timeout)
     return [[by_rank[rank][k] for rank in range(world_size)] for k in range(len(plans))]

@@ -18,9 +18,17 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
 
-from gpudl.checks import check_int
+from gpudl.checks import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_int,
+    check_positive,
+    largest,
+    largest_difference,
+)
 from gpudl.interop import tensor_device
-from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
+from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
 from gpudl.parallel.launch import device_and_sync, rank0_print, run_under_torchrun, spawn
@@ -60,8 +68,12 @@ class TensorParallelRun:
     lr: float = 0.05
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        check_choice("engine", self.engine, ENGINES)
+        check_choice("dtype", self.dtype, DTYPES)
+        check_instance("config", self.config, EncoderConfig)
+        check_positive("lr", self.lr)
+        if self.fused is not None:
+            check_bool("fused", self.fused)
         if self.fused is None:
             object.__setattr__(self, "fused", self.engine == "hand")
         if self.fused and self.engine != "hand":
@@ -75,7 +87,7 @@ class TensorParallelRun:
 
     def check_world_size(self, world_size: int) -> None:
         """``ValueError`` unless heads, hidden and ffn features split evenly."""
-        degrees = ParallelDegrees(tensor=world_size)
+        degrees = ParallelDegrees(tensor=check_int("world_size", world_size, 1))
         for what in ("heads", "hidden", "ffn"):
             degrees.check_divides("tensor", what, getattr(self.config, what))
 
@@ -122,6 +134,11 @@ def tensor_parallel_worker(rank: int, world_size: int, runs: Sequence[TensorPara
     ``losses`` (one per step), ``grads`` (gathered whole and named as in the unsplit encoder,
     one dict per step) and ``all_reduces`` (one ``{"forward": n, "backward": n, "bytes": b}``
     per step, by :func:`count_all_reduces`; ``bytes`` counts the hand-written engine's)."""
+    check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    if isinstance(runs, str) or not isinstance(runs, Sequence):
+        raise TypeError(f"runs must be a list of TensorParallelRun, got {type(runs).__name__}")
+    for i, run in enumerate(runs):
+        check_instance(f"runs[{i}]", run, TensorParallelRun)
     return [_run(run, world_size) for run in runs]
 
 
@@ -129,11 +146,15 @@ def run_tensor_parallel(runs: Sequence[TensorParallelRun], world_size: int = 2,
                         timeout: float = 120.0) -> list[list[dict]]:
     """Spawn ``world_size`` ranks running :func:`tensor_parallel_worker`; one list per run,
     of one dict per rank. The sizes are checked before anything is started."""
+    if isinstance(runs, str) or not isinstance(runs, Sequence):
+        raise TypeError(f"runs must be a list of TensorParallelRun, got {type(runs).__name__}")
     runs = tuple(runs)
+    if not runs:
+        raise ValueError("runs must list at least one TensorParallelRun")
     check_int("world_size", world_size, 1)
-    for run in runs:
-        if not isinstance(run, TensorParallelRun):
-            raise TypeError(f"runs must be TensorParallelRun objects, got {type(run).__name__}")
+    check_positive("timeout", timeout)
+    for i, run in enumerate(runs):
+        check_instance(f"runs[{i}]", run, TensorParallelRun)
         run.check_world_size(world_size)
     by_rank = spawn(tensor_parallel_worker, world_size, runs, timeout=timeout)
     return [[by_rank[rank][k] for rank in range(world_size)] for k in range(len(runs))]
@@ -149,8 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     results = run_under_torchrun(tensor_parallel_worker, runs)
     reference = encoder_sgd_run(TENSOR_CONFIG, 2, 2, 0.05)
     for run, got in zip(runs, results, strict=True):
-        error = max((got["grads"][s][k] - g).abs().max().item()
-                    for s, step in enumerate(reference["grads"]) for k, g in step.items())
+        error = largest(largest_difference(got["grads"][s][k], g)
+                        for s, step in enumerate(reference["grads"]) for k, g in step.items())
         counts = got["all_reduces"][0]
         rank0_print(f"{run.engine}: largest gradient difference from one process "
                     f"{error:.2e}; all-reduces per step: {counts['forward']} forward, "

@@ -26,7 +26,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from gpudl.checks import check_widths
+from gpudl.checks import check_choice, check_int, check_ints, check_positive, check_widths
 from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.reference import (
     BATCH_PER_RANK,
@@ -46,16 +46,15 @@ LR = 1e-2
 
 def shard_numel(shape: Sequence[int], world_size: int, rank: int) -> int:
     """Elements of a parameter of ``shape`` that FSDP2 leaves on ``rank`` (see the module)."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    shape = check_ints("shape", shape, 0)
     d0, rest = shape[0], math.prod(shape[1:])
     chunk = math.ceil(d0 / world_size)
     return max(0, min((rank + 1) * chunk, d0) - rank * chunk) * rest
 
 
 def _check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    check_choice("strategy", strategy, STRATEGIES)
 
 
 def _shard(model: nn.Module, device_type: str) -> None:
@@ -83,6 +82,8 @@ def state_bytes_worker(
     :func:`gpudl.parallel.reference.adam_step_loss` to rounding.
     """
     _check_strategy(strategy)
+    check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)
+    check_widths("dims", dims)
     device, _ = device_and_sync()
     model = make_mlp(dims).to(device)
     n_params = sum(p.numel() for p in model.parameters())
@@ -122,6 +123,8 @@ def state_bytes(
     """Spawn ``world_size`` ranks running :func:`state_bytes_worker`; one dict per rank."""
     _check_strategy(strategy)
     check_widths("dims", dims)
+    check_int("world_size", world_size, 1)
+    check_positive("timeout", timeout)
     return spawn(state_bytes_worker, world_size, strategy, tuple(dims), timeout=timeout)
 
 

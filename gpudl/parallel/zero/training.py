@@ -11,6 +11,7 @@ Book section: *Chapter 4, "Running it"*. Three ways to run it:
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 
 import torch
@@ -19,7 +20,14 @@ from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from gpudl.checks import check_int, check_positive, check_widths
+from gpudl.checks import (
+    check_instance,
+    check_int,
+    check_positive,
+    check_widths,
+    largest,
+    largest_difference,
+)
 from gpudl.parallel.launch import device_and_sync, run_under_torchrun, spawn
 from gpudl.parallel.reference import (
     BATCH_PER_RANK,
@@ -31,7 +39,7 @@ from gpudl.parallel.reference import (
     optimizer_state_bytes,
 )
 from gpudl.parallel.zero.comms import all_gather_flat
-from gpudl.parallel.zero.optimizer import NaiveZeroAdam, ZeroAdam, padded_numel
+from gpudl.parallel.zero.optimizer import NaiveZeroAdam, ZeroAdam, padded_numel, shard_range
 
 __all__ = [
     "ATOL",
@@ -104,6 +112,7 @@ def train_worker(rank: int, world_size: int, steps: int = STEPS, lr: float = LR,
     optimizer state on each rank, a list in rank order, counted from the tensors) and
     ``step_bytes`` (this rank's step counters).
     """
+    _check_run(steps, lr, dims, world_size)
     device, _ = device_and_sync()
     n_params = sum(p.numel() for p in make_mlp(dims).parameters())
     runs = {name: _train(name, rank, world_size, steps, lr, dims, device)
@@ -113,27 +122,38 @@ def train_worker(rank: int, world_size: int, steps: int = STEPS, lr: float = LR,
             "runs": runs}
 
 
-def _check_run(steps: object, lr: object, dims: Sequence[int]) -> None:
+def _check_run(steps: object, lr: object, dims: Sequence[int], world_size: object) -> None:
+    """Sizes a run can use: at least one step, a learning rate > 0, layer widths whose
+    parameters every rank of ``world_size`` can hold a shard of."""
     check_int("steps", steps, 1)
     check_positive("lr", lr)
-    check_widths("dims", dims)
+    dims = check_widths("dims", dims)
+    n_params = sum(a * b + b for a, b in zip(dims[:-1], dims[1:], strict=True))
+    try:
+        shard_range(n_params, check_int("world_size", world_size, 1), 0)
+    except ValueError as err:
+        raise ValueError(f"dims {dims} give {n_params} parameters: {err}") from None
 
 
 def zero_training(world_size: int = 2, steps: int = STEPS, lr: float = LR,
                   dims: Sequence[int] = ZERO_DIMS, timeout: float = 120.0) -> list[dict]:
-    """Spawn ``world_size`` ranks running :func:`train_worker`; one dict per rank."""
-    _check_run(steps, lr, dims)
+    """Spawn ``world_size`` ranks running :func:`train_worker`; one dict per rank. Every
+    argument is checked before anything is started."""
+    _check_run(steps, lr, dims, world_size)
+    check_positive("timeout", timeout)
     return spawn(train_worker, world_size, steps, lr, tuple(dims), timeout=timeout)
 
 
 def max_difference(run: dict, reference: dict) -> float:
     """The largest ``|parameter - reference|`` over every step of ``run`` (one entry of a
-    worker's ``runs``) and :func:`adam_run`."""
+    worker's ``runs``) and :func:`adam_run`; NaN if either holds a NaN."""
+    check_instance("run", run, dict)
+    check_instance("reference", reference, dict)
     if len(run["params"]) != len(reference["params"]):
         raise ValueError(f"the runs have {len(run['params'])} and {len(reference['params'])} "
                          "steps")
-    return max((p - r).abs().max().item()
-               for p, r in zip(run["params"], reference["params"], strict=True))
+    return largest(largest_difference(p, r)
+                   for p, r in zip(run["params"], reference["params"], strict=True))
 
 
 def matches_reference(run: dict, reference: dict) -> bool:
@@ -167,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=STEPS, help="optimizer steps")
     parser.add_argument("--lr", type=float, default=LR, help="Adam's learning rate")
     opts = parser.parse_args(argv)
-    _check_run(opts.steps, opts.lr, ZERO_DIMS)
+    _check_run(opts.steps, opts.lr, ZERO_DIMS, int(os.environ.get("WORLD_SIZE", 1)))
     result = run_under_torchrun(train_worker, opts.steps, opts.lr, ZERO_DIMS)
     if result["rank"] == 0:  # the reference is computed on rank 0 only
         print(format_table(result, adam_run(result["world_size"], opts.steps, opts.lr)),
