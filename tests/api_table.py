@@ -1359,15 +1359,20 @@ none(f"{_TB}.Timing", RECORD)
 add(f"{_TB}.time_cuda", lambda: dict(fn=abs, warmup=0, repeats=1, inner=1),
     lambda kw: resolve(f"{_TB}.time_cuda")(kw["fn"], 1, warmup=kw["warmup"],
                                            repeats=kw["repeats"], inner=kw["inner"]),
-    warmup=SIZE, repeats=COUNT, inner=COUNT)
+    warmup=SIZE, repeats=COUNT.allowing_none(), inner=COUNT)
 add(f"{_TB}.time_cpu", lambda: dict(fn=abs, warmup=0, repeats=1),
     lambda kw: resolve(f"{_TB}.time_cpu")(kw["fn"], 1, warmup=kw["warmup"],
                                           repeats=kw["repeats"]),
     warmup=SIZE, repeats=COUNT)
 add(f"{_TB}.time_interleaved", lambda: dict(fns={"a": lambda: None}, warmup=3, repeats=5),
-    fns=Kind("calls", (), ({},)), warmup=integer(3), repeats=integer(5),
+    fns=Kind("calls", (), ({},)), warmup=integer(3), repeats=integer(5).allowing_none(),
     aliases={"warmup": ("fair comparison",), "repeats": ("fair comparison",)})
 add(f"{_TB}.choose_inner", lambda: dict(call_s=1e-3), call_s=POSITIVE)
+_SAMPLES = Kind("samples in seconds", ("1", 1, None, ["a", 2.0]),
+                ([float("nan"), 2.0], [-1.0, 2.0], [1.0, float("inf")]))
+add(f"{_TB}.spread", lambda: dict(samples=[1e-3, 2e-3]), samples=_SAMPLES)
+add(f"{_TB}.stable", lambda: dict(samples=[1e-3] * 5, seconds=5e-3), samples=_SAMPLES,
+    seconds=NONNEGATIVE)
 add(f"{_TB}.row_kind", lambda: dict(n_bytes=8), n_bytes=SIZE, l2_bytes=SIZE.allowing_none())
 add(f"{_TB}.gbps", lambda: dict(n_bytes=8, seconds=1.0), n_bytes=NONNEGATIVE,
     seconds=POSITIVE)

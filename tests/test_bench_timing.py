@@ -199,8 +199,10 @@ def test_sampling_stops_once_the_median_is_stable_or_the_call_is_slow():
     assert timing.stable(noisy * 3, 0.09)  # at most 50 samples
     slow = [0.118, 0.125, 0.13, 0.118, 0.14]  # reduction v1 at 2**26 on an H200
     assert timing.stable(slow, sum(slow))  # half a second of samples says it
-    assert not timing.stable([float("nan")] * 5, 5e-3)  # NaN is never stable
     assert timing.spread([1e-3]) == float("inf")
+    for bad in ([float("nan")] * 5, [1e-3, -1e-3]):  # no timing is NaN or negative
+        with pytest.raises(ValueError, match=r"samples\[\d\] must be"):
+            timing.stable(bad, 5e-3)
 
 
 @pytest.mark.simulator_only

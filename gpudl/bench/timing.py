@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudl import backend
-from gpudl.checks import check_int, check_positive, check_real
+from gpudl.checks import check_int, check_positive, check_real, check_reals
 
 # isort: split
 from numba import cuda
@@ -79,28 +79,32 @@ class Timing:
         return text if self.meaningful else f"{text} {_SIMULATOR_NOTE}"
 
 
-def _check_counts(**counts: int | None) -> None:
+def _check_counts(adaptive: bool = False, **counts: int | None) -> None:
+    """Each count an int (``warmup`` >= 0, the others >= 1); with ``adaptive``, ``repeats``
+    may also be None (samples until :func:`stable`)."""
     for name, value in counts.items():
-        if not (name == "repeats" and value is None):
+        if not (adaptive and name == "repeats" and value is None):
             check_int(name, value, 0 if name == "warmup" else 1)
 
 
 def spread(samples: Sequence[float]) -> float:
-    """How far the middle half of ``samples`` strays from their median: the interquartile
-    range over the median (``inf`` for fewer than 2 samples or a median of 0; NaN never
-    counts as stable)."""
+    """How far the middle half of ``samples`` (finite seconds ``>= 0``) strays from their
+    median: the interquartile range over the median (``inf`` for fewer than 2 samples or a
+    median of 0)."""
+    samples = check_reals("samples", samples, 0, minimum_count=0)
     if len(samples) < 2:
         return math.inf
     median = statistics.median(samples)
     q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    out = (q3 - q1) / median if median > 0 else math.inf
-    return out if not math.isnan(out) else math.inf
+    return (q3 - q1) / median if median > 0 else math.inf
 
 
 def stable(samples: Sequence[float], seconds: float) -> bool:
     """Whether :data:`POLICY` stops sampling after ``samples``, which took ``seconds``: at
     ``max_repeats``; or with at least ``min_repeats``, once their :func:`spread` is at most
     ``spread`` (2 %) or they have taken ``row_s`` (a slow call is timed a few times only)."""
+    samples = check_reals("samples", samples, 0, minimum_count=0)
+    check_real("seconds", seconds, 0)
     n = len(samples)
     if n >= POLICY["max_repeats"]:
         return True
@@ -157,7 +161,7 @@ def time_cuda(
     torch runs its operations, so both can be timed. ``repeats`` samples are taken, or, with
     ``repeats=None``, as many as :func:`stable` asks for (5 to 50).
     """
-    _check_counts(warmup=warmup, repeats=repeats, inner=inner)
+    _check_counts(adaptive=True, warmup=warmup, repeats=repeats, inner=inner)
     if backend.is_simulator():
         samples = _wall_clock(fn, args, warmup, repeats or POLICY["min_repeats"], inner)
         return Timing(tuple(samples), "wall-clock", False)
@@ -189,7 +193,7 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], *, warmup: int = 3
     below the policy's least warm-up, samples or inner calls."""
     if not fns:
         raise ValueError("fns must name at least one call")
-    _check_counts(warmup=warmup, repeats=repeats)
+    _check_counts(adaptive=True, warmup=warmup, repeats=repeats)
     for name, least, value in (("warmup", POLICY["warmup"], warmup),
                                ("repeats", POLICY["min_repeats"],
                                 POLICY["min_repeats"] if repeats is None else repeats),
