@@ -185,3 +185,23 @@ def test_the_first_launch_s_host_delay_is_outside_the_window():
     out = cuda.device_array_like(x)
     one = timing.time_cuda(memory.launch_copy, x, out, inner=1)
     assert one.median < 10e-6  # an empty-sized kernel, not a numba launch (tens of us)
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_fp32_matmuls_sets_the_switch_and_restores_it(precision):
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    with timing.fp32_matmuls(precision):
+        assert matmul.fp32_precision == precision
+    assert matmul.fp32_precision == before
+    with pytest.raises(RuntimeError, match="inside"), timing.fp32_matmuls(precision):
+        raise RuntimeError("an error inside the block")
+    assert matmul.fp32_precision == before
+
+
+def test_fp32_matmuls_refuses_an_unknown_precision():
+    with pytest.raises(ValueError, match="precision must be 'ieee' or 'tf32', got 'fp16'"):
+        with timing.fp32_matmuls("fp16"):
+            pass

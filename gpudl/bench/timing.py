@@ -18,14 +18,19 @@ the contenders (gpudl's kernel and torch's, say) timed in turns, sample by sampl
 change of clock speed or temperature during the run affects them alike. A result whose bytes
 fit in the L2 cache measures latency and the cache, not device memory: :func:`row_kind` says
 which a row is.
+
+:func:`fp32_matmuls` sets, for the duration of a measurement, whether cuBLAS may run float32
+products on the tensor cores in TF32 (``torch.backends.cuda.matmul.fp32_precision``, the switch
+that replaced ``allow_tf32`` in torch 2.9), and restores the previous setting afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from gpudl import backend
@@ -35,7 +40,7 @@ from gpudl.checks import check_int, check_positive, check_real
 from numba import cuda
 
 __all__ = ["Timing", "POLICY", "time_cuda", "time_cpu", "time_interleaved", "choose_inner",
-           "hold_kernel", "row_kind", "gbps", "gflops"]
+           "hold_kernel", "row_kind", "gbps", "gflops", "fp32_matmuls"]
 
 #: The fair-timing policy of :func:`time_interleaved` (the least of each).
 POLICY = {"warmup": 3, "repeats": 20, "inner": 3, "sample_s": 1e-3}
@@ -215,3 +220,24 @@ def gbps(n_bytes: float, seconds: float) -> float:
 def gflops(n_flops: float, seconds: float) -> float:
     """Rate in GFLOP/s (10**9 floating-point operations per second)."""
     return _rate(n_flops, seconds, "n_flops")
+
+
+@contextlib.contextmanager
+def fp32_matmuls(precision: str) -> Iterator[None]:
+    """Run the ``with`` block with torch's float32 matrix products in ``precision``:
+    ``"ieee"`` (true float32, on the CUDA cores) or ``"tf32"`` (inputs rounded to TF32 on the
+    tensor cores), set with ``torch.backends.cuda.matmul.fp32_precision`` and restored on exit.
+
+    Book section: Chapter 3, "v5: an 8 × 8 block of outputs per thread" (why the comparison
+    with cuBLAS turns TF32 off) and Chapter 8, "Tensor cores"."""
+    import torch
+
+    if precision not in ("ieee", "tf32"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32', got {precision!r}")
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = previous
