@@ -126,7 +126,7 @@ def test_write_results_rejects_bad_arguments(tmp_path, topic, body, error):
 
 SMALL = {  # each topic at a size the simulator runs in seconds
     "elementwise": dict(n=100, repeats=1),
-    "memory": dict(n=64, hierarchy=False, p2p=False),
+    "memory": dict(n=64, hierarchy=False),
     "matmul": dict(sizes=(8,), mlp=False),
     "optim": dict(sizes=(17,), small=(2, 3), repeats=1),
     "allreduce": dict(world_sizes=(2,), sizes_bytes=[4096], repeats=1),

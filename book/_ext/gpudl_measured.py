@@ -115,7 +115,7 @@ def _memory_hierarchy(record: dict, path: Path) -> list[str]:
     return lines + ["", "```text", *record["hierarchy_table"].splitlines(), "```"]
 
 
-def _memory_p2p(record: dict, path: Path) -> list[str]:
+def _allreduce_p2p(record: dict, path: Path) -> list[str]:
     from gpudl import plots
 
     if not record.get("p2p"):
@@ -241,9 +241,8 @@ VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, .
         "reductions": (_memory_group("reductions", "Reductions (bytes read)"),
                        ("best_reduction_vs_torch_copy", "best_reduction_vs_torch_sum")),
         "hierarchy": (_memory_hierarchy, ()),
-        "p2p": (_memory_p2p, ()),
     },
-    "allreduce": {"busbw": (_allreduce_busbw, ())},
+    "allreduce": {"busbw": (_allreduce_busbw, ()), "p2p": (_allreduce_p2p, ())},
     "matmul": {"gflops": (_matmul_gflops, ("best_matmul_vs_torch",)),
                "mlp": (_matmul_mlp, ())},
     "optim": {"bandwidth": (_optim_bandwidth, ("fused_adam_vs_copy",
