@@ -64,7 +64,7 @@ def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
     right.set(xscale="log", xlabel="GB/s (whole GPU)", xlim=(1e2, 1e7), title="Bandwidth")
     right.set_yticks(range(len(names)), [""] * len(names))
     right.invert_yaxis()
-    fig.suptitle(f"{gpu}: smaller levels are faster", fontsize=12)
+    fig.suptitle(f"{gpu}: tens of megabytes on chip, at tens to hundreds of TB/s", fontsize=12)
     return finish(fig)
 
 
