@@ -134,9 +134,6 @@ def _model_figures() -> dict:
         # Chapter 1
         "sm-cc90.png": lambda: plots.sm_diagram((9, 0)),
         "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
-        "ring-model.png": lambda: plots.ring_allreduce_model(
-            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
-        ),
         # Chapter 2 (the Hopper whitepaper's 50 MB of L2, cited in the chapter's table)
         "memory-levels-h100.png": lambda: plots.memory_levels("H100 SXM", l2_mb=50),
         "warp-sectors.png": lambda: plots.warp_sectors(on_simulator(plots.copy_requests)),
@@ -153,13 +150,18 @@ def _model_figures() -> dict:
         # Chapter 4: two parameter tensors are enough, the counts are per parameter
         "adam-traffic.png": lambda: plots.optimizer_traffic(
             on_simulator(traffic_table, (40, 13))),
-        "zero-partition.png": lambda: plots.zero_partition(4),
-        # Chapter 5 (the timeline's inputs are assumptions, stated in the caption)
+        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        # Chapter 5 (the model's and the timeline's inputs are assumptions, stated in the
+        # captions)
+        "ring-model.png": lambda: plots.ring_allreduce_model(
+            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
+        ),
         "ring-steps.png": lambda: plots.ring_steps(4),
         "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
         # Chapter 6
         "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
         "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
+        "zero-partition.png": lambda: plots.zero_partition(4),
         # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(
             training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
