@@ -1,6 +1,7 @@
 """The PTX of the book's kernels for a GPU (sm_90 by default), compiled without one.
 
-Book section: Chapter 2, "Bytes in flight" (reading a kernel's loads and stores in its PTX),
+Book section: Chapter 2, "Reading the compiler's output: PTX and SASS" (a kernel's loads and
+stores in its PTX),
 and Chapter 8, "A warp-level mma from Numba" (the ``mma.sync`` instruction in a kernel's PTX).
 
 ``python -m gpudl ptx KERNEL`` prints the PTX that numba-cuda generates for one of the kernels
