@@ -9,7 +9,8 @@ Book section: *Preface* and README, "Commands".
 * ``python -m gpudl results import PATH`` checks the GPU results in a tar file or folder and
   copies them into ``results/`` (notebooks executed on a GPU only if they pass nbval here).
 * ``python -m gpudl notebooks [NAME ...]`` re-executes notebooks in place on the current
-  backend, printing progress cell by cell.
+  backend, printing progress cell by cell, and records in each notebook's metadata how long it
+  took and where (``metadata["gpudl"]``, which the preface's table of lab times reads).
 * ``python -m gpudl estimate ...`` runs Chapter 7's calculators (training time, MFU, memory
   per GPU, the GPU table).
 * ``python -m gpudl ptx KERNEL`` prints a kernel's PTX for sm_90 (or ``--cc``), compiled
@@ -19,8 +20,11 @@ Book section: *Preface* and README, "Commands".
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import gpudl  # (decides the backend before anything imports numba)
@@ -104,8 +108,12 @@ def execute_notebooks(names: list[str], timeout: int = 1800) -> None:
             print(f"  FAILED, {path.name} left unchanged: {error}", flush=True)
             failed.append(path.name)
             continue
+        seconds = time.perf_counter() - done["t"]
+        nb.metadata["gpudl"] = {"seconds": round(seconds, 1), "backend": gpudl.backend.name(),
+                                "cpu_threads": os.cpu_count(), "machine": platform.machine(),
+                                "date": datetime.now(UTC).date().isoformat()}
         nbformat.write(nb, path)
-        print(f"  wrote {path} in {time.perf_counter() - done['t']:.1f} s", flush=True)
+        print(f"  wrote {path} in {seconds:.1f} s", flush=True)
     if failed:
         raise SystemExit(f"notebooks that raised (left unchanged): {', '.join(failed)}")
 

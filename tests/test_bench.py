@@ -38,6 +38,8 @@ def test_row_rates_and_keys(capsys):
     assert "copy: median 2.000 ms" in capsys.readouterr().out
     meaningless = row("sim", Timing((1.0,), "wall-clock", False), n_bytes=8)
     assert meaningless["gbps"] is None and meaningless["tflops"] is None
+    assert meaningless["median_s"] == 1.0  # kept in the row, but not printed
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize(("args", "kwargs", "error"), [

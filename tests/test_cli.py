@@ -116,3 +116,6 @@ def test_a_notebook_that_raises_is_left_unchanged_and_the_others_still_run(tmp_p
     assert (tmp_path / "01-bad.ipynb").read_text() == before
     good = nbformat.read(tmp_path / "02-good.ipynb", as_version=4)
     assert good.cells[0].outputs[0]["text"] == "42\n"
+    recorded = good.metadata["gpudl"]  # how long it took, and where: the preface's lab times
+    assert recorded["backend"] == backend.name() and 0 < recorded["seconds"] < 60
+    assert recorded["cpu_threads"] >= 1 and len(recorded["date"]) == 10

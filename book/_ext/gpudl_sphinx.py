@@ -11,6 +11,7 @@
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``LISTING_COLUMNS`` characters at 1280 px), and shows the repository and launch buttons only
   when ``repository.url`` is set in _config.yml;
+- the ``{gpudl-lab-times}`` directive renders the preface's reading and lab times;
 - the ``{gpudl-measured}`` directive renders a "Measured on a GPU" box from the stored
   ``results/<topic>-cuda.json`` (a table or figure, the speed goals, the GPU and commit), or
   says *not yet measured* where none is stored (`gpudl_measured`);
@@ -382,6 +383,21 @@ class MeasuredBox(SphinxDirective):
         return [box]
 
 
+class LabTimes(SphinxDirective):
+    """``{gpudl-lab-times}``: the preface's table of reading times (derived from each chapter's
+    words) and lab times (as recorded in each notebook's metadata when it was last executed)."""
+
+    def run(self):
+        from gpudl_measured import reading_and_lab_times
+
+        for path in (ROOT / "notebooks").glob("*.ipynb"):
+            self.env.note_dependency(str(path))
+        lines = reading_and_lab_times(ROOT / "book", ROOT / "notebooks")
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines, source="gpudl-lab-times"), 0, container)
+        return container.children
+
+
 def setup(app):
     app.add_config_value("gpudl_results", str(ROOT / "results"), "env")
     app.add_config_value("gpudl_model_figures", True, "env")
@@ -391,6 +407,7 @@ def setup(app):
     app.add_css_file("gpudl.css")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
+    app.add_directive("gpudl-lab-times", LabTimes)
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("missing-reference", _ignore_external)
