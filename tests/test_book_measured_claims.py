@@ -40,7 +40,7 @@ _NOT_PROSE = re.compile(r"\$[^$]+\$|\{\w+\}`[^`]*`|`[^`]*`")
 #: What says where a claimed number comes from.
 SOURCED = re.compile(
     r"\{glue(?::\w+)?\}|\{cite(?::\w+)?\}|\bderiv(?:e|ed|es|ation|ations)\b"
-    r"|not yet measured|\bassum(?:e|ed|es|ption|ptions)\b|\bclaim(?:s|ed)?\b"
+    r"|not (?:yet )?measured|\bassum(?:e|ed|es|ption|ptions)\b|\bclaim(?:s|ed)?\b"
     r"|\bet al\.,? \d{4}|\([A-Z][\w-]+(?: and [A-Z][\w-]+)?,? \d{4}\b",
     re.IGNORECASE)
 

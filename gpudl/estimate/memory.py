@@ -24,8 +24,8 @@ def model_state_memory(
 ) -> float:
     """Bytes of model state (parameters, gradients, optimizer state) that each GPU holds.
 
-    Book section: *Chapter 6, "Sharding the model state: ZeRO"*. The accounting of ZeRO (Rajbhandari et
-    al. 2020), in bytes per parameter::
+    Book section: *Chapter 6, "Sharding the model state: ZeRO"*. The accounting of ZeRO
+    (Rajbhandari et al. 2020), in bytes per parameter::
 
         optimizer  precision  params  grads  optimizer state (K)
         adam       mixed      2       2      12  fp32 master copy, momentum, variance
