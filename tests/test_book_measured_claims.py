@@ -7,9 +7,9 @@ in the same paragraph, glue its value from a stored run (``{glue:...}``), cite a
 (``{cite}``, or in a lab's text an author and year), stand just before (or inside) a
 ``{gpudl-measured}`` box, or say plainly that it is derived, assumed, claimed (someone else's
 figure, under examination) or not yet measured. A table belongs to the paragraph that introduces
-it (the one before, ending with a colon). The paragraphs this rule catches that claim no measurement are listed below
-by a phrase they contain, each with the reason; a listed phrase that is no longer in the book is
-an error too, so that the list cannot go stale.
+it (the one before, ending with a colon). The paragraphs this rule catches that claim no
+measurement are listed below by a phrase they contain, each with the reason; a listed phrase
+that is no longer in the book is an error too, so that the list cannot go stale.
 """
 
 import json
@@ -166,7 +166,8 @@ def test_a_planted_measurement_fails_and_its_sourced_forms_pass():
         assert len(unsourced(claim)) == 1, claim
     for not_a_claim in ("A warp has 32 threads.", "It holds 80 GB.", "the 3 s-shaped curves",
                         "```python\nx = 3  # 3 ms\n```", "$$t = 3\\ \\text{ms}$$",
-                        "while $2s \\le 32$", "see {ref}`ch07-measured`", "`measured` column", "Times (assumed):\n\n| a | b |\n|---|---|\n| x | 4 ms |"):
+                        "while $2s \\le 32$", "see {ref}`ch07-measured`", "`measured` column",
+                        "Times (assumed):\n\n| a | b |\n|---|---|\n| x | 4 ms |"):
         assert unsourced(not_a_claim) == [], not_a_claim
 
 

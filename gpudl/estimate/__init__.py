@@ -1,7 +1,8 @@
 """Cost models: what an operation should cost, from first principles, to hold measurements to.
 
 Book section: one module per chapter's model: :mod:`.roofline` (*Chapter 2, "The roofline"*),
-:mod:`.collectives` (*Chapter 5, "A cost model for a step"*, and the all-reduce of *"What connects GPUs"*),
+:mod:`.collectives` (*Chapter 5, "A cost model for a step"*, and the all-reduce of *"What
+connects GPUs"*),
 :mod:`.bubble` (*Chapter 6, "The bubble"*), :mod:`.training` and :mod:`.memory` (*Chapter 7*),
 and :mod:`.cli`, Chapter 7's calculators on the command line. Every public name of the models
 is importable from :mod:`gpudl.estimate` itself.

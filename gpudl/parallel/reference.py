@@ -49,8 +49,8 @@ __all__ = [
 
 #: Samples per rank in the toy MLPs' batches.
 BATCH_PER_RANK = 8
-#: Chapter 6's MLP for FSDP2's bytes (its state counted with and without sharding), with 98,880 parameters, and
-#: every Linear's dim 0 (256, 256, 64) divides by 4.
+#: Chapter 6's MLP for FSDP2's bytes (its state counted with and without sharding), with
+#: 98,880 parameters, and every Linear's dim 0 (256, 256, 64) divides by 4.
 SHARDING_DIMS = (64, 256, 256, 64)
 #: Chapter 6's MLP for ZeRO-1, with 30 inputs, two hidden layers of 64, 11 outputs, 6,859
 #: parameters, an odd number, so that the flat buffer needs padding at every world size the
