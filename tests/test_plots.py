@@ -267,6 +267,16 @@ def test_the_master_weight_keeps_the_updates_bfloat16_rounds_away():
     assert lines == w
 
 
+def test_ring_steps_label_sits_just_below_its_panels():
+    fig = plots.ring_steps(4)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panels = min(ax.get_window_extent(renderer).y0 for ax in fig.axes)
+    label = fig._supxlabel.get_window_extent(renderer)
+    assert label.y1 < panels  # below them
+    assert panels - label.y1 < 0.5 * fig.dpi  # and not floating far below (half an inch)
+
+
 def test_ring_schedule_follows_the_ring_rule():
     for n in (2, 3, 4, 5):
         states = plots.ring_schedule(n)

@@ -48,7 +48,8 @@ def ring_steps(world_size: int = 4) -> Figure:
     shaded by how many ranks' contributions it holds (N is the complete sum)."""
     states = ring_schedule(world_size)
     n = world_size
-    fig, axes = plt.subplots(1, len(states), figsize=(7.4, 2.6), squeeze=False)
+    # square panels side by side: the height holds one panel, its title and ticks, and the label
+    fig, axes = plt.subplots(1, len(states), figsize=(7.4, 2.0), squeeze=False)
     for k, (ax, state) in enumerate(zip(axes[0], states, strict=True)):
         ax.imshow(state, cmap="Blues", vmin=0, vmax=n)
         for r in range(n):
