@@ -49,7 +49,7 @@ def ring_steps(world_size: int = 4) -> Figure:
     states = ring_schedule(world_size)
     n = world_size
     # square panels side by side: the height holds one panel, its title and ticks, and the label
-    fig, axes = plt.subplots(1, len(states), figsize=(7.4, 2.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(states), figsize=(7.4, 1.8), squeeze=False)
     for k, (ax, state) in enumerate(zip(axes[0], states, strict=True)):
         ax.imshow(state, cmap="Blues", vmin=0, vmax=n)
         for r in range(n):
