@@ -9,7 +9,8 @@
   core: its input checks (``if ...: raise`` blocks and ``check_*`` calls) become one comment
   line, and stay in the source;
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
-  ``LISTING_COLUMNS`` characters at 1280 px), and shows the repository and launch buttons only
+  ``LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search page's
+  snippets without TeX (book/_static/gpudl-search.js), and shows the repository and launch buttons only
   when ``repository.url`` is set in _config.yml;
 - the ``{gpudl-lab-times}`` directive renders the preface's reading and lab times;
 - the ``{gpudl-measured}`` directive renders a "Measured on a GPU" box from the stored
@@ -405,6 +406,7 @@ def setup(app):
     app.add_directive("literalinclude", Listing, override=True)
     app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))
     app.add_css_file("gpudl.css")
+    app.add_js_file("gpudl-search.js")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
     app.add_directive("gpudl-lab-times", LabTimes)

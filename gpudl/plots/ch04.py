@@ -61,7 +61,7 @@ def weight_after_updates(steps: int = 100, update: float = -1e-3,
 
 
 def master_weight_updates(steps: int = 100, update: float = -1e-3) -> Figure:
-    """The three weights of :func:`weight_after_updates` against the number of updates: in
+    """The three weights of ``weight_after_updates`` against the number of updates: in
     bfloat16 every update rounds away, the float32 master copy keeps them."""
     weights = weight_after_updates(steps, update)
     fig, ax = plt.subplots(figsize=(6.8, 3.4))
