@@ -101,4 +101,5 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
     rows = gpudl_measured.reading_and_lab_times(book, labs)
     assert rows[0].startswith("| chapter | words of prose | reading |")
     assert rows[2] == "| 1 | 8 | 0 min | 2 min on the simulator, 2 CPU threads, 2026-12-01 |"
-    assert rows[3] == f"| 2 | 300 | {300 / gpudl_measured.WORDS_PER_MINUTE:.0f} min | not recorded |"
+    minutes = 300 / gpudl_measured.WORDS_PER_MINUTE
+    assert rows[3] == f"| 2 | 300 | {minutes:.0f} min | not recorded |"

@@ -10,8 +10,8 @@
   line, and stay in the source;
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search page's
-  snippets without TeX (book/_static/gpudl-search.js), and shows the repository and launch buttons only
-  when ``repository.url`` is set in _config.yml;
+  snippets without TeX (book/_static/gpudl-search.js), and shows the repository and launch
+  buttons only when ``repository.url`` is set in _config.yml;
 - the ``{gpudl-lab-times}`` directive renders the preface's reading and lab times;
 - the ``{gpudl-measured}`` directive renders a "Measured on a GPU" box from the stored
   ``results/<topic>-cuda.json`` (a table or figure, the speed goals, the GPU and commit), or
