@@ -16,10 +16,12 @@ one pass and reaches about ``s`` flops per byte.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpudl.checks import check_int, check_positive, check_real
 
 __all__ = [
+    "ModelShape", "MODELS",
     "kv_cache_bytes", "decode_flops", "decode_bytes", "decode_intensity", "prefill_intensity",
     "critical_batch", "decode_step_time", "prefill_time", "decode_tokens_per_second",
     "tokens_per_price",
@@ -39,6 +41,36 @@ def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, tokens: int,
     check_int("tokens", tokens, 0)
     check_positive("bytes_per_value", bytes_per_value)
     return float(2 * layers * kv_heads * head_dim * tokens * bytes_per_value)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A published decoder's shape: ``params`` (nominal, as its name gives it), ``layers``,
+    query ``heads``, ``kv_heads`` and ``head_dim``; ``source`` is a key of
+    ``book/references.bib``."""
+
+    name: str
+    params: float
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    source: str
+
+    def kv_bytes_per_token(self, bytes_per_value: float = 2) -> float:
+        """:func:`kv_cache_bytes` of one token."""
+        return kv_cache_bytes(self.layers, self.kv_heads, self.head_dim, 1, bytes_per_value)
+
+
+#: The shapes Chapter 9 reproduces published KV-cache figures for: OPT-13B (the vLLM paper's
+#: example: 40 layers of width 5,120, 40 heads), Llama 2 7B (32 layers, 32 heads of 128) and
+#: Llama 2 70B (80 layers, 64 query heads sharing 8 key and value heads), from the released
+#: configurations.
+MODELS: dict[str, ModelShape] = {m.name: m for m in (
+    ModelShape("OPT-13B", 13e9, 40, 40, 40, 128, "kwon2023vllm"),
+    ModelShape("Llama 2 7B", 7e9, 32, 32, 32, 128, "metallama2023llama27b"),
+    ModelShape("Llama 2 70B", 70e9, 80, 64, 8, 128, "metallama2023llama270b"),
+)}
 
 
 def _check_model(n_params: float, batch: int, context_tokens: int, kv_bytes_per_token: float,
