@@ -111,6 +111,8 @@ KERNELS: dict[str, tuple[str, str, str]] = {
                              f"void({_F2}, {_F2}, {_I1}, {_F4}, {_F4})"),
     "decoder_v1_argmax_next": ("gpudl.kernels.decoder_layers", "v1_argmax_next",
                                f"void({_F2}, {_I1}, {_I1}, {_I1})"),
+    "ch09_gemv_int4": ("gpudl.solutions.ch09", "gemv_int4_kernel",
+                       f"void({_F2}, uint8[:, ::1], {_F1}, {_F2})"),
     "decode_bench_bump": ("gpudl.bench.decode", "bump_kernel", f"void({_F1})"),
     "decode_bench_rewind": ("gpudl.bench.decode", "rewind_kernel", f"void({_I1})"),
 }

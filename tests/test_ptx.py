@@ -24,7 +24,7 @@ OLD = ["copy_v1", "vector_add_v2", "reduce_v6"]
 OTHERS = ["timing_hold", "adam_multi_tensor"]  # compiled for sm_90 too (the simulator checks
 # no types): the GPU-only sleep of gpudl.bench.timing, and the optimizer's one launch
 CH09 = [name for name in ptx.KERNELS  # Chapter 9's kernels (the graph's two run on GPUs only)
-        if name.startswith(("decode_", "paged_", "quant_", "decoder_"))]
+        if name.startswith(("decode_", "paged_", "quant_", "decoder_", "ch09_"))]
 
 
 @pytest.fixture(scope="module")
