@@ -160,7 +160,7 @@ class PagedKVCache:
         sequence ``seq_id`` (a new id starts a sequence)."""
         check_arrays(same_shape=True, k=(k, 3), v=(v, 3))
         expected = (self.kv_heads, self.head_dim)
-        if k.shape[1:] != expected or k.shape[0] < 1:
+        if tuple(k.shape)[1:] != expected or k.shape[0] < 1:
             raise ValueError(f"k and v must have shape (tokens >= 1, kv_heads, head_dim) = "
                              f"(tokens, {expected[0]}, {expected[1]}), got {k.shape}")
         slots = np.array(self.allocator.reserve(seq_id, k.shape[0]), np.int32)

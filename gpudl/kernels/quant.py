@@ -223,10 +223,11 @@ def gemv_int8(x: Array, q: Array, scale: Array,
     ndim = getattr(x, "ndim", None)
     if check_float32_array("x", x, ndim if ndim in (1, 2) else 2) != on_device:
         raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    if x.shape[-1] != q.shape[1]:
-        raise ValueError(f"x's last dimension ({x.shape[-1]}) must be q's in_features "
+    in_features = x.shape[x.ndim - 1]  # (a simulated array's shape takes no index -1)
+    if in_features != q.shape[1]:
+        raise ValueError(f"x's last dimension ({in_features}) must be q's in_features "
                          f"({q.shape[1]})")
-    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    rows = x.reshape(1, in_features) if x.ndim == 1 else x
     shape = (q.shape[0],) if x.ndim == 1 else (x.shape[0], q.shape[0])
     if rows.shape[0] == 0 or q.shape[0] == 0:
         return zeros(shape, on_device)
