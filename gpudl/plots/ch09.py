@@ -67,7 +67,7 @@ def batching_timeline(runs: Sequence[Served], max_batch: int, title: str) -> Fig
     """Left: the requests each policy computes at every step over time (static batches keep
     computing their finished requests' slots: the dotted line). Right: each policy's
     latencies, sorted."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(7.5, 3.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.5, 4.2))
     for run in runs:
         line, = left.step(run.times_s, run.running, where="post", lw=1, label=run.policy)
         if run.policy == "static":
@@ -78,7 +78,7 @@ def batching_timeline(runs: Sequence[Served], max_batch: int, title: str) -> Fig
     left.axhline(max_batch, color="grey", ls="--", lw=1)
     left.set(xlabel="time (s)", ylabel="requests making a token", title="Batch over time")
     right.set(xlabel="latency (s)", ylabel="fraction of requests", title="Latency")
-    left.legend(fontsize=9, loc="lower center")
-    right.legend(fontsize=9)
+    left.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+    right.legend(fontsize=9, loc="lower right")
     fig.suptitle(title)
     return finish(fig)
