@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 # isort: split
 from numba import cuda
 
-from gpudl.kernels import decode, decode_error, paged
+from gpudl.kernels import decode, decode_error, decode_reads, paged
 from gpudl.kernels.arrays import poisoned
 
 VARIANTS = list(decode.VARIANTS)
@@ -150,8 +150,8 @@ def test_poisoned_outputs_catch_a_combine_that_skips_a_head(monkeypatch):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_traced_reads_stop_at_each_length(variant):
     q, k, v, lengths = batch_of([3, 35], heads=2, kv_heads=1, d=3, seed=6, max_len=40)
-    traced = decode.traced_cache_reads(variant, q, k, v, lengths)
-    assert traced == decode.cache_reads(lengths, heads=2, kv_heads=1, d=3)
+    traced = decode_reads.traced_cache_reads(variant, q, k, v, lengths)
+    assert traced == decode_reads.cache_reads(lengths, heads=2, kv_heads=1, d=3)
     assert max(pos for (_, b, _, pos) in traced if b == 0) == 2
 
 

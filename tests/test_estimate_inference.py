@@ -228,3 +228,15 @@ def test_estimate_memory_inference_names_what_is_missing(capsys):
         main(["estimate", "memory", "--inference", "--params", "7e9", "--layers", "32"])
     assert "--inference needs --kv-heads, --head-dim, --seq-len, --batch" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("gpu", "ridge", "batch", "batch_70b"), [
+    ("A100 80GB SXM", 153, 154, 242), ("H100 SXM", 295, 296, 1010), ("H200 SXM", 206, 207, 408),
+    ("L4", 403, 404, 12108)])
+def test_chapter_9s_table_of_critical_batches(gpu, ridge, batch, batch_70b):
+    peak, bandwidth = rates(SPECS[gpu])
+    kv7, kv70 = (MODELS[m].kv_bytes_per_token() for m in ("Llama 2 7B", "Llama 2 70B"))
+    assert round(peak / bandwidth) == ridge
+    assert critical_batch(peak, bandwidth, 7e9) == batch
+    assert critical_batch(peak, bandwidth, 7e9, 1024 * kv7) is None
+    assert critical_batch(peak, bandwidth, 70e9, 1024 * kv70) == batch_70b

@@ -1,9 +1,9 @@
 """Decode attention: one new query per sequence against its KV cache, sequences of different
 lengths in one batch, grouped-query heads.
 
-Book section: Chapter 9, "Decode attention, one block per head" (v1), "Split-KV decoding"
-(v2 and its combine kernel) and "The bytes of a decode step" (the traced reads); the bound is
-:mod:`gpudl.kernels.decode_error`, the paged cache :mod:`gpudl.kernels.paged`.
+Book section: Chapter 9, "Decode attention, one block per head" (v1) and "Split-KV decoding"
+(v2 and its combine kernel); the bound is :mod:`gpudl.kernels.decode_error`, the positions
+read :mod:`gpudl.kernels.decode_reads`, the paged cache :mod:`gpudl.kernels.paged`.
 
 A decoding step gives each sequence ``b`` of a batch one query per head, ``q[b, h]`` (``d``
 values), and attends it to the ``lengths[b]`` keys and values its cache holds:
@@ -55,7 +55,7 @@ __all__ = [
     "reference", "check_lengths", "check_decode_inputs", "plain_launch",
     "online_softmax_step", "contiguous_scores", "contiguous_values",
     "v1_one_block_per_head", "v2_split_kv", "v2_combine_splits",
-    "launch_v1", "launch_v2", "decode_attention", "cache_reads", "traced_cache_reads",
+    "launch_v1", "launch_v2", "decode_attention",
 ]
 
 TILE = 32  # keys per tile, and threads per block (one warp)
@@ -368,44 +368,3 @@ def decode_attention(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
     VARIANTS[variant](to_device(q), to_device(k_cache), to_device(v_cache),
                       lengths if on_device else cuda.to_device(lengths_host), o, **extra)
     return returned(o, on_device)
-
-
-# ------------------------------------------------------------------------------------------
-# What the caches give up: their reads, by formula and traced
-# ------------------------------------------------------------------------------------------
-
-
-def cache_reads(lengths: np.ndarray, heads: int, kv_heads: int, d: int) -> dict:
-    """Elements each variant loads from each cache, as ``{(array, b, g, position): n}``:
-    every query head of cache head ``g``'s group reads each of the ``lengths[b]`` positions'
-    ``d`` values once, and no position at or past the length is read."""
-    group = heads // kv_heads
-    return {(name, b, g, pos): group * d for name in ("k_cache", "v_cache")
-            for b, length in enumerate(np.asarray(lengths).tolist())
-            for g in range(kv_heads) for pos in range(length)}
-
-
-def traced_cache_reads(variant: str, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
-                       lengths: np.ndarray, split_size: int = SPLIT_SIZE) -> dict:
-    """Run ``variant`` under :func:`gpudl.trace.trace` (simulator only: wrap the call in
-    :func:`gpudl.trace.on_simulator` on a GPU) and count the elements it loads from each
-    cache, per position, as :func:`cache_reads` gives them."""
-    from gpudl.trace import trace
-
-    counts: dict[tuple, int] = {}
-    shape = k_cache.shape
-
-    def traced(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:
-        run = trace(kernel, griddim, blockdim, *args)
-        for a in run.accesses:
-            if a.kind == "global" and a.op == "load" and a.array in ("k_cache", "v_cache"):
-                position = run.parameters.index(a.array)
-                flat = (a.address - ((position + 1) << 32)) // a.size
-                b, g, pos, _ = np.unravel_index(flat, shape)
-                key = (a.array, int(b), int(g), int(pos))
-                counts[key] = counts.get(key, 0) + 1
-
-    extra = {"split_size": split_size} if variant == "v2_split_kv" else {}
-    VARIANTS[variant](*(cuda.to_device(x) for x in (q, k_cache, v_cache, lengths)),
-                      poisoned(q.shape), launch=traced, **extra)
-    return counts
