@@ -30,6 +30,7 @@ from gpudl.estimate.inference import decode_step_time, prefill_time
 
 __all__ = ["Request", "StepCost", "Served", "request_stream", "simulate", "POLICIES"]
 
+#: The batching policies :func:`simulate` knows.
 POLICIES = ("static", "continuous")
 
 

@@ -62,10 +62,10 @@ class ModelShape:
         return kv_cache_bytes(self.layers, self.kv_heads, self.head_dim, 1, bytes_per_value)
 
 
-#: The shapes Chapter 9 reproduces published KV-cache figures for: OPT-13B (the vLLM paper's
-#: example: 40 layers of width 5,120, 40 heads), Llama 2 7B (32 layers, 32 heads of 128) and
-#: Llama 2 70B (80 layers, 64 query heads sharing 8 key and value heads), from the released
-#: configurations.
+#: Name -> :class:`ModelShape` of the models whose published KV-cache figures Chapter 9
+#: reproduces, from their released configurations. OPT-13B is the vLLM paper's example (40
+#: layers of width 5,120, 40 heads); Llama 2 7B has 32 layers of 32 heads of 128; Llama 2 70B
+#: has 80 layers of 64 query heads sharing 8 key and value heads.
 MODELS: dict[str, ModelShape] = {m.name: m for m in (
     ModelShape("OPT-13B", 13e9, 40, 40, 40, 128, "kwon2023vllm"),
     ModelShape("Llama 2 7B", 7e9, 32, 32, 32, 128, "metallama2023llama27b"),

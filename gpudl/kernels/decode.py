@@ -13,14 +13,14 @@ values), and attends it to the ``lengths[b]`` keys and values its cache holds:
 multi-query attention is ``kv_heads = 1``). Positions at or past a sequence's length hold
 anything (another request's data, NaN): no variant reads them.
 
-Both variants walk over the keys a tile of :data:`TILE` at a time with Chapter 8's online
+Both variants walk over the keys a tile of ``TILE`` (32) at a time with Chapter 8's online
 softmax, in blocks of one warp:
 
 * ``v1_one_block_per_head``: one block per (sequence, head) walks over the whole sequence. At
   batch 1 a model's few dozen heads are a few dozen blocks: most of a GPU's SMs wait;
 * ``v2_split_kv`` (Flash-Decoding, Dao et al. 2023): the sequence is split into chunks of
   ``split_size`` keys, one block per (chunk, sequence, head), each writing its running
-  maximum, sum and unnormalised output; :func:`v2_combine_splits` then merges the chunks of
+  maximum, sum and unnormalised output; ``v2_combine_splits`` then merges the chunks of
   each head with the online-softmax rule.
 
 Host functions take host NumPy arrays (returning host arrays) or numba device arrays
@@ -277,7 +277,7 @@ def _scale(d: int) -> np.float32:
 
 def launch_v1(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
               launch: Launch = plain_launch) -> None:
-    """One launch of :func:`v1_one_block_per_head`: a block per (head, sequence)."""
+    """One launch of ``v1_one_block_per_head``: a block per (head, sequence)."""
     batch, heads, d = q.shape
     launch(v1_one_block_per_head, (heads, batch), TILE, q, k_cache, v_cache, lengths, o,
            _scale(d))
@@ -286,8 +286,8 @@ def launch_v1(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array
 def launch_v2(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
               launch: Launch = plain_launch, split_size: int = SPLIT_SIZE,
               workspace: tuple[Array, Array, Array] | None = None) -> None:
-    """:func:`v2_split_kv` over ``ceil(max_len / split_size)`` chunks per head, then
-    :func:`v2_combine_splits`: two launches. The partials go into ``workspace``
+    """``v2_split_kv`` over ``ceil(max_len / split_size)`` chunks per head, then
+    ``v2_combine_splits``: two launches. The partials go into ``workspace``
     ``(part_m, part_l, part_acc)`` if given (a benchmark or a CUDA graph allocates them
     once), else into new poisoned arrays."""
     batch, heads, d = q.shape

@@ -7,8 +7,8 @@ Book section: *Chapter 9, "A tiny decoder, token for token"* (the model is
 
 Every kernel reads what changes from step to step (the token, its position, the lengths)
 from device memory, never from a launch argument, so that a CUDA graph captured once
-replays every step: :func:`v1_embed` writes ``lengths = positions + 1`` and
-:func:`v1_argmax_next` writes the next token and advances the position. Shapes: a batch of
+replays every step: ``v1_embed`` writes ``lengths = positions + 1`` and
+``v1_argmax_next`` writes the next token and advances the position. Shapes: a batch of
 ``batch`` sequences, one token each; ``x`` ``(batch, features)``.
 
 The reference is the same model in PyTorch (:class:`gpudl.models.decoder.TinyDecoder`): the

@@ -10,7 +10,7 @@ and keeps its **block table**, the physical blocks of its logical blocks 0, 1, .
 sequence then wastes at most ``block_size - 1`` positions. :class:`PagedKVCache` holds the
 blocks on the device, ``(num_blocks, kv_heads, block_size, head_dim)`` for the keys and the
 same for the values (poisoned until written), and writes appended tokens through the table
-(:func:`v1_scatter_tokens`, vLLM's ``reshape_and_cache``). :func:`paged_decode_attention` is
+(``v1_scatter_tokens``, vLLM's ``reshape_and_cache``). :func:`paged_decode_attention` is
 :mod:`gpudl.kernels.decode`'s v1 with each key's row found through the table. (vLLM's own
 kernel also splits the keys' head dimension for 16-byte loads; this one keeps the rows.)
 
@@ -178,7 +178,7 @@ class PagedKVCache:
 
     def tables(self, seq_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The int32 block tables of ``seq_ids``, one row each padded with -1, and their
-        lengths, as :func:`v1_paged` reads them."""
+        lengths, as ``v1_paged`` reads them."""
         rows = [self.block_table(s) for s in seq_ids]
         width = max((len(r) for r in rows), default=0) or 1
         table = np.full((len(rows), width), -1, np.int32)

@@ -10,8 +10,8 @@ activations stay float32 (weight-only quantization; GPTQ and AWQ choose the inte
 cleverly, with the same storage). :func:`gemv_int8` computes ``y = x W~^T`` for ``x`` of shape
 ``(in,)`` or ``(batch, in)``:
 
-* ``v1_dequantize_then_multiply``: :func:`v1_dequantize` writes ``W~`` in float32 to device
-  memory, then :func:`v1_gemv` multiplies: 1 byte read, 4 written and 4 read again per
+* ``v1_dequantize_then_multiply``: ``v1_dequantize`` writes ``W~`` in float32 to device
+  memory, then ``v1_gemv`` multiplies: 1 byte read, 4 written and 4 read again per
   weight, more than float32 weights alone;
 * ``v2_dequantize_in_registers``: one kernel reads the int8 weights, converts each in a
   register and multiplies the row's sum by ``s_o`` once at the end: 1 byte per weight, a
@@ -201,7 +201,7 @@ def _check_weights(q: Array, scale: Array) -> bool:
 
 
 def dequantize_int8(q: Array, scale: Array) -> Array:
-    """``q * scale[:, None]`` in float32 by :func:`v1_dequantize`: int8 ``(out, in)`` and
+    """``q * scale[:, None]`` in float32 by ``v1_dequantize``: int8 ``(out, in)`` and
     float32 ``(out,)`` in, float32 ``(out, in)`` out."""
     on_device = _check_weights(q, scale)
     if q.size == 0:

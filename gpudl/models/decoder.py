@@ -119,6 +119,8 @@ class DecoderBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],
                 start: int) -> torch.Tensor:
+        """(batch, s, hidden) to the same shape, the cache extended (see
+        :meth:`CausalSelfAttention.forward`)."""
         x = self.norm1(x + self.attn(x, cache, start))
         return self.norm2(x + self.mlp(x))
 
@@ -142,6 +144,8 @@ class TinyDecoder(torch.nn.Module):
         return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(c.layers)]
 
     def forward(self, tokens: torch.Tensor, cache: Cache, start: int = 0) -> torch.Tensor:
+        """Logits (batch, s, vocab) of tokens (batch, s) at positions ``start, ...``; the
+        cache (:meth:`new_cache`) is extended with their keys and values."""
         positions = torch.arange(start, start + tokens.shape[1])
         x = self.tok_emb(tokens) + self.pos_emb(positions)
         for block, layer_cache in zip(self.blocks, cache, strict=True):

@@ -92,7 +92,7 @@ def gemv_int4_kernel(x, packed, scale, y):
 
 def gemv_int4(x: np.ndarray, packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``x @ (unpack_int4(packed) * scale[:, None]).T`` for float32 ``x`` ``(batch, in)``
-    on the host, by :func:`gemv_int4_kernel`."""
+    on the host, by ``gemv_int4_kernel``."""
     check_float32_array("x", x, 2)
     check_array("packed", packed, 2, np.uint8)
     check_float32_array("scale", scale, 1)
