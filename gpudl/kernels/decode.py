@@ -53,7 +53,8 @@ Launch = Callable[..., None]
 __all__ = [
     "TILE", "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE",
     "reference", "check_lengths", "check_decode_inputs", "plain_launch",
-    "online_softmax_step", "contiguous_scores", "contiguous_values",
+    "online_softmax_step", "contiguous_scores", "contiguous_values", "load_query",
+    "attend_keys", "store_row",
     "v1_one_block_per_head", "v2_split_kv", "v2_combine_splits",
     "launch_v1", "launch_v2", "decode_attention",
 ]
@@ -151,6 +152,42 @@ def contiguous_values(acc, w_s, v_cache, b, g, j0, keys, d, alpha):
     cuda.syncthreads()  # the tile's weights are read before the next tile overwrites them
 
 
+@cuda.jit(device=True)
+def load_query(q_r, acc, q, b, h):
+    """Thread t's columns t, t + 32, ... of ``q[b, h]`` into ``q_r`` (zeros past ``d``), and
+    its output columns ``acc`` set to 0."""
+    t, d = cuda.threadIdx.x, q.shape[2]
+    for r in range(COLUMNS):
+        c = t + r * TILE
+        q_r[r] = q[b, h, c] if c < d else float32(0)
+        acc[r] = float32(0)
+
+
+@cuda.jit(device=True)
+def attend_keys(partial, w_s, q_r, acc, k_cache, v_cache, b, g, start, end, scale):
+    """Keys ``start .. end - 1`` of cache head ``g`` of sequence ``b``, a tile at a time:
+    returns the running maximum and sum, ``acc`` holding the unnormalised output."""
+    d = k_cache.shape[3]
+    m = NEG_INF
+    total = float32(0)
+    for j0 in range(start, end, TILE):
+        keys = min(TILE, end - j0)
+        contiguous_scores(partial, q_r, k_cache, b, g, j0, keys, d)
+        m, alpha, total = online_softmax_step(partial, w_s, m, total, keys, scale)
+        contiguous_values(acc, w_s, v_cache, b, g, j0, keys, d, alpha)
+    return m, total
+
+
+@cuda.jit(device=True)
+def store_row(row, acc, divisor):
+    """Thread t's output columns ``acc / divisor`` into the 1-D ``row``."""
+    t = cuda.threadIdx.x
+    for r in range(COLUMNS):
+        c = t + r * TILE
+        if c < row.shape[0]:
+            row[c] = acc[r] / divisor
+
+
 # ------------------------------------------------------------------------------------------
 # v1: one block per (sequence, head)
 # ------------------------------------------------------------------------------------------
@@ -169,25 +206,12 @@ def v1_one_block_per_head(q, k_cache, v_cache, lengths, o, scale):
     w_s = cuda.shared.array(TILE, float32)
     q_r = cuda.local.array(COLUMNS, float32)
     acc = cuda.local.array(COLUMNS, float32)
-    h, b, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
-    d = q.shape[2]
+    h, b = cuda.blockIdx.x, cuda.blockIdx.y
     g = h // (q.shape[1] // k_cache.shape[1])
-    length = lengths[b]
-    for r in range(COLUMNS):
-        c = t + r * TILE
-        q_r[r] = q[b, h, c] if c < d else float32(0)
-        acc[r] = float32(0)
-    m = NEG_INF
-    total = float32(0)
-    for j0 in range(0, length, TILE):
-        keys = min(TILE, length - j0)
-        contiguous_scores(partial, q_r, k_cache, b, g, j0, keys, d)
-        m, alpha, total = online_softmax_step(partial, w_s, m, total, keys, scale)
-        contiguous_values(acc, w_s, v_cache, b, g, j0, keys, d, alpha)
-    for r in range(COLUMNS):
-        c = t + r * TILE
-        if c < d:
-            o[b, h, c] = acc[r] / total
+    load_query(q_r, acc, q, b, h)
+    m, total = attend_keys(partial, w_s, q_r, acc, k_cache, v_cache, b, g, 0, lengths[b],
+                           scale)
+    store_row(o[b, h], acc, total)
 
 
 # ------------------------------------------------------------------------------------------
@@ -208,30 +232,15 @@ def v2_split_kv(q, k_cache, v_cache, lengths, part_m, part_l, part_acc, split_si
     q_r = cuda.local.array(COLUMNS, float32)
     acc = cuda.local.array(COLUMNS, float32)
     s, h, b = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
-    t = cuda.threadIdx.x
-    start = s * split_size
-    length = lengths[b]
+    start, length = s * split_size, lengths[b]
     if start >= length:
         return
-    end = min(length, start + split_size)
-    d = q.shape[2]
     g = h // (q.shape[1] // k_cache.shape[1])
-    for r in range(COLUMNS):
-        c = t + r * TILE
-        q_r[r] = q[b, h, c] if c < d else float32(0)
-        acc[r] = float32(0)
-    m = NEG_INF
-    total = float32(0)
-    for j0 in range(start, end, TILE):
-        keys = min(TILE, end - j0)
-        contiguous_scores(partial, q_r, k_cache, b, g, j0, keys, d)
-        m, alpha, total = online_softmax_step(partial, w_s, m, total, keys, scale)
-        contiguous_values(acc, w_s, v_cache, b, g, j0, keys, d, alpha)
-    for r in range(COLUMNS):
-        c = t + r * TILE
-        if c < d:
-            part_acc[b, h, s, c] = acc[r]
-    if t == 0:
+    load_query(q_r, acc, q, b, h)
+    end = min(length, start + split_size)
+    m, total = attend_keys(partial, w_s, q_r, acc, k_cache, v_cache, b, g, start, end, scale)
+    store_row(part_acc[b, h, s], acc, float32(1))
+    if cuda.threadIdx.x == 0:
         part_m[b, h, s] = m
         part_l[b, h, s] = total
 

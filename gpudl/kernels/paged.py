@@ -41,8 +41,10 @@ from gpudl.kernels.decode import (
     TILE,
     TILE_PADDED,
     check_decode_inputs,
+    load_query,
     online_softmax_step,
     plain_launch,
+    store_row,
 )
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -230,25 +232,18 @@ def v1_paged(q, k_blocks, v_blocks, table, lengths, o, scale):
     w_s = cuda.shared.array(TILE, float32)
     q_r = cuda.local.array(COLUMNS, float32)
     acc = cuda.local.array(COLUMNS, float32)
-    h, b, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+    h, b = cuda.blockIdx.x, cuda.blockIdx.y
     d = q.shape[2]
     g = h // (q.shape[1] // k_blocks.shape[1])
-    length = lengths[b]
-    for r in range(COLUMNS):
-        c = t + r * TILE
-        q_r[r] = q[b, h, c] if c < d else float32(0)
-        acc[r] = float32(0)
+    load_query(q_r, acc, q, b, h)
     m = NEG_INF
     total = float32(0)
-    for j0 in range(0, length, TILE):
-        keys = min(TILE, length - j0)
+    for j0 in range(0, lengths[b], TILE):
+        keys = min(TILE, lengths[b] - j0)
         paged_scores(partial, q_r, k_blocks, table, b, g, j0, keys, d)
         m, alpha, total = online_softmax_step(partial, w_s, m, total, keys, scale)
         paged_values(acc, w_s, v_blocks, table, b, g, j0, keys, d, alpha)
-    for r in range(COLUMNS):
-        c = t + r * TILE
-        if c < d:
-            o[b, h, c] = acc[r] / total
+    store_row(o[b, h], acc, total)
 
 
 def paged_decode_attention(q: Array, cache: PagedKVCache, seq_ids: Sequence[int],
