@@ -65,3 +65,12 @@ def test_every_chapter_9_figure_is_readable_and_fits_the_page():
         assert fig.get_size_inches()[0] <= MAX_WIDTH_IN, name
         assert min(font_sizes(fig)) >= MIN_FONT_PT, name
         plt.close(fig)
+
+
+def test_the_chapter_shows_at_least_three_figures_drawn_at_build_time():
+    text = (Path(__file__).resolve().parents[1] / "book" / "ch09-inference.md").read_text()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+    import gpudl_sphinx
+
+    shown = {name for name in gpudl_sphinx._ch09_figures() if f"_generated/{name}" in text}
+    assert text.count("```{figure}") >= 3 and len(shown) >= 3
