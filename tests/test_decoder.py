@@ -73,9 +73,7 @@ def test_launches_per_step_are_counted_on_the_cpu(model):
 
 @pytest.mark.simulator_only
 def test_the_bytes_of_one_step_are_the_weights_and_the_cache(model):
-    decoder = dec.KernelDecoder(model)
-    decoder.generate(PROMPT, 1)
-    counted = decoder.traced_step_bytes()  # the step at position 3: 4 tokens attended
+    counted = dec.step_bytes_after(model, PROMPT)  # the step at position 3: 4 tokens attended
     c = model.config
     linear = sum(p.numel() for n, p in model.named_parameters() if "norm" not in n
                  and "emb" not in n)

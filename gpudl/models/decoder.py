@@ -37,7 +37,8 @@ from gpudl.kernels.arrays import poisoned
 from gpudl.models.encoder import FeedForward
 
 __all__ = ["DecoderConfig", "CausalSelfAttention", "DecoderBlock", "TinyDecoder",
-           "make_decoder", "generate_torch", "KernelDecoder", "launches_per_step"]
+           "make_decoder", "generate_torch", "KernelDecoder", "launches_per_step",
+           "step_bytes_after"]
 
 Launch = Callable[..., None]
 Cache = list[tuple[torch.Tensor, torch.Tensor]]
@@ -306,6 +307,15 @@ class KernelDecoder:
 
         self.step(traced)
         return counts
+
+
+def step_bytes_after(model: TinyDecoder, prompt: Sequence[int]) -> dict[str, int]:
+    """:meth:`KernelDecoder.traced_step_bytes` of the step that follows ``prompt`` (the
+    first generated token's): a function of picklable arguments, so that
+    :func:`gpudl.trace.on_simulator` can run it in a child process from a GPU."""
+    decoder = KernelDecoder(model)
+    decoder.generate(prompt, 1)
+    return decoder.traced_step_bytes()
 
 
 def launches_per_step(decoder: KernelDecoder) -> dict[str, int]:
