@@ -18,7 +18,8 @@
   the book teaches) to the module that defines it and where the API appendix documents it
   (``gpudl.hardware.device.describe``);
 - drops missing references to types documented elsewhere (NumPy, torch, numba, matplotlib)
-  so that `-n` (nitpicky) warns only about the book's own broken references."""
+  so that `-n` (nitpicky) warns only about the book's own broken references;
+- sets up `gpudl_i18n`, the Chinese edition's part of the build."""
 
 import ast
 import sys
@@ -29,6 +30,7 @@ from types import SimpleNamespace
 from docutils import nodes
 from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
+from gpudl_i18n import mark_generated
 from sphinx.directives.code import LiteralInclude, LiteralIncludeReader
 from sphinx.util.docutils import SphinxDirective
 
@@ -371,12 +373,18 @@ class MeasuredBox(SphinxDirective):
                                     self.options.get("measured-by"))
         except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
             raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
-        lines = [*self.content, "", *measured]
         box = nodes.admonition(classes=["important"])
         title = self.options.get("title", "Measured on a GPU")
         box += nodes.title(title, title)
-        self.state.nested_parse(StringList(lines, source=f"gpudl-measured {topic} {view}"),
+        box[0].source, box[0].line = self.get_source_info()  # a message to translate
+        source = f"gpudl-measured {topic} {view}"
+        self.state.nested_parse(StringList(list(self.content), source=source),
                                 self.content_offset, box)
+        generated = nodes.Element()  # drawn from the stored run: not for translation
+        self.state.nested_parse(StringList(measured, source=source), self.content_offset,
+                                generated)
+        mark_generated(generated)
+        box += generated.children
         return [box]
 
 
@@ -392,4 +400,5 @@ def setup(app):
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("missing-reference", _ignore_external)
+    app.setup_extension("gpudl_i18n")
     return {"parallel_read_safe": True, "parallel_write_safe": True}
