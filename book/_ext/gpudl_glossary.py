@@ -46,10 +46,8 @@ def terms(text: str | None = None) -> list[Term]:
     ``matrix multiply (GEMM, SGEMM)``), each paired with the same Chinese."""
     found: dict[str, Term] = {}  # a name with a row of its own keeps that row's Chinese
     for english, chinese, _ in rows(text):
-        english_parts, chinese_parts = english.split(" / "), chinese.split(" / ")
-        if "、" in chinese:  # "query, key, value | 查询、键、值"
-            english_parts, chinese_parts = english.split(", "), chinese.split("、")
-        chinese_parts = [_CHINESE_PARENS.sub("", c).strip() for c in chinese_parts]
+        english_parts = english.split(" / ")
+        chinese_parts = [_CHINESE_PARENS.sub("", c).strip() for c in chinese.split(" / ")]
         if len(chinese_parts) != len(english_parts):
             chinese_parts = [_CHINESE_PARENS.sub("", chinese).strip()] * len(english_parts)
         for part, zh in zip(english_parts, chinese_parts, strict=True):
@@ -66,7 +64,8 @@ def terms(text: str | None = None) -> list[Term]:
 
 def search_dictionary(text: str | None = None) -> list[str]:
     """The Chinese words of the glossary (each term's, and the other names in its notes) for
-    jieba's user dictionary: without them the search index cuts 线程束分化 into pieces no query finds."""
+    jieba's user dictionary: without them the search index cuts 线程束分化 into pieces that
+    no query finds."""
     words = [w for term in terms(text) for w in CJK.findall(term.chinese)]
     notes = [n for _, chinese, _ in rows(text) for n in re.findall(r"（([^）]*)）", chinese)]
     words += [n for n in notes if CJK.fullmatch(n) and "的" not in n]

@@ -60,16 +60,18 @@ def messages(catalog: Catalog) -> list:
 
 
 def lab_problems(english: Path) -> list[str]:
-    """A Chinese lab that is not what its English notebook and catalogue make, or messages of
-    the catalogue that the generator does not find in the notebook's markdown."""
+    """A Chinese lab that is not what its English notebook and catalogue make, or translated
+    messages that the generator does not find in the notebook's markdown."""
     path = CATALOGUES / "notebooks" / f"{english.stem}.po"
     zh, found = zh_lab(english)
-    ids = [m.id for m in messages(read(path))] if path.exists() else []
+    translated = [m.id for m in messages(read(path)) if m.string] if path.exists() else []
     problems = [f"{path.relative_to(ROOT)}: {i[:50]!r} is not in the notebook's markdown "
-                "(run `make po`)" for i in ids if i not in found]
+                "(run `make po`)" for i in translated if i not in found]
     target = gpudl_labs.ZH_NOTEBOOKS / english.name
     if not target.exists() or target.read_text() != gpudl_labs.dumps(zh):
-        problems.append(f"{target.relative_to(ROOT)} is out of date: run `make po`")
+        problems.append(f"{target.relative_to(ROOT)} is not what {english.name} and its "
+                        "catalogue make: run `python book/_ext/gpudl_po.py notebooks` (part "
+                        "of `make po` and `make notebooks`)")
     return problems
 
 
@@ -107,29 +109,38 @@ def templates(pot: Path) -> dict[str, set[str]]:
             for p in sorted(pot.rglob("*.pot"))}
 
 
-def check(pot: Path | None) -> int:
-    """Print the report; the number of problems found."""
+def report(pot: Path | None = None) -> tuple[list[str], list[str]]:
+    """(the report's lines, the problems found) for every catalogue and Chinese lab."""
     found = catalogues()
     expected = templates(pot) if pot else {}
-    problems = [f"{d}: no catalogue: run `make po`" for d in sorted(set(expected) - set(found))]
-    untranslated = total = 0
+    lines, problems, untranslated, total = [], [], 0, 0
+    for docname in sorted(set(expected) - set(found)):
+        count = len(expected[docname])
+        untranslated, total = untranslated + count, total + count
+        lines.append(f"{docname:40}     0 of {count:5} translated (no catalogue yet)")
+        if not is_pending(docname):
+            problems.append(f"{docname}: no catalogue: run `make po`")
     for docname, path in found.items():
-        template = expected.get(docname) if pot else None
         if pot and docname not in expected:
-            problems.append(f"{docname}: no page has this catalogue any more")
+            problems.append(f"{path.relative_to(ROOT)}: no page has this catalogue any more")
             continue
-        own, missing, count = check_catalogue(docname, read(path), template)
+        own, missing, count = check_catalogue(docname, read(path), expected.get(docname))
         problems += [f"{path.relative_to(ROOT)}: {p}" for p in own]
         untranslated, total = untranslated + missing, total + count
         state = "pending" if is_pending(docname) else "translated"
-        print(f"{docname:40} {count - missing:5} of {count:5} translated ({state})")
+        lines.append(f"{docname:40} {count - missing:5} of {count:5} translated ({state})")
     for english in sorted(gpudl_labs.NOTEBOOKS.glob("*.ipynb")):
         problems += lab_problems(english)
-    print(f"{total - untranslated} of {total} messages translated, {untranslated} untranslated"
-          + ("" if pot else " (catalogues as they are; `make i18n-check` compares them with "
-             "the pages)"))
-    for problem in problems:
-        print("PROBLEM", problem)
+    lines.append(f"{total - untranslated} of {total} messages translated, {untranslated} "
+                 "untranslated" + ("" if pot else " (the catalogues as they are; "
+                                   "`make i18n-check` first compares them with the pages)"))
+    return lines, problems
+
+
+def check(pot: Path | None) -> int:
+    """Print the report; the number of problems found."""
+    lines, problems = report(pot)
+    print("\n".join(lines + [f"PROBLEM {p}" for p in problems]))
     return len(problems)
 
 

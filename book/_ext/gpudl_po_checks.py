@@ -73,14 +73,14 @@ def invariants(text: str) -> Counter:
     return kept
 
 
-def words(text: str) -> str:
-    """The prose of ``text``: its text and the titles of its roles and links (no code, math,
-    targets or citation keys), where a term of the glossary can occur."""
+def words(text: str, titles: bool = True) -> str:
+    """The prose of ``text``, where a term of the glossary can occur: its text and (with
+    ``titles``) the titles of its references; no code, math, targets or citation keys."""
     parts = []
     for token in inline_tokens(text):
         if token.type == "text":
             parts.append(token.content)
-        elif token.type == "myst_role" and token.meta["name"] in TITLED_ROLES:
+        elif titles and token.type == "myst_role" and token.meta["name"] in TITLED_ROLES:
             parts.append(_split_title(token.content)[0] or "")
     return " ".join(parts)
 
@@ -122,30 +122,40 @@ def _english(term: Term) -> re.Pattern:
 
 
 def exempt_terms(comments: list[str]) -> set[str]:
-    """The terms a translator's ``# terms: a, b`` comment exempts."""
+    """The terms a translator's ``# terms: a, b (why)`` comment exempts."""
     return {t.strip().lower() for c in comments if c.startswith("terms:")
-            for t in c[len("terms:"):].split(",")}
+            for t in re.sub(r"\(.*?\)", "", c[len("terms:"):]).split(",")}
+
+
+def _found(terms: list[Term], prose: str) -> list[Term]:
+    """The terms in ``prose``, longest first, each occurrence counted for one term only
+    (``thread block`` is not also a ``thread``)."""
+    found = []
+    for term in sorted(terms, key=lambda t: -len(t.english)):
+        prose, hits = _english(term).subn("§", prose)
+        if hits:
+            found.append(term)
+    return found
 
 
 def term_problems(entries: list[tuple[str, str, set[str]]], terms: list[Term]) -> list[str]:
     """The glossary's terms that ``entries`` (msgid, msgstr, exempt terms), one page's
-    translated messages in order, render otherwise, or do not gloss at their first use."""
+    translated messages in order, render otherwise, or do not gloss at their first use in
+    its prose (a reference's title, a section's name, is not glossed)."""
     problems, glossed = [], set()
-    patterns = [(term, _english(term)) for term in terms]
     for msgid, msgstr, exempt in entries:
-        prose = words(msgid)
-        for term, pattern in patterns:
-            if term.english.lower() in exempt or not pattern.search(prose):
-                continue
-            if term.name_like and term.english in msgstr:
+        in_text = set(_found(terms, words(msgid, titles=False)))
+        for term in _found(terms, words(msgid)):
+            if term.english.lower() in exempt or (term.name_like and term.english in msgstr):
                 continue
             if term.chinese not in msgstr:
                 problems.append(f"{term.english!r} is rendered otherwise than "
                                 f"{term.chinese!r} in {msgstr[:50]!r}")
-            elif term.english not in glossed and not term.name_like:
+            elif term in in_text and term.english not in glossed and not term.name_like:
                 gloss = rf"{re.escape(term.chinese)}\s*[（(]\s*{re.escape(term.english)}"
                 if not re.search(gloss, msgstr, re.I):
                     problems.append(f"first use of {term.english!r} is not glossed as "
                                     f"{term.chinese}（{term.english}） in {msgstr[:50]!r}")
-            glossed.add(term.english)
+            if term in in_text:
+                glossed.add(term.english)
     return problems

@@ -18,8 +18,7 @@
   the book teaches) to the module that defines it and where the API appendix documents it
   (``gpudl.hardware.device.describe``);
 - drops missing references to types documented elsewhere (NumPy, torch, numba, matplotlib)
-  so that `-n` (nitpicky) warns only about the book's own broken references;
-- sets up `gpudl_i18n`, the Chinese edition's part of the build."""
+  so that `-n` (nitpicky) warns only about the book's own broken references."""
 
 import ast
 import sys
@@ -30,7 +29,6 @@ from types import SimpleNamespace
 from docutils import nodes
 from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
-from gpudl_i18n import mark_generated
 from sphinx.directives.code import LiteralInclude, LiteralIncludeReader
 from sphinx.util.docutils import SphinxDirective
 
@@ -355,6 +353,7 @@ class MeasuredBox(SphinxDirective):
     option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
 
     def run(self):
+        from gpudl_i18n import generated_nodes
         from gpudl_measured import box_markdown
 
         from gpudl.bench.results import load_record
@@ -380,11 +379,7 @@ class MeasuredBox(SphinxDirective):
         source = f"gpudl-measured {topic} {view}"
         self.state.nested_parse(StringList(list(self.content), source=source),
                                 self.content_offset, box)
-        generated = nodes.Element()  # drawn from the stored run: not for translation
-        self.state.nested_parse(StringList(measured, source=source), self.content_offset,
-                                generated)
-        mark_generated(generated)
-        box += generated.children
+        box += generated_nodes(self.state, measured, source, self.content_offset)
         return [box]
 
 
@@ -400,5 +395,4 @@ def setup(app):
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("missing-reference", _ignore_external)
-    app.setup_extension("gpudl_i18n")
     return {"parallel_read_safe": True, "parallel_write_safe": True}
