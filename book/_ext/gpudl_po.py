@@ -35,8 +35,9 @@ from gpudl_po_checks import entry_problems, exempt_terms, term_problems
 MEMORY = ROOT / "locales" / LANGUAGE / "memory.po"
 #: Pages that are not held to the glossary's terms: the glossary itself, the bibliography.
 NOT_TERM_CHECKED = ("book/appendix-glossary", "book/appendix-references")
-#: How close an English message must be to one in the memory to reuse its translation (fuzzy).
-SIMILAR = 0.85
+#: How close an English message must be to one in the memory to reuse its translation (fuzzy),
+#: and how long (characters) both must be: a paragraph, not a heading or a term.
+SIMILAR, PARAGRAPH = 0.85, 60
 
 
 def read(path: Path) -> Catalog:
@@ -148,11 +149,17 @@ def memory() -> None:
     """Reuse translations across catalogues, then move obsolete entries into memory.po."""
     memory = read(MEMORY) if MEMORY.exists() else Catalog(locale=LANGUAGE)
     pages = {docname: read(path) for docname, path in catalogues().items()}
-    known: dict[str, str] = {m.id: m.string for m in messages(memory) if m.string}
+    # a message kept as it is (a term in the glossary's English column) says nothing of how
+    # another page should render it
+    def translations(entries) -> dict[str, str]:
+        return {m.id: m.string for m in entries if m.string and m.string != m.id}
+
+    known = translations(messages(memory))
     for catalog in pages.values():
-        known |= {m.id: m.string for m in catalog.obsolete.values() if m.string}
+        known |= translations(catalog.obsolete.values())
     for catalog in pages.values():
-        known |= {m.id: m.string for m in messages(catalog) if m.string and not m.fuzzy}
+        known |= translations(m for m in messages(catalog) if not m.fuzzy)
+    paragraphs = [msgid for msgid in known if len(msgid) >= PARAGRAPH]
     for docname, catalog in pages.items():
         changed = bool(catalog.obsolete)
         for m in messages(catalog):
@@ -160,7 +167,8 @@ def memory() -> None:
                 continue
             if m.id in known:
                 m.string = known[m.id]
-            elif similar := difflib.get_close_matches(m.id, known, n=1, cutoff=SIMILAR):
+            elif len(m.id) >= PARAGRAPH and (
+                    similar := difflib.get_close_matches(m.id, paragraphs, 1, SIMILAR)):
                 m.string, m.previous_id = known[similar[0]], [similar[0]]
                 m.flags.add("fuzzy")
             else:
