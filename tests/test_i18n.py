@@ -159,6 +159,19 @@ def test_the_lab_generator_translates_headings_paragraphs_lists_and_tables():
     assert "](../../book/ch01.md)" in "".join(zh["cells"][0]["source"])  # one folder deeper
 
 
+def test_the_chinese_edition_launches_the_chinese_lab():
+    """With `repository.url` set, a lab's Colab and Binder buttons open notebooks/zh_CN."""
+    buttons = [{"url": "https://colab.research.google.com/github/o/r/blob/main/"
+                       "notebooks/01-hardware.ipynb"},
+               {"url": "https://mybinder.org/v2/gh/o/r/main?urlpath=tree/"
+                       "notebooks/01-hardware.ipynb"}]
+    gpudl_i18n.zh_launch_urls(buttons, "notebooks/01-hardware")
+    assert all(b["url"].endswith("/notebooks/zh_CN/01-hardware.ipynb") for b in buttons)
+    chapter = [{"url": "https://example.org/book/ch01-hardware.md"}]
+    gpudl_i18n.zh_launch_urls(chapter, "book/ch01-hardware")
+    assert chapter[0]["url"].endswith("/book/ch01-hardware.md")
+
+
 @pytest.mark.parametrize("english", NOTEBOOKS, ids=lambda p: p.name)
 def test_a_chinese_lab_has_the_english_code_and_outputs(english):
     """nbval runs the English labs only (notebooks/zh_CN is kept out of its collection): the

@@ -7,7 +7,8 @@ What this extension does, in every build:
 
 - keeps out of the catalogues what must not be translated: display math (a translated
   ``$$`` block comes back wrapped in reST ``::`` and is destroyed), the API appendix's
-  docstrings (their messages give hundreds of "inconsistent term references"), and what a
+  docstrings and object descriptions (their messages give hundreds of "inconsistent term
+  references", and their field names come out already translated), and what a
   ``{gpudl-measured}`` box draws from stored results (it changes at every GPU run);
 - drops the empty caption that sphinx-external-toc gives a chapter's toctree (it puts a
   second ``msgid ""`` into the chapter's catalogue, which msgfmt rejects as a duplicate);
@@ -110,6 +111,9 @@ class KeepUntranslatable(SphinxTransform):
         for node in self.document.findall(nodes.TextElement):
             if "docstring of" in (node.source or ""):
                 node["translatable"] = False
+        for desc in self.document.findall(addnodes.desc):  # its field names too ("Parameters")
+            for node in desc.findall(nodes.TextElement):
+                node["translatable"] = False
         if self.app.builder.name == "gettext":
             for node in self.document.findall(nodes.image):
                 if node.get("gpudl_generated"):
@@ -128,27 +132,17 @@ def generated_nodes(state, lines: list[str], source: str, offset: int) -> list[n
     return parent.children
 
 
-class CheckTranslations(SphinxTransform):
-    """The Chinese build's freshness check: every message of a translated page has a
-    translation (not a fuzzy one). Records each page's messages for `_check_obsolete`."""
+class RecordMessages(SphinxTransform):
+    """The Chinese build's freshness check, first half: a page's English messages, as they are
+    just before Locale translates them (`_check_untranslated` has the second half)."""
 
-    default_priority = 19  # just before Locale: the English messages, as the catalogues hold
+    default_priority = 19
 
     def apply(self, **kwargs) -> None:
-        if self.config.language != LANGUAGE:
-            return
-        docname = self.env.docname
-        found = [(node, msg) for node, msg in extract_messages(self.document)
-                 if not node.get("gpudl_generated")]
-        _messages(self.env)[docname] = {msg for _, msg in found}
-        if is_pending(docname):
-            return
-        translated = translations(docname)
-        for node, msg in found:
-            if msg not in translated:
-                logger.warning("untranslated message %r: run `make po`, then translate it in "
-                               "%s", msg[:70], catalogue_path(docname).relative_to(ROOT),
-                               location=node, type="gpudl", subtype="i18n")
+        if self.config.language == LANGUAGE:
+            self.env.temp_data["gpudl_messages"] = [
+                (node, msg) for node, msg in extract_messages(self.document)
+                if not node.get("gpudl_generated")]
 
 
 class TranslateCaptions(SphinxTransform):
@@ -163,8 +157,31 @@ class TranslateCaptions(SphinxTransform):
         captions = [t for t in self.document.findall(addnodes.toctree) if t.get("rawcaption")]
         translated = translations(self.env.docname)
         for toctree in captions:
-            _messages(self.env).setdefault(self.env.docname, set()).add(toctree["rawcaption"])
+            self.env.temp_data.setdefault("gpudl_messages", []).append(
+                (toctree, toctree["rawcaption"]))
             toctree["caption"] = translated.get(toctree["rawcaption"], toctree["caption"])
+
+
+def _check_untranslated(app, doctree) -> None:
+    """Every message of a translated page has a translation (not a fuzzy one). The messages
+    counted are those still in the page once every transform has run, as the catalogue
+    builder sees them (a notebook's metadata, say, is gone by then); they are kept for
+    `_check_obsolete`."""
+    env = app.env
+    found = env.temp_data.pop("gpudl_messages", None)
+    if found is None:
+        return
+    final = {id(node) for node in doctree.findall(nodes.Element)}
+    found = [(node, msg) for node, msg in found if id(node) in final]
+    _messages(env)[env.docname] = {msg for _, msg in found}
+    if is_pending(env.docname):
+        return
+    translated = translations(env.docname)
+    for node, msg in found:
+        if msg not in translated:
+            logger.warning("untranslated message %r: run `make po`, then translate it in %s",
+                           msg[:70], catalogue_path(env.docname).relative_to(ROOT),
+                           location=node, type="gpudl", subtype="i18n")
 
 
 def _messages(env) -> dict[str, set[str]]:
@@ -303,9 +320,10 @@ def _chinese_search(app, config) -> None:
 def setup(app):
     app.connect("config-inited", _chinese_search)
     app.add_transform(KeepUntranslatable)
-    app.add_transform(CheckTranslations)
+    app.add_transform(RecordMessages)
     app.add_transform(TranslateCaptions)
     app.connect("doctree-read", _drop_empty_captions, priority=400)  # before the toc copy
+    app.connect("doctree-read", _check_untranslated, priority=800)  # after the docinfo goes
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_obsolete)
