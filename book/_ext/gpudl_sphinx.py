@@ -409,6 +409,7 @@ class MeasuredBox(SphinxDirective):
     option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
 
     def run(self):
+        from gpudl_i18n import generated_nodes
         from gpudl_measured import box_markdown
 
         from gpudl.bench.results import load_record
@@ -427,12 +428,14 @@ class MeasuredBox(SphinxDirective):
                                     self.options.get("measured-by"))
         except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
             raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
-        lines = [*self.content, "", *measured]
         box = nodes.admonition(classes=["important"])
         title = self.options.get("title", "Measured on a GPU")
         box += nodes.title(title, title)
-        self.state.nested_parse(StringList(lines, source=f"gpudl-measured {topic} {view}"),
+        box[0].source, box[0].line = self.get_source_info()  # a message to translate
+        source = f"gpudl-measured {topic} {view}"
+        self.state.nested_parse(StringList(list(self.content), source=source),
                                 self.content_offset, box)
+        box += generated_nodes(self.state, measured, source, self.content_offset)
         return [box]
 
 
