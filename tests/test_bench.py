@@ -138,6 +138,7 @@ SMALL = {  # each topic at a size the simulator runs in seconds
     "launch": dict(calls=20, repeats=2, tensors=20),
     "attention": dict(s_values=(17,), heads=1, d=8),
     "tensorcores": dict(sizes=(16,), kernel_sizes=(16,)),
+    "decode": dict(s=20, heads=1, d=4, n=8),
 }
 
 

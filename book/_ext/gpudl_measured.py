@@ -232,6 +232,21 @@ def _launch_costs(record: dict, path: Path) -> list[str]:
                    for r in record["rows"]])
 
 
+def _decode_group(group: str) -> Callable[[dict, Path], list[str]]:
+    def view(record: dict, path: Path) -> list[str]:
+        rows = _rows(record, group)
+        return _table(["", "time (µs)", "GB/s"],
+                      [[r["name"], f"{r['median_s'] * 1e6:,.1f}", _num(r["gbps"], 1)]
+                       for r in rows])
+    return view
+
+
+def _decode_graphs(record: dict, path: Path) -> list[str]:
+    rows = _rows(record, "graphs") + _rows(record, "decoder")
+    return _table(["", "kernels", "time (µs)"],
+                  [[r["name"], str(r["kernels"]), f"{r['median_s'] * 1e6:,.1f}"] for r in rows])
+
+
 #: topic -> view -> (how to draw it, the bars it is held to).
 VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, ...]]]] = {
     "elementwise": {
@@ -261,6 +276,9 @@ VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, .
     "attention": {"times": (_attention_times, ("fused_",))},
     "tensorcores": {"torch": (_tensorcores_torch, ()),
                     "kernels": (_tensorcores_kernels, ("tensor_core_",))},
+    "decode": {"attention": (_decode_group("attention"), ("split_kv_",)),
+               "gemv": (_decode_group("gemv"), ("gemv_int8_",)),
+               "graphs": (_decode_graphs, ("graph_",))},
 }
 
 

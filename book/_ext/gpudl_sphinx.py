@@ -221,6 +221,62 @@ def _ch08_figures() -> dict:
     }
 
 
+def _ch09_figures() -> dict:
+    """Chapter 9's figures, all from deterministic models: the roofline of prefill and
+    decode, the KV cache against a GPU's memory, the blocks each decode variant launches,
+    the paged cache's waste and batching on the seeded stream the lab replays (whose
+    numbers the chapter glues from the lab)."""
+    from gpudl import plots
+    from gpudl.estimate import (
+        MODELS,
+        POLICIES,
+        StepCost,
+        decode_intensity,
+        kv_cache_bytes,
+        prefill_intensity,
+        request_stream,
+        simulate,
+    )
+    from gpudl.hardware import SPECS
+    from gpudl.kernels import decode, paged
+
+    h100, llama7, llama70 = SPECS["H100 SXM"], MODELS["Llama 2 7B"], MODELS["Llama 2 70B"]
+    peak, bandwidth = h100.bf16_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9
+    kv7 = llama7.kv_bytes_per_token()
+    points = {f"decode b={b}": (decode_intensity(7e9, b), "BF16") for b in (1, 16, 256)}
+    points["decode b=16, 1,024 tokens cached"] = (
+        decode_intensity(7e9, 16, 16 * 1024, kv7), "BF16")
+    points["decode b=1, int8 weights"] = (decode_intensity(7e9, 1, bytes_per_param=1), "BF16")
+    points["prefill s=512"] = (prefill_intensity(7e9, 512, kv7), "BF16")
+    tokens = [2**p for p in range(10, 21)]
+    caches = {f"{m.name} ({m.kv_heads} KV heads)": [kv_cache_bytes(
+        m.layers, m.kv_heads, m.head_dim, t) for t in tokens] for m in (llama7, llama70)}
+    caches["Llama 2 70B with 64 KV heads"] = [kv_cache_bytes(80, 64, 128, t) for t in tokens]
+    lengths = [2**p for p in range(7, 18)]
+    blocks = {"v1_one_block_per_head": [32] * len(lengths),
+              "v2_split_kv": [32 * -(-s // decode.SPLIT_SIZE) for s in lengths]}
+    requests = request_stream(200, 32.0, seed=0)
+    block_sizes = (8, 16, 32, 64)
+    waste = [paged.measure_waste(requests, b, 2048, 0.02) for b in block_sizes]
+    cost = StepCost(7e9, peak, bandwidth, kv7)
+    return {
+        "roofline-decode-h100.png": lambda: plots.roofline_precisions(
+            {"BF16": peak}, bandwidth, points,
+            "A 7B model in bf16 on an H100 SXM (datasheet roofline)"),
+        "kv-cache-llama2.png": lambda: plots.kv_cache_growth(
+            tokens, caches, {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9},
+            "The KV cache in fp16, all sequences together"),
+        "decode-blocks.png": lambda: plots.decode_blocks(
+            lengths, blocks, h100.sm_count, "Decode attention, batch 1, 32 heads"),
+        "paged-waste.png": lambda: plots.paged_waste(
+            block_sizes, [w["paged_waste"] for w in waste], waste[0]["contiguous_waste"],
+            "KV-cache positions reserved but empty, 200 requests"),
+        "batching.png": lambda: plots.batching_timeline(
+            [simulate(requests, cost, 32, p) for p in POLICIES], 32,
+            "200 requests at 32 per second, batches of at most 32 (cost model)"),
+    }
+
+
 def _draw_figures(app) -> None:
     if not app.config.gpudl_model_figures:
         return
@@ -230,7 +286,7 @@ def _draw_figures(app) -> None:
     import matplotlib.pyplot as plt
 
     GENERATED.mkdir(exist_ok=True)
-    for name, draw in {**_model_figures(), **_ch08_figures()}.items():
+    for name, draw in {**_model_figures(), **_ch08_figures(), **_ch09_figures()}.items():
         fig = draw()
         fig.savefig(GENERATED / name, dpi=110)
         plt.close(fig)
@@ -357,6 +413,7 @@ class MeasuredBox(SphinxDirective):
     option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
 
     def run(self):
+        from gpudl_i18n import generated_nodes
         from gpudl_measured import box_markdown
 
         from gpudl.bench.results import load_record
@@ -375,12 +432,14 @@ class MeasuredBox(SphinxDirective):
                                     self.options.get("measured-by"))
         except (ValueError, KeyError, TypeError) as err:  # a stored file the book cannot show
             raise self.error(f"gpudl-measured {topic} {view}: {err!r}") from None
-        lines = [*self.content, "", *measured]
         box = nodes.admonition(classes=["important"])
         title = self.options.get("title", "Measured on a GPU")
         box += nodes.title(title, title)
-        self.state.nested_parse(StringList(lines, source=f"gpudl-measured {topic} {view}"),
+        box[0].source, box[0].line = self.get_source_info()  # a message to translate
+        source = f"gpudl-measured {topic} {view}"
+        self.state.nested_parse(StringList(list(self.content), source=source),
                                 self.content_offset, box)
+        box += generated_nodes(self.state, measured, source, self.content_offset)
         return [box]
 
 

@@ -63,6 +63,8 @@ TOPICS: dict[str, str] = {
     "precision": "Chapter 7: torch.matmul in FP32 and BF16; the kernel MLP's MFU",
     "attention": "Chapter 8: the two attention variants against torch's SDPA",
     "tensorcores": "Chapter 8: torch.matmul per precision; the tensor-core matmul against FP32",
+    "decode": "Chapter 9: decode attention against a copy, the int8 GEMV against torch's bf16, "
+              "CUDA graphs against eager launches",
 }
 
 #: The row keys a bar may compare, two rates (higher is faster) or the median time.

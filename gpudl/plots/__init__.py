@@ -43,6 +43,7 @@ from gpudl.plots.ch08 import (
     online_softmax_tiles,
     roofline_precisions,
 )
+from gpudl.plots.ch09 import batching_timeline, decode_blocks, kv_cache_growth, paged_waste
 from gpudl.plots.measured import rate_bars
 
 __all__ = [
@@ -56,5 +57,6 @@ __all__ = [
     "pipeline_schedules", "pipeline_timelines", "tensor_parallel_split",
     "training_time_and_cost", "memory_by_zero_stage",
     "roofline_precisions", "online_softmax_tiles", "mma_fragments", "attention_bytes",
+    "kv_cache_growth", "decode_blocks", "paged_waste", "batching_timeline",
     "rate_bars",
 ]
