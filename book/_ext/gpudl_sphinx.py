@@ -254,7 +254,7 @@ def _ch09_figures() -> dict:
     caches["Llama 2 70B with 64 KV heads"] = [kv_cache_bytes(80, 64, 128, t) for t in tokens]
     lengths = [2**p for p in range(7, 18)]
     blocks = {"v1_one_block_per_head": [32] * len(lengths),
-              "v2_split_kv": [32 * -(-s // decode.SPLIT_SIZE) for s in lengths]}
+              "v2_split_kv": [32 * -(-s // decode.GPU_SPLIT_SIZE) for s in lengths]}
     requests = request_stream(200, 32.0, seed=0)
     block_sizes = (8, 16, 32, 64)
     waste = [paged.measure_waste(requests, b, 2048, 0.02) for b in block_sizes]

@@ -51,7 +51,7 @@ Array = Any
 Launch = Callable[..., None]
 
 __all__ = [
-    "TILE", "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE",
+    "TILE", "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE", "GPU_SPLIT_SIZE",
     "reference", "check_lengths", "check_decode_inputs", "plain_launch",
     "online_softmax_step", "contiguous_scores", "contiguous_values", "load_query",
     "attend_keys", "store_row",
@@ -64,9 +64,12 @@ TILE_PADDED = TILE + 1  # the partial-score tile's row: lanes of one column hit 
 MAX_HEAD_DIM = 128
 COLUMNS = MAX_HEAD_DIM // TILE  # head dimensions per thread: t, t + 32, t + 64, t + 96
 NEG_INF = float32(-np.inf)
-#: Keys per block of ``v2_split_kv`` unless the caller picks another: 8 tiles on a GPU (at
-#: batch 1, s = 8,192 and 32 heads: 1,024 blocks), one tile on the simulator.
-SPLIT_SIZE = backend.pick(gpu=256, sim=TILE)
+#: Keys per block of ``v2_split_kv`` on a GPU: 8 tiles (at batch 1, s = 8,192 and 32 heads:
+#: 1,024 blocks).
+GPU_SPLIT_SIZE = 8 * TILE
+#: Keys per block of ``v2_split_kv`` unless the caller picks another: the GPU's, and one tile
+#: on the simulator.
+SPLIT_SIZE = backend.pick(gpu=GPU_SPLIT_SIZE, sim=TILE)
 
 
 def reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
