@@ -10,7 +10,8 @@ Book section: *Preface* and README, "Commands".
   copies them into ``results/`` (notebooks executed on a GPU only if they pass nbval here;
   ``--keep RUN/results/TOPIC-cuda.json`` chooses among two results of one topic).
 * ``python -m gpudl notebooks [NAME ...]`` re-executes notebooks in place on the current
-  backend, printing progress cell by cell.
+  backend, printing progress cell by cell, and records in each notebook's metadata how long it
+  took and where (``metadata["gpudl"]``, which the preface's table of lab times reads).
 * ``python -m gpudl estimate ...`` runs Chapter 7's calculators (training time, MFU, memory
   per GPU, the GPU table).
 * ``python -m gpudl ptx KERNEL`` prints a kernel's PTX for sm_90 (or ``--cc``), compiled
@@ -23,10 +24,13 @@ with status 2 (:class:`gpudl.checks.OneLineArgumentParser`).
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import shutil
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import gpudl  # (decides the backend before anything imports numba)
@@ -119,10 +123,14 @@ def execute_notebooks(names: list[str], timeout: int = 1800) -> None:
             continue
         finally:
             shutil.rmtree(sockets.parent, ignore_errors=True)
+        seconds = time.perf_counter() - done["t"]
+        nb.metadata["gpudl"] = {"seconds": round(seconds, 1), "backend": gpudl.backend.name(),
+                                "cpu_threads": os.cpu_count(), "machine": platform.machine(),
+                                "date": datetime.now(UTC).date().isoformat()}
         partial = path.with_name(f".{path.name}.part")  # whole or not at all, even if killed
         nbformat.write(nb, partial)
         partial.replace(path)
-        print(f"  wrote {path} in {time.perf_counter() - done['t']:.1f} s", flush=True)
+        print(f"  wrote {path} in {seconds:.1f} s", flush=True)
     if failed:
         raise SystemExit(f"notebooks that raised (left unchanged): {', '.join(failed)}")
 

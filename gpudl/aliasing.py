@@ -1,6 +1,6 @@
 """One memory passed twice to a kernel that writes it: refused on the simulator.
 
-Book section: Chapter 4, "Kernels on a framework's tensors" (why the simulator and a GPU could
+Book section: appendix D, "One memory, passed twice" (why the simulator and a GPU could
 disagree, and the check that keeps them in step).
 
 On a GPU a kernel's array arguments are pointers: two arguments that name the same memory are

@@ -1,6 +1,6 @@
 """Choose the backend once: a real CUDA GPU, or Numba's CUDA simulator.
 
-Book section: *Preface, "Three ways to use this book"* and *Chapter 1, "Two backends, one
+Book section: *Preface, "Three ways to use this book"* and *appendix D, "Two backends, one
 code path"*.
 
 The choice is made when :mod:`gpudl` is first imported, **before numba is imported anywhere**,

@@ -39,6 +39,7 @@ __all__ = [
     "check_instance",
     "check_int",
     "check_ints",
+    "check_kernel_array",
     "check_positive",
     "check_real",
     "check_real_mapping",
@@ -223,15 +224,22 @@ def is_device_array(x: object) -> bool:
 
 def check_float32_array(name: str, x: object, ndim: int) -> bool:
     """Check that ``x`` is a float32, ``ndim``-D, C-contiguous NumPy or numba device array;
-    return True if it is on the device. ``TypeError`` for the wrong type or dtype,
-    ``ValueError`` for the wrong rank or a strided view, each naming ``name``."""
+    return True if it is on the device (:func:`check_kernel_array` with float32)."""
+    return check_kernel_array(name, x, ndim, np.float32)
+
+
+def check_kernel_array(name: str, x: object, ndim: int, dtype: type) -> bool:
+    """Check that ``x`` is a C-contiguous ``ndim``-D NumPy or numba device array of
+    ``dtype`` (float32 data, int32 lengths and block tables, int8 weights); return True if
+    it is on the device. ``TypeError`` for the wrong type or dtype, ``ValueError`` for the
+    wrong rank or a strided view, each naming ``name``."""
     on_device = is_device_array(x)
     if not (on_device or isinstance(x, np.ndarray)):
         raise TypeError(
             f"{name} must be a NumPy array or a numba device array, got {type(x).__name__}"
         )
-    if x.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
+    if x.dtype != np.dtype(dtype):
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {x.dtype}")
     if x.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got {x.ndim}-D with shape {x.shape}")
     if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):

@@ -1,7 +1,7 @@
 """Run the book's Numba kernels on PyTorch tensors in place, without copies.
 
-Book section: Chapter 4, "Kernels on a framework's tensors" (the optimizers) and "What a
-launch costs" (:class:`KernelArrays`), and Chapter 5 (the gradient-bucket kernel).
+Book section: appendix D, "Torch tensors as kernel arrays" (used by Chapter 4's optimizers,
+Chapter 5's gradient-bucket kernel and Chapter 6's fused bias and GeLU).
 
 On a GPU a CUDA tensor exports ``__cuda_array_interface__``, and
 :func:`numba.cuda.as_cuda_array` wraps the same device memory. The simulator has no device

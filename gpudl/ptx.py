@@ -1,6 +1,7 @@
 """The PTX of the book's kernels for a GPU (sm_90 by default), compiled without one.
 
-Book section: Chapter 2, "Bytes in flight" (reading a kernel's loads and stores in its PTX),
+Book section: Chapter 2, "Reading the compiler's output: PTX and SASS" (a kernel's loads and
+stores in its PTX),
 and Chapter 8, "A warp-level mma from Numba" (the ``mma.sync`` instruction in a kernel's PTX).
 
 ``python -m gpudl ptx KERNEL`` prints the PTX that numba-cuda generates for one of the kernels
@@ -57,6 +58,7 @@ Job = tuple[str, str, str, "tuple | None"]
 _F1 = "float32[::1]"
 _F2 = "float32[:, ::1]"
 _ADAM_SCALARS = "boolean, " + ", ".join(["float32"] * 8)
+_F3, _F4, _I1 = "float32[:, :, ::1]", "float32[:, :, :, ::1]", "int32[::1]"
 
 #: Kernel name -> (module, function, signature) of every kernel ``python -m gpudl ptx`` knows.
 KERNELS: dict[str, tuple[str, str, str]] = {
@@ -87,6 +89,37 @@ KERNELS: dict[str, tuple[str, str, str]] = {
     "timing_hold": ("gpudl.bench.timing", "hold_kernel", "void(int64)"),
     "warp_mma": ("gpudl.kernels.mma", "warp_mma",
                  "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1])"),
+    # Chapter 9
+    "decode_v1_one_block_per_head": ("gpudl.kernels.decode", "v1_one_block_per_head",
+                                     f"void({_F3}, {_F4}, {_F4}, {_I1}, {_F3}, float32)"),
+    "decode_v2_split_kv": ("gpudl.kernels.decode", "v2_split_kv",
+                           f"void({_F3}, {_F4}, {_F4}, {_I1}, {_F3}, {_F3}, {_F4}, int32, "
+                           "float32)"),
+    "decode_v2_combine_splits": ("gpudl.kernels.decode", "v2_combine_splits",
+                                 f"void({_F3}, {_F3}, {_F4}, {_I1}, {_F3}, int32)"),
+    "paged_v1_paged": ("gpudl.kernels.paged", "v1_paged",
+                       f"void({_F3}, {_F4}, {_F4}, int32[:, ::1], {_I1}, {_F3}, float32)"),
+    "paged_v1_scatter_tokens": ("gpudl.kernels.paged", "v1_scatter_tokens",
+                                f"void({_F3}, {_F3}, {_I1}, {_F4}, {_F4})"),
+    "quant_v1_dequantize": ("gpudl.kernels.quant", "v1_dequantize",
+                            f"void(int8[:, ::1], {_F1}, {_F2})"),
+    "quant_v1_gemv": ("gpudl.kernels.quant", "v1_gemv", f"void({_F2}, {_F2}, {_F2})"),
+    "quant_v2_dequantize_in_registers": ("gpudl.kernels.quant", "v2_dequantize_in_registers",
+                                         f"void({_F2}, int8[:, ::1], {_F1}, {_F2})"),
+    "decoder_v1_embed": ("gpudl.kernels.decoder_layers", "v1_embed",
+                         f"void({_I1}, {_I1}, {_F2}, {_F2}, {_F2}, {_I1})"),
+    "decoder_v1_linear": ("gpudl.kernels.decoder_layers", "v1_linear",
+                          f"void({_F2}, {_F2}, {_F1}, {_F2}, boolean)"),
+    "decoder_v1_add_layernorm": ("gpudl.kernels.decoder_layers", "v1_add_layernorm",
+                                 f"void({_F2}, {_F2}, {_F1}, {_F1}, {_F2}, float32)"),
+    "decoder_v1_append_kv": ("gpudl.kernels.decoder_layers", "v1_append_kv",
+                             f"void({_F2}, {_F2}, {_I1}, {_F4}, {_F4})"),
+    "decoder_v1_argmax_next": ("gpudl.kernels.decoder_layers", "v1_argmax_next",
+                               f"void({_F2}, {_I1}, {_I1}, {_I1})"),
+    "ch09_gemv_int4": ("gpudl.solutions.ch09", "gemv_int4_kernel",
+                       f"void({_F2}, uint8[:, ::1], {_F1}, {_F2})"),
+    "decode_bench_bump": ("gpudl.bench.decode", "bump_kernel", f"void({_F1})"),
+    "decode_bench_rewind": ("gpudl.bench.decode", "rewind_kernel", f"void({_I1})"),
 }
 
 _DEFAULT_CC = (9, 0)

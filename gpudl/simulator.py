@@ -1,7 +1,7 @@
 """What Numba's CUDA simulator lacks, supplied: warp intrinsics, thread-safe shared arrays, and
 the launch guard against one memory passed twice.
 
-Book section: *Chapter 1, "Two backends, one code path"*.
+Book section: *appendix D, "Two backends, one code path"*.
 
 :mod:`gpudl` calls :func:`install` when :mod:`gpudl.backend` has chosen the simulator (never on
 a real GPU). It supplies the warp-level intrinsics the simulator lacks (``shfl_sync``,

@@ -37,6 +37,8 @@ def test_row_rates_and_keys(capsys):
     assert "copy: median 2.000 ms" in capsys.readouterr().out
     meaningless = row("sim", Timing((1.0,), "wall-clock", False), n_bytes=8)
     assert meaningless["gbps"] is None and meaningless["tflops"] is None
+    assert meaningless["median_s"] == 1.0  # kept in the row, but not printed
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize(("args", "kwargs", "error"), [
@@ -125,7 +127,7 @@ def test_write_results_rejects_bad_arguments(tmp_path, topic, body, error):
 
 SMALL = {  # each topic at a size the simulator runs in seconds
     "elementwise": dict(n=100, repeats=1),
-    "memory": dict(n=64, hierarchy=False, p2p=False),
+    "memory": dict(n=64, hierarchy=False),
     "matmul": dict(sizes=(8,), mlp=False),
     "optim": dict(sizes=(17,), small=(2, 3), repeats=1),
     "allreduce": dict(world_sizes=(2,), sizes_bytes=[4096], repeats=1),
@@ -135,6 +137,7 @@ SMALL = {  # each topic at a size the simulator runs in seconds
     "launch": dict(calls=20, repeats=2, tensors=20),
     "attention": dict(s_values=(17,), heads=1, d=8),
     "tensorcores": dict(sizes=(16,), kernel_sizes=(16,)),
+    "decode": dict(s=20, heads=1, d=4, n=8),
 }
 
 

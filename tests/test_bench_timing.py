@@ -220,3 +220,23 @@ def test_time_interleaved_keeps_sampling_until_every_call_is_stable():
     assert len(result["a"].samples) == len(result["b"].samples) > timing.POLICY["min_repeats"]
     assert sum(result["b"].samples) * 3 >= timing.POLICY["row_s"] or (
         len(result["b"].samples) == timing.POLICY["max_repeats"])
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_fp32_matmuls_sets_the_switch_and_restores_it(precision):
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    with timing.fp32_matmuls(precision):
+        assert matmul.fp32_precision == precision
+    assert matmul.fp32_precision == before
+    with pytest.raises(RuntimeError, match="inside"), timing.fp32_matmuls(precision):
+        raise RuntimeError("an error inside the block")
+    assert matmul.fp32_precision == before
+
+
+def test_fp32_matmuls_refuses_an_unknown_precision():
+    with pytest.raises(ValueError, match="precision must be 'ieee' or 'tf32', got 'fp16'"):
+        with timing.fp32_matmuls("fp16"):
+            pass

@@ -249,3 +249,13 @@ def test_repository_and_launch_buttons_follow_the_one_setting(html_dir):
         assert not [u for u in lab if "github.com" in u]
     else:
         assert launch and all(url.rsplit("github.com/", 1)[-1] in u for u in launch)
+
+
+def test_every_page_has_one_search_box_a_favicon_and_search_snippets_without_tex(html_dir):
+    page = (html_dir / "book" / "ch01-hardware.html").read_text()
+    sidebar = page[page.index('id="pst-primary-sidebar"'):page.index('class="bd-main"')]
+    assert "search-button-field" not in sidebar  # the header's search field is the only one
+    assert 'rel="icon"' in page and (html_dir / "_static" / "favicon.ico").stat().st_size > 0
+    assert "gpudl-search.js" in (html_dir / "search.html").read_text()
+    script = (html_dir / "_static" / "gpudl-search.js").read_text()
+    assert "htmlToText" in script and "\\\\times" in script

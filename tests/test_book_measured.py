@@ -126,3 +126,22 @@ def test_a_malformed_record_is_a_sphinx_error_naming_the_file_and_field(tmp_path
     assert "Exception occurred" not in done.stderr, done.stderr[-3000:]
     assert expected in done.stderr and "gpudl-measured elementwise bandwidth" in done.stderr, (
         done.stderr[-3000:])
+
+
+def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(tmp_path):
+    book, labs = tmp_path / "book", tmp_path / "notebooks"
+    book.mkdir()
+    labs.mkdir()
+    (book / "ch01-a.md").write_text(
+        "# One two\n\nthree four five\n\n```python\nnot counted at all\n```\n\n"
+        "```{admonition} Six\nseven eight\n```\n\n```{literalinclude} x.py\n:pyobject: f\n```\n")
+    (book / "ch02-b.md").write_text(" ".join(["word"] * 300) + "\n")
+    assert gpudl_measured.prose_words((book / "ch01-a.md").read_text()) == 8
+    run = {"seconds": 125.0, "backend": "simulator", "cpu_threads": 2, "date": "2026-12-01"}
+    (labs / "01-a.ipynb").write_text(json.dumps({"metadata": {"gpudl": run}, "cells": []}))
+    (labs / "02-b.ipynb").write_text(json.dumps({"metadata": {}, "cells": []}))
+    rows = gpudl_measured.reading_and_lab_times(book, labs)
+    assert rows[0].startswith("| chapter | words of prose | reading |")
+    assert rows[2] == "| 1 | 8 | 0 min | 2 min on the simulator, 2 CPU threads, 2026-12-01 |"
+    minutes = 300 / gpudl_measured.WORDS_PER_MINUTE
+    assert rows[3] == f"| 2 | 300 | {minutes:.0f} min | not recorded |"

@@ -122,7 +122,7 @@ def test_spec_is_self_consistent(name):
     s = SPECS[name]
     assert s.cuda_cores == s.sm_count * s.fp32_cores_per_sm
     assert s.fp32_cores_per_sm == FP32_CORES_PER_SM[s.compute_capability]
-    assert s.source in bib_keys(), f"{s.source} is not in {BIB}"
+    assert all(key in bib_keys() for key in s.source.split(",")), f"{s.source} not in {BIB}"
     # Tensor cores do at least twice the FP32 rate (exactly twice on the RTX 4090 with FP32
     # accumulation); bf16 needs tensor cores.
     if s.fp16_tensor_tflops is not None:

@@ -250,10 +250,10 @@ def test_launch_configs_cover_the_output_with_one_block_per_tile():
 # ------------------------------------------------------------------------------------------
 
 
-def test_bench_rows_check_every_output_and_restore_tf32():
+def test_bench_rows_check_every_output_and_restore_the_fp32_precision():
     import torch
 
-    before = torch.backends.cuda.matmul.allow_tf32
+    before = torch.backends.cuda.matmul.fp32_precision
     size = backend.pick(gpu=256, sim=12)
     body = bench.run(sizes=(size,), mlp=False)
     rows = body["rows"]
@@ -267,17 +267,17 @@ def test_bench_rows_check_every_output_and_restore_tf32():
     (goal,) = body["bars"]
     assert goal["name"] == "best_matmul_vs_torch" and goal["denominator"] == f"torch n={size}"
     assert (goal["verdict"] is None) == backend.is_simulator()
-    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert torch.backends.cuda.matmul.fp32_precision == before
 
 
 def test_bench_refuses_a_wrong_output(monkeypatch):
     import torch
 
-    before = torch.backends.cuda.matmul.allow_tf32
+    before = torch.backends.cuda.matmul.fp32_precision
     monkeypatch.setattr(matmul_kernels, "VARIANTS", {"nothing": lambda a, b, c: None})
     with pytest.raises(RuntimeError, match="nothing at 8: .* nan times its error bound"):
         bench.bench_matmul(sizes=(8,))
-    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert torch.backends.cuda.matmul.fp32_precision == before
 
 
 @pytest.mark.parametrize("sizes", [(0,), (16, -1), (2.0,)])

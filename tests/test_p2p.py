@@ -46,8 +46,11 @@ def test_p2p_bandwidth():
         assert row["backend"] == default_backend(2)
         assert row["time_s"] > 0
         assert row["gbps"] == pytest.approx(row["size_bytes"] / row["time_s"] / 1e9)
+        assert row["best_gbps"] == pytest.approx(row["size_bytes"] / row["min_s"] / 1e9)
+        assert row["best_gbps"] >= row["gbps"]
     table = format_table(rows).splitlines()
-    assert table[0].split() == ["size", "backend", "time", "(us)", "bw", "(GB/s)"]
+    assert table[0].split() == ["size", "backend", "time", "(us)", "bw", "(GB/s)", "fastest",
+                                "(GB/s)"]
     assert len(table) == len(sizes) + 1
 
 
@@ -56,3 +59,15 @@ def test_p2p_bandwidth():
 def test_ranks_past_1_wait_and_return_nothing():
     rows, *others = spawn(p2p_bandwidth_worker, 3, [4096], 1, 0)
     assert len(rows) == 1 and others == [[], []]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_the_allreduce_topic_measures_send_and_receive_too():
+    from gpudl.bench import allreduce
+
+    body = allreduce.run(world_sizes=(2,), sizes_bytes=[4096], repeats=1)
+    assert [r["size_bytes"] for r in body["rows"]] == [4096]
+    assert body["p2p_skipped"] is None and [r["size_bytes"] for r in body["p2p"]] == [4096]
+    assert "p2p" not in allreduce.run(world_sizes=(2,), sizes_bytes=[4096], repeats=1,
+                                      p2p=False)

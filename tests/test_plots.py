@@ -245,13 +245,36 @@ def test_optimizer_traffic_plots_the_counted_bytes():
 
 def test_zero_partition_totals_are_the_zero_accounting():
     from gpudl.estimate import model_state_memory
-    from gpudl.plots.ch04 import held_bytes
+    from gpudl.plots.ch06 import held_bytes
 
     fig = plots.zero_partition(4)
     held = held_bytes(fig)
     for stage in range(4):
         expected = model_state_memory(1000, n_gpus=4, zero_stage=stage) / 1000
         assert [held[(stage, r)] for r in range(4)] == pytest.approx([expected] * 4)
+
+
+def test_the_master_weight_keeps_the_updates_bfloat16_rounds_away():
+    from gpudl.plots.ch04 import weight_after_updates
+
+    w = weight_after_updates(100, -1e-3)
+    assert all(len(v) == 101 for v in w.values())
+    assert set(w["bfloat16"]) == {1.0}  # each update is below half the spacing below 1
+    assert w["float32"][-1] == pytest.approx(0.9, abs=1e-5)
+    assert w["float32, read as bfloat16"][-1] == 0.8984375
+    fig = plots.master_weight_updates()
+    lines = {line.get_gid(): list(line.get_ydata()) for line in fig.axes[0].lines}
+    assert lines == w
+
+
+def test_ring_steps_label_sits_just_below_its_panels():
+    fig = plots.ring_steps(4)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panels = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes)  # with their tick labels
+    label = fig._supxlabel.get_window_extent(renderer)
+    assert label.y1 < panels  # below them
+    assert panels - label.y1 < 0.3 * fig.dpi  # and not floating far below
 
 
 def test_ring_schedule_follows_the_ring_rule():

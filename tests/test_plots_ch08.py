@@ -35,6 +35,20 @@ def test_roofline_precisions_draws_one_roof_per_precision_and_places_points_on_i
     assert markers == {"k": 10 * bandwidth, "t": 989e12}  # memory-bound, and at the BF16 peak
 
 
+def test_roofline_precisions_keeps_its_legend_off_the_axes_and_their_label():
+    points = {f"kernel {k}": (10.0 ** (k / 2), "FP32") for k in range(7)}
+    fig = plots.roofline_precisions({"FP32": 67e12, "TF32": 494.5e12, "BF16": 989e12},
+                                    3.35e12, points, "t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    ax = fig.axes[0]
+    for artist in (ax, ax.xaxis.label):
+        assert not box.overlaps(artist.get_window_extent(renderer)), artist
+    assert box.y0 >= 0  # and inside the figure
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_online_softmax_tiles_shows_the_tiles_a_kernel_visits(causal):
     image = plots.online_softmax_tiles(100, 16, causal).axes[0].get_images()[0].get_array()

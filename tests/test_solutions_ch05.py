@@ -91,3 +91,9 @@ def test_best_bucket_count_by_hand():
     assert best == 10 and step == pytest.approx(1.6)
     # without latency, more buckets are never worse
     assert ch05.best_bucket_count(1.5, 1e9, 2, 2e9, 0.0, max_buckets=16)[0] == 16
+
+
+def test_exercise5_ring_allreduce_time_and_bytes():
+    seconds, sent = ch05.ring_allreduce_time_and_bytes()
+    assert sent == pytest.approx(1.75e9)
+    assert seconds == pytest.approx(4.375e-3)

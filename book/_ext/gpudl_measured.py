@@ -6,10 +6,16 @@ the speed goals that view is held to, and where the numbers come from (the GPU, 
 the CUDA, torch and numba versions, the date and the commit of the measured code). With no
 record it says *not yet measured* and how to measure it. The directive ``{gpudl-measured}`` of
 ``gpudl_sphinx`` calls it.
+
+:func:`reading_and_lab_times` is the preface's table of how long each chapter takes to read (its
+words at an assumed pace) and how long its lab took when last executed (recorded in the
+notebook's metadata by ``python -m gpudl notebooks``).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -178,7 +184,7 @@ def _memory_hierarchy(record: dict, path: Path) -> list[str]:
     return lines + ["", "```text", *record["hierarchy_table"].splitlines(), "```"]
 
 
-def _memory_p2p(record: dict, path: Path) -> list[str]:
+def _allreduce_p2p(record: dict, path: Path) -> list[str]:
     from gpudl import plots
 
     if not record.get("p2p"):
@@ -288,6 +294,21 @@ def _launch_costs(record: dict, path: Path) -> list[str]:
                    for r in record["rows"]])
 
 
+def _decode_group(group: str) -> Callable[[dict, Path], list[str]]:
+    def view(record: dict, path: Path) -> list[str]:
+        rows = _rows(record, group)
+        return _table(["", "time (µs)", "GB/s"],
+                      [[r["name"], f"{r['median_s'] * 1e6:,.1f}", _num(r["gbps"], 1)]
+                       for r in rows])
+    return view
+
+
+def _decode_graphs(record: dict, path: Path) -> list[str]:
+    rows = _rows(record, "graphs") + _rows(record, "decoder")
+    return _table(["", "kernels", "time (µs)"],
+                  [[r["name"], str(r["kernels"]), f"{r['median_s'] * 1e6:,.1f}"] for r in rows])
+
+
 #: topic -> view -> (how to draw it, the bars it is held to).
 VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, ...]]]] = {
     "elementwise": {
@@ -303,9 +324,8 @@ VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, .
         "reductions": (_memory_group("reductions", "Reductions (bytes read)"),
                        ("best_reduction_vs_torch_copy", "best_reduction_vs_torch_sum")),
         "hierarchy": (_memory_hierarchy, ()),
-        "p2p": (_memory_p2p, ()),
     },
-    "allreduce": {"busbw": (_allreduce_busbw, ())},
+    "allreduce": {"busbw": (_allreduce_busbw, ()), "p2p": (_allreduce_p2p, ())},
     "matmul": {"gflops": (_matmul_gflops, ("best_matmul_vs_torch",)),
                "mlp": (_matmul_mlp, ())},
     "optim": {"bandwidth": (_optim_bandwidth, ("fused_adam_vs_copy",
@@ -318,6 +338,9 @@ VIEWS: dict[str, dict[str, tuple[Callable[[dict, Path], list[str]], tuple[str, .
     "attention": {"times": (_attention_times, ("fused_",))},
     "tensorcores": {"torch": (_tensorcores_torch, ()),
                     "kernels": (_tensorcores_kernels, ("tensor_core_",))},
+    "decode": {"attention": (_decode_group("attention"), ("split_kv_",)),
+               "gemv": (_decode_group("gemv"), ("gemv_int8_",)),
+               "graphs": (_decode_graphs, ("graph_",))},
 }
 
 
@@ -373,3 +396,44 @@ def box_markdown(topic: str | None, view: str | None, record: dict | None,
 
 class MalformedRecord(ValueError):
     """A stored record that passed the schema but that a view cannot draw."""
+
+
+#: The reading pace the preface's estimates assume, in words of prose per minute (an assumed
+#: pace for technical text with formulas and code, not a measurement).
+WORDS_PER_MINUTE = 150
+
+
+def prose_words(text: str) -> int:
+    """The words of a chapter's MyST source outside its code and directive fences (the prose a
+    reader reads; listings and figures are not counted)."""
+    words, fence = 0, None
+    for line in text.splitlines():
+        marker = re.match(r"^\s*(`{3,}|:{3,})", line)
+        if marker and fence is None:
+            admonition = re.match(r"^\s*(`{3,}|:{3,})\{(admonition|note|figure)\}", line)
+            fence = None if admonition else marker.group(1)
+            continue
+        if fence is not None:
+            fence = None if line.strip() == fence else fence
+            continue
+        words += len(line.split())
+    return words
+
+
+def reading_and_lab_times(book: Path, notebooks: Path) -> list[str]:
+    """A table, one row per chapter: its words and the minutes they take at
+    :data:`WORDS_PER_MINUTE`, and the minutes its lab took when last executed, with the
+    backend and the CPU threads of that run (or that no run recorded its time)."""
+    rows = []
+    for md in sorted(book.glob("ch[0-9][0-9]-*.md")):
+        number = int(md.name[2:4])
+        words = prose_words(md.read_text())
+        lab = next(iter(sorted(notebooks.glob(f"{number:02d}-*.ipynb"))), None)
+        run = json.loads(lab.read_text())["metadata"].get("gpudl") if lab else None
+        if run is None:
+            took = "not recorded"
+        else:
+            took = (f"{run['seconds'] / 60:.0f} min on the {run['backend']}, "
+                    f"{run['cpu_threads']} CPU threads, {run['date']}")
+        rows.append([f"{number}", f"{words:,}", f"{words / WORDS_PER_MINUTE:.0f} min", took])
+    return _table(["chapter", "words of prose", "reading", "its lab, last executed"], rows)

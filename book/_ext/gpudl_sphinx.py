@@ -9,8 +9,10 @@
   core: its input checks (``if ...: raise`` blocks and ``check_*`` calls) become one comment
   line, and stay in the source;
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
-  ``LISTING_COLUMNS`` characters at 1280 px), and shows the repository and launch buttons only
-  when ``repository.url`` is set in _config.yml;
+  ``LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search page's
+  snippets without TeX (book/_static/gpudl-search.js), and shows the repository and launch
+  buttons only when ``repository.url`` is set in _config.yml;
+- the ``{gpudl-lab-times}`` directive renders the preface's reading and lab times;
 - the ``{gpudl-measured}`` directive renders a "Measured on a GPU" box from the stored
   ``results/<topic>-cuda.json`` (a table or figure, the speed goals, the GPU and commit), or
   says *not yet measured* where none is stored (`gpudl_measured`);
@@ -134,9 +136,6 @@ def _model_figures() -> dict:
         # Chapter 1
         "sm-cc90.png": lambda: plots.sm_diagram((9, 0)),
         "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
-        "ring-model.png": lambda: plots.ring_allreduce_model(
-            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
-        ),
         # Chapter 2 (the Hopper whitepaper's 50 MB of L2, cited in the chapter's table)
         "memory-levels-h100.png": lambda: plots.memory_levels("H100 SXM", l2_mb=50),
         "warp-sectors.png": lambda: plots.warp_sectors(on_simulator(plots.copy_requests)),
@@ -153,13 +152,18 @@ def _model_figures() -> dict:
         # Chapter 4: two parameter tensors are enough, the counts are per parameter
         "adam-traffic.png": lambda: plots.optimizer_traffic(
             on_simulator(traffic_table, (40, 13))),
-        "zero-partition.png": lambda: plots.zero_partition(4),
-        # Chapter 5 (the timeline's inputs are assumptions, stated in the caption)
+        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        # Chapter 5 (the model's and the timeline's inputs are assumptions, stated in the
+        # captions)
+        "ring-model.png": lambda: plots.ring_allreduce_model(
+            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
+        ),
         "ring-steps.png": lambda: plots.ring_steps(4),
         "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
         # Chapter 6
         "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
         "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
+        "zero-partition.png": lambda: plots.zero_partition(4),
         # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(
             training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
@@ -217,6 +221,62 @@ def _ch08_figures() -> dict:
     }
 
 
+def _ch09_figures() -> dict:
+    """Chapter 9's figures, all from deterministic models: the roofline of prefill and
+    decode, the KV cache against a GPU's memory, the blocks each decode variant launches,
+    the paged cache's waste and batching on the seeded stream the lab replays (whose
+    numbers the chapter glues from the lab)."""
+    from gpudl import plots
+    from gpudl.estimate import (
+        MODELS,
+        POLICIES,
+        StepCost,
+        decode_intensity,
+        kv_cache_bytes,
+        prefill_intensity,
+        request_stream,
+        simulate,
+    )
+    from gpudl.hardware import SPECS
+    from gpudl.kernels import decode, paged
+
+    h100, llama7, llama70 = SPECS["H100 SXM"], MODELS["Llama 2 7B"], MODELS["Llama 2 70B"]
+    peak, bandwidth = h100.bf16_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9
+    kv7 = llama7.kv_bytes_per_token()
+    points = {f"decode b={b}": (decode_intensity(7e9, b), "BF16") for b in (1, 16, 256)}
+    points["decode b=16, 1,024 tokens cached"] = (
+        decode_intensity(7e9, 16, 16 * 1024, kv7), "BF16")
+    points["decode b=1, int8 weights"] = (decode_intensity(7e9, 1, bytes_per_param=1), "BF16")
+    points["prefill s=512"] = (prefill_intensity(7e9, 512, kv7), "BF16")
+    tokens = [2**p for p in range(10, 21)]
+    caches = {f"{m.name} ({m.kv_heads} KV heads)": [kv_cache_bytes(
+        m.layers, m.kv_heads, m.head_dim, t) for t in tokens] for m in (llama7, llama70)}
+    caches["Llama 2 70B with 64 KV heads"] = [kv_cache_bytes(80, 64, 128, t) for t in tokens]
+    lengths = [2**p for p in range(7, 18)]
+    blocks = {"v1_one_block_per_head": [32] * len(lengths),
+              "v2_split_kv": [32 * -(-s // decode.GPU_SPLIT_SIZE) for s in lengths]}
+    requests = request_stream(200, 32.0, seed=0)
+    block_sizes = (8, 16, 32, 64)
+    waste = [paged.measure_waste(requests, b, 2048, 0.02) for b in block_sizes]
+    cost = StepCost(7e9, peak, bandwidth, kv7)
+    return {
+        "roofline-decode-h100.png": lambda: plots.roofline_precisions(
+            {"BF16": peak}, bandwidth, points,
+            "A 7B model in bf16 on an H100 SXM (datasheet roofline)"),
+        "kv-cache-llama2.png": lambda: plots.kv_cache_growth(
+            tokens, caches, {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9},
+            "The KV cache in fp16, all sequences together"),
+        "decode-blocks.png": lambda: plots.decode_blocks(
+            lengths, blocks, h100.sm_count, "Decode attention, batch 1, 32 heads"),
+        "paged-waste.png": lambda: plots.paged_waste(
+            block_sizes, [w["paged_waste"] for w in waste], waste[0]["contiguous_waste"],
+            "KV-cache positions reserved but empty, 200 requests"),
+        "batching.png": lambda: plots.batching_timeline(
+            [simulate(requests, cost, 32, p) for p in POLICIES], 32,
+            "200 requests at 32 per second, batches of at most 32 (cost model)"),
+    }
+
+
 def _draw_figures(app) -> None:
     if not app.config.gpudl_model_figures:
         return
@@ -226,7 +286,7 @@ def _draw_figures(app) -> None:
     import matplotlib.pyplot as plt
 
     GENERATED.mkdir(exist_ok=True)
-    for name, draw in {**_model_figures(), **_ch08_figures()}.items():
+    for name, draw in {**_model_figures(), **_ch08_figures(), **_ch09_figures()}.items():
         fig = draw()
         fig.savefig(GENERATED / name, dpi=110)
         plt.close(fig)
@@ -356,6 +416,7 @@ class MeasuredBox(SphinxDirective):
     option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
 
     def run(self):
+        from gpudl_i18n import generated_nodes
         from gpudl_measured import box_markdown
 
         from gpudl.bench.results import load_record
@@ -375,13 +436,30 @@ class MeasuredBox(SphinxDirective):
         except Exception as err:  # noqa: BLE001  (any stored file the book cannot show is an
             # error of the build, naming the file and the field, never a crash of Sphinx)
             raise self.error(f"gpudl-measured {topic} {view}: {err}") from None
-        lines = [*self.content, "", *measured]
         box = nodes.admonition(classes=["important"])
         title = self.options.get("title", "Measured on a GPU")
         box += nodes.title(title, title)
-        self.state.nested_parse(StringList(lines, source=f"gpudl-measured {topic} {view}"),
+        box[0].source, box[0].line = self.get_source_info()  # a message to translate
+        source = f"gpudl-measured {topic} {view}"
+        self.state.nested_parse(StringList(list(self.content), source=source),
                                 self.content_offset, box)
+        box += generated_nodes(self.state, measured, source, self.content_offset)
         return [box]
+
+
+class LabTimes(SphinxDirective):
+    """``{gpudl-lab-times}``: the preface's table of reading times (derived from each chapter's
+    words) and lab times (as recorded in each notebook's metadata when it was last executed)."""
+
+    def run(self):
+        from gpudl_measured import reading_and_lab_times
+
+        for path in (ROOT / "notebooks").glob("*.ipynb"):
+            self.env.note_dependency(str(path))
+        lines = reading_and_lab_times(ROOT / "book", ROOT / "notebooks")
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines, source="gpudl-lab-times"), 0, container)
+        return container.children
 
 
 def setup(app):
@@ -391,8 +469,10 @@ def setup(app):
     app.add_directive("literalinclude", Listing, override=True)
     app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))
     app.add_css_file("gpudl.css")
+    app.add_js_file("gpudl-search.js")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
+    app.add_directive("gpudl-lab-times", LabTimes)
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("missing-reference", _ignore_external)

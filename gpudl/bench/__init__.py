@@ -73,7 +73,9 @@ def row(name: str, timing: Timing, n_bytes: int | None = None, n_flops: float | 
     """One measurement: ``name``, the median, min and max of ``timing`` in seconds, ``runs``,
     ``method``, ``meaningful``, ``bytes`` and ``gbps`` (from ``n_bytes``), ``flops`` and
     ``tflops`` (from ``n_flops``), then the topic's own keys ``extra``. A rate is ``None``
-    where the timing means nothing for a GPU (the simulator's). Prints the row as it goes."""
+    where the timing means nothing for a GPU (the simulator's). Prints the row as it goes,
+    unless its timing means nothing: a simulated kernel's wall clock is kept in the row (and
+    the stored run) but not printed, since it describes Python threads, not a GPU."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a non-empty str, got {type(name).__name__} {name!r}")
     if not name:
@@ -96,12 +98,10 @@ def row(name: str, timing: Timing, n_bytes: int | None = None, n_flops: float | 
     clash = set(out) & set(extra)
     if clash:
         raise ValueError(f"extra keys must not replace a row's own, got {sorted(clash)}")
-    rate = ""
-    if n_bytes is not None:
-        rate = f", {out['gbps']:.2f} GB/s" if meaningful else ", GB/s n/a"
-    if n_flops is not None:
-        rate += f", {out['tflops']:.3f} TFLOP/s" if meaningful else ", TFLOP/s n/a"
-    print(f"  {name}: {timing}{rate}", flush=True)
+    if meaningful:
+        rate = "" if n_bytes is None else f", {out['gbps']:.2f} GB/s"
+        rate += "" if n_flops is None else f", {out['tflops']:.3f} TFLOP/s"
+        print(f"  {name}: {timing}{rate}", flush=True)
     return out | extra
 
 

@@ -1,9 +1,9 @@
 """Communication, timed: all-reduce and point-to-point bandwidth between ranks, every result
 checked exactly.
 
-Book section: *Chapter 1, "What connects GPUs"* (measuring an interconnect), *Chapter 2, "Past
-one GPU: send and receive"* (point-to-point bandwidth) and *Chapter 5, "Data parallelism"* (the
-ring all-reduce cost model against measurement). The model is
+Book section: *Chapter 5, "What connects GPUs"* (measuring an interconnect), "Send and
+receive" (point-to-point bandwidth) and "The ring all-reduce, from send and receive" (the ring
+timed against ``dist.all_reduce``). The model is
 :func:`gpudl.estimate.allreduce_time`; the messages and their checks are
 :mod:`gpudl.parallel.messages`'s.
 
@@ -29,7 +29,7 @@ import torch.distributed as dist
 from gpudl import backend, estimate
 from gpudl.bench import row
 from gpudl.bench.timing import Timing
-from gpudl.checks import check_int, check_ints
+from gpudl.checks import check_bool, check_int, check_ints
 from gpudl.parallel.data.comms import ring_all_reduce, ring_all_reduce_worker
 from gpudl.parallel.launch import (
     default_backend,
@@ -213,13 +213,15 @@ def p2p_bandwidth(
     """Spawn 2 processes and measure point-to-point bandwidth (one row per size).
 
     Rows (:func:`gpudl.bench.row`) add ``size_bytes``, ``backend``, ``time_s`` (one way,
-    median) and ``gbps``; see :func:`p2p_bandwidth_worker`.
+    median), ``gbps`` (from the median) and ``best_gbps`` (from the fastest run, the one the
+    rest of the machine disturbed least); see :func:`p2p_bandwidth_worker`.
     """
     sizes = default_sizes() if sizes_bytes is None else sizes_bytes
     _check_plan(sizes, repeats, warmup)
     measured = spawn(p2p_bandwidth_worker, 2, sizes, repeats, warmup, timeout=timeout)[0]
     return [row(f"send/recv {_human(m['size_bytes'])}", m["timing"], m["size_bytes"],
-                size_bytes=m["size_bytes"], backend=m["backend"], time_s=m["timing"].median)
+                size_bytes=m["size_bytes"], backend=m["backend"], time_s=m["timing"].median,
+                best_gbps=m["size_bytes"] / m["timing"].min / 1e9)
             for m in measured]
 
 
@@ -257,13 +259,16 @@ def time_ring_all_reduce(world_size: int, numels: list[int], repeats: int = 3,
 
 
 def run(world_sizes: tuple[int, ...] = (2, 4), sizes_bytes: list[int] | None = None,
-        repeats: int = 5) -> dict:
+        repeats: int = 5, p2p: bool = True) -> dict:
     """All-reduce bandwidth at each of ``world_sizes`` (on GPUs, those with a GPU per rank;
-    the others are skipped, and with none left the topic is)."""
+    the others are skipped, and with none left the topic is); then, unless switched off, the
+    point-to-point bandwidth between two ranks (``"p2p"``: on GPUs, ``None`` with fewer than
+    two, and ``"p2p_skipped"`` says why)."""
     check_ints("world_sizes", world_sizes, 1)
     if sizes_bytes is not None:
         _check_plan(sizes_bytes, repeats, 0)
     check_int("repeats", repeats, 1)
+    check_bool("p2p", p2p)
     rows, skipped = [], []
     for world_size in world_sizes:
         missing = gpus_missing(world_size)
@@ -274,6 +279,13 @@ def run(world_sizes: tuple[int, ...] = (2, 4), sizes_bytes: list[int] | None = N
         print(f"[allreduce] world size {world_size} ...", flush=True)
         rows += allreduce_bandwidth(world_size, sizes_bytes, repeats=repeats)
     body = {"rows": rows, "bars": [], "skipped_world_sizes": skipped}
+    if p2p:
+        print("[allreduce] point-to-point bandwidth, 2 ranks", flush=True)
+        missing = gpus_missing(2)
+        body["p2p"] = None if missing else p2p_bandwidth(sizes_bytes, repeats=repeats)
+        body["p2p_skipped"] = missing
+        if missing:
+            print(f"  skipped: {missing}", flush=True)
     if not rows:
         body["skipped"] = "; ".join(skipped)
     return body
@@ -299,11 +311,13 @@ _COLUMNS = [  # key, header, width, how a value is written
 def format_table(rows: list[dict]) -> str:
     """The rows of :func:`allreduce_bandwidth` or :func:`p2p_bandwidth` as a text table.
 
-    One column for each key the rows have, in a fixed order (for send/recv: the bandwidth).
+    One column for each key the rows have, in a fixed order (for send/recv: the bandwidth of
+    the median run and of the fastest).
     """
     columns = [column for column in _COLUMNS if rows and column[0] in rows[0]]
     if rows and "algbw_gbs" not in rows[0]:
-        columns.append(("gbps", "bw (GB/s)", 9, "{:.3f}".format))
+        columns += [("gbps", "bw (GB/s)", 9, "{:.3f}".format),
+                    ("best_gbps", "fastest (GB/s)", 14, "{:.3f}".format)]
     lines = [" ".join(f"{header:>{width}}" for _, header, width, _ in columns)]
     for r in rows:
         lines.append(" ".join(f"{fmt(r[key]):>{width}}" for key, _, width, fmt in columns))

@@ -20,7 +20,7 @@ import torch
 from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
-from gpudl.bench.timing import time_cuda
+from gpudl.bench.timing import fp32_matmuls, time_cuda
 from gpudl.checks import check_bool, check_ints
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels.arrays import EPS32, poisoned
@@ -51,12 +51,8 @@ def bench_matmul(sizes: tuple[int, ...] | None = None) -> list[dict]:
     """
     sizes = backend.pick(gpu=(1024, 2048, 4096), sim=(48,)) if sizes is None else sizes
     check_ints("sizes", sizes, 1)
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # TF32 rounds inputs to 10-bit mantissas
-    try:
+    with fp32_matmuls("ieee"):  # TF32 would round the inputs to 10-bit mantissas
         return [r for size in sizes for r in _bench_size(size)]
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def _bench_size(size: int) -> list[dict]:

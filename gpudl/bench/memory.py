@@ -1,9 +1,9 @@
 """Chapter 2's measurements: copies, transposes and reductions against a torch copy; latency and
-bandwidth per level of the memory hierarchy; point-to-point bandwidth between two GPUs.
+bandwidth per level of the memory hierarchy.
 
 Book section: Chapter 2, the "Measured on a GPU" boxes of "Coalescing", "Shared memory and bank
-conflicts", "Reductions, step by step", "Latency and bandwidth per level" and "Past one GPU:
-send and receive".
+conflicts", "Reductions, step by step" and "Latency and bandwidth per level". (The bandwidth
+between two GPUs is :mod:`gpudl.bench.allreduce`'s, Chapter 5.)
 
 ``python -m gpudl bench memory`` runs :func:`run` and stores ``results/memory-<backend>.json``.
 Every kernel's output is checked before its time is reported.
@@ -20,7 +20,6 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench import hierarchy as bench_hierarchy
-from gpudl.bench.allreduce import gpus_missing, p2p_bandwidth
 from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_bool, check_int
 from gpudl.kernels import memory as memory_kernels
@@ -55,16 +54,14 @@ BARS = (
 )
 
 
-def run(n: int | None = None, hierarchy: bool = True, p2p: bool = True) -> dict:
+def run(n: int | None = None, hierarchy: bool = True) -> dict:
     """Time the copies (coalesced in each variant, strided, misaligned), the transposes and
     the reductions of ``n`` float32 values (2**26 on a GPU, 1024 on the simulator), each with a
     torch copy (and ``torch.sum``) in the same run; then, unless switched off, the memory
-    hierarchy (:func:`gpudl.bench.hierarchy.measure`, with its ratio table) and the
-    point-to-point bandwidth between two ranks (on GPUs: skipped with fewer than two)."""
+    hierarchy (:func:`gpudl.bench.hierarchy.measure`, with its ratio table)."""
     n = backend.pick(gpu=1 << 26, sim=1024) if n is None else n
     check_int("n", n, 4)
     check_bool("hierarchy", hierarchy)
-    check_bool("p2p", p2p)
     rows = _kernels(n)
     body: dict = {"n": n, "transpose_side": int(np.sqrt(n)), "rows": rows,
                   "bars": evaluate_bars(BARS, rows)}
@@ -73,13 +70,6 @@ def run(n: int | None = None, hierarchy: bool = True, p2p: bool = True) -> dict:
         levels = bench_hierarchy.measure()
         body["hierarchy"] = levels
         body["hierarchy_table"] = bench_hierarchy.table(levels)
-    if p2p:
-        print("[memory] point-to-point bandwidth, 2 ranks", flush=True)
-        missing = gpus_missing(2)
-        body["p2p"] = None if missing else p2p_bandwidth(repeats=backend.pick(gpu=20, sim=5))
-        body["p2p_skipped"] = missing
-        if missing:
-            print(f"  skipped: {missing}", flush=True)
     return body
 
 

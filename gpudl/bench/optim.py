@@ -1,16 +1,16 @@
 """Chapter 4's measurement: one Adam step of each variant against a device copy of the same
 parameters and against torch's ``foreach`` and ``fused`` Adams.
 
-Book section: *Chapter 4*, the "Measured on a GPU" box of "Is shared memory the answer? The
-articles' claim".
+Book section: *Chapter 4*, the "Measured on a GPU" box of "Does shared memory help Adam?".
 
 ``python -m gpudl bench optim`` runs :func:`run` and stores ``results/optim-<backend>.json``.
 Every optimizer's first step is checked before it is timed (:func:`check_step`), each against
 the float64 reference computed with the hyperparameters that optimizer actually uses
-(:func:`hyper_used`): torch's fused CUDA Adam rounds ``lr``, the betas and ``eps`` to float32
-first, so that its ``1 - beta2`` is 0.000999987 rather than 0.001, a difference far larger than
-float32 rounding. A gpudl variant that fails its check stops the benchmark; a peer (torch) that
-fails it is timed all the same, and its row says which array was off.
+(:func:`hyper_used`). torch's fused CUDA Adam rounds its bias corrections to float32 (its step
+count is a float32); its reference is computed with ``lr``, the betas and ``eps`` rounded to
+float32, a reading of PyTorch's source not yet checked on a GPU. A gpudl variant that fails its
+check stops the benchmark; a peer (torch) that fails it is timed all the same, and its row says
+which array was off.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import torch
 
 from gpudl.bench import row
 from gpudl.bench.matmul import MLP_BATCH, MLP_SIZES
-from gpudl.bench.timing import Timing, time_cpu, time_cuda
+from gpudl.bench.timing import Timing, fp32_matmuls, time_cpu, time_cuda
 from gpudl.checks import check_int
 from gpudl.estimate import mfu, training_flops
 
@@ -46,13 +46,9 @@ def matmul_timing(n: int, dtype: str = "float32", repeats: int = 5) -> Timing:
     generator = torch.Generator().manual_seed(size)
     a, b = (torch.randn(size, size, generator=generator).to(DTYPES[dtype])
             .to("cuda" if on_gpu else "cpu") for _ in range(2))
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
+    with fp32_matmuls("ieee"):
         return (time_cuda(torch.matmul, a, b, warmup=2, repeats=runs) if on_gpu
                 else time_cpu(torch.matmul, a, b, warmup=1, repeats=runs))
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def measured_matmul_flops(n: int, dtype: str = "float32", repeats: int = 5) -> float:

@@ -19,16 +19,18 @@ __all__ = ["BAR_KEYS", "COMMIT_PATTERN", "RATES", "ROW_KEYS", "TOPICS", "check_r
 #: Topic -> what it measures; the topic's module is ``gpudl.bench.<topic>``.
 TOPICS: dict[str, str] = {
     "elementwise": "Chapter 1: vector add and SAXPY against a copy, CPU against GPU, divergence",
-    "memory": "Chapter 2: copies, transposes and reductions; the memory hierarchy; send/recv",
+    "memory": "Chapter 2: copies, transposes and reductions; the memory hierarchy",
     "matmul": "Chapter 3: the matmul variants against cuBLAS; an MLP's backward over forward",
     "optim": "Chapter 4: one Adam step of each variant against a copy and torch's Adams",
     "launch": "Chapter 4: what a kernel launch costs the host, by number and kind of argument",
-    "allreduce": "Chapters 1 and 5: all-reduce bandwidth between GPUs",
+    "allreduce": "Chapter 5: all-reduce and send/recv bandwidth between GPUs",
     "dataparallel": "Chapter 5: step times of manual, bucketed and DDP data parallelism",
     "pipeline": "Chapter 6: the pipeline bubble, measured against the formula",
     "precision": "Chapter 7: torch.matmul in FP32 and BF16; the kernel MLP's MFU",
     "attention": "Chapter 8: the two attention variants against torch's SDPA",
     "tensorcores": "Chapter 8: torch.matmul per precision; the tensor-core matmul against FP32",
+    "decode": "Chapter 9: decode attention against a copy, the int8 GEMV against torch's bf16, "
+              "CUDA graphs against eager launches",
 }
 
 #: The row keys a bar may compare, two rates (higher is faster) or the median time.

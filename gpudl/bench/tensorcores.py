@@ -22,7 +22,7 @@ import torch
 from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
-from gpudl.bench.timing import time_cpu, time_cuda
+from gpudl.bench.timing import fp32_matmuls, time_cpu, time_cuda
 from gpudl.checks import check_ints, check_real
 from gpudl.hardware import SPECS, GpuSpec, describe
 from gpudl.kernels import matmul as matmul_kernels
@@ -86,11 +86,7 @@ def run(sizes: Sequence[int] | None = None,
     info = describe()
     spec = None if backend.is_simulator() else datasheet_spec(info.name, info.memory_bytes)
     timed = {"warmup": backend.pick(gpu=2, sim=0), "repeats": backend.pick(gpu=5, sim=1)}
-    previous = torch.backends.cuda.matmul.allow_tf32
-    try:
-        rows = [r for n in sizes for r in _torch_matmul_rows(n, spec, timed)]
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
+    rows = [r for n in sizes for r in _torch_matmul_rows(n, spec, timed)]
     for n in kernel_sizes:
         rows += _kernel_matmul_rows(n, timed)
     n = max(kernel_sizes)
@@ -107,8 +103,8 @@ def _torch_matmul_rows(n: int, spec: GpuSpec | None, timed: dict) -> list[dict]:
         generator = torch.Generator().manual_seed(n)
         a, b = (torch.randn(n, n, generator=generator).to(
             "cuda" if on_gpu else "cpu", dtype) for _ in range(2))
-        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
-        timing = (time_cuda if on_gpu else time_cpu)(torch.matmul, a, b, **timed)
+        with fp32_matmuls("tf32" if name == "tf32" else "ieee"):
+            timing = (time_cuda if on_gpu else time_cpu)(torch.matmul, a, b, **timed)
         peak = None if spec is None else getattr(spec, _field(precision))
         measured = row(f"torch {name} n={n}", timing, None, 2 * n**3, size=n, dtype=name,
                        device="cuda" if on_gpu else "cpu", peak_tflops=peak)

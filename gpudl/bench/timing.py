@@ -20,14 +20,19 @@ kernel and torch's, say) timed in turns, sample by sample, so that a change of c
 temperature during the run affects them alike. :func:`time_cuda` takes samples the same way
 unless it is given a number of ``repeats``. A result whose bytes fit in the L2 cache measures
 latency and the cache, not device memory: :func:`row_kind` says which a row is.
+
+:func:`fp32_matmuls` sets, for the duration of a measurement, whether cuBLAS may run float32
+products on the tensor cores in TF32 (``torch.backends.cuda.matmul.fp32_precision``, the switch
+that replaced ``allow_tf32`` in torch 2.9), and restores the previous setting afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudl import backend
@@ -37,7 +42,7 @@ from gpudl.checks import check_int, check_positive, check_real, check_reals
 from numba import cuda
 
 __all__ = ["Timing", "POLICY", "time_cuda", "time_cpu", "time_interleaved", "choose_inner",
-           "spread", "stable", "hold_kernel", "row_kind", "gbps", "gflops"]
+           "spread", "stable", "hold_kernel", "row_kind", "gbps", "gflops", "fp32_matmuls"]
 
 #: The fair-timing policy: the least warm-up calls and calls per sample, the seconds a sample
 #: should fill, and when sampling stops (:func:`stable`): at least ``min_repeats`` samples,
@@ -266,3 +271,24 @@ def gbps(n_bytes: float, seconds: float) -> float:
 def gflops(n_flops: float, seconds: float) -> float:
     """Rate in GFLOP/s (10**9 floating-point operations per second)."""
     return _rate(n_flops, seconds, "n_flops")
+
+
+@contextlib.contextmanager
+def fp32_matmuls(precision: str) -> Iterator[None]:
+    """Run the ``with`` block with torch's float32 matrix products in ``precision``:
+    ``"ieee"`` (true float32, on the CUDA cores) or ``"tf32"`` (inputs rounded to TF32 on the
+    tensor cores), set with ``torch.backends.cuda.matmul.fp32_precision`` and restored on exit.
+
+    Book section: Chapter 3, "v5: an 8 × 8 block of outputs per thread" (why the comparison
+    with cuBLAS turns TF32 off) and Chapter 8, "Tensor cores"."""
+    import torch
+
+    if precision not in ("ieee", "tf32"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32', got {precision!r}")
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = previous

@@ -7,7 +7,7 @@ Book section: *Chapter 7, "A case study and choosing a GPU"* (the calculators' c
   :data:`gpudl.hardware.SPECS` at a given MFU.
 * ``estimate mfu``: the MFU a run implies, from its tokens per second (or tokens and hours).
 * ``estimate memory``: model state per GPU (ZeRO stages 0-3) plus activations, and which GPUs
-  it fits on.
+  it fits on; with ``--inference``, the weights and the KV cache of serving (Chapter 9).
 * ``estimate gpus``: the comparison table.
 
 The parsing lives here; the arithmetic is the rest of :mod:`gpudl.estimate` and
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 
 from gpudl import estimate
+from gpudl.checks import check_positive
 from gpudl.hardware import PRECISIONS, SPECS, compare_gpus, peak_flops
 
 __all__ = ["add_parser", "run"]
@@ -80,6 +81,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         p_mem.add_argument(flag, type=int,
                            help=f"{meaning} (give all five to add activations)")
     p_mem.add_argument("--recompute", choices=list(estimate.RECOMPUTE), default="none")
+    p_mem.add_argument("--inference", action="store_true",
+                       help="serving instead of training: the weights and the KV cache of "
+                            "--batch sequences of --seq-len tokens (needs --layers, "
+                            "--kv-heads and --head-dim)")
+    p_mem.add_argument("--kv-heads", type=int, help="key and value heads (--inference)")
+    p_mem.add_argument("--head-dim", type=int, help="head size (--inference)")
+    p_mem.add_argument("--weight-bytes", type=float, default=2,
+                       help="bytes per weight (--inference; default 2, bf16; 1 for int8)")
+    p_mem.add_argument("--kv-bytes", type=float, default=2,
+                       help="bytes per cached value (--inference; default 2, fp16)")
 
     p_gpus = sub.add_parser("gpus", help="the GPUs of gpudl.hardware.SPECS side by side")
     p_gpus.add_argument("--gb-per-gpu", type=float,
@@ -130,7 +141,35 @@ def _mfu(args: argparse.Namespace) -> None:
         print("above 100%: more than the GPUs' peak, so the inputs cannot all be true")
 
 
+def _inference_memory(args: argparse.Namespace) -> float:
+    needed = {"--layers": args.layers, "--kv-heads": args.kv_heads,
+              "--head-dim": args.head_dim, "--seq-len": args.seq_len, "--batch": args.batch}
+    missing = [flag for flag, value in needed.items() if value is None]
+    if missing:
+        raise ValueError(f"--inference needs {', '.join(missing)}")
+    weights = check_positive("--params", args.params) * check_positive(
+        "--weight-bytes", args.weight_bytes)
+    per_token = estimate.kv_cache_bytes(args.layers, args.kv_heads, args.head_dim, 1,
+                                        args.kv_bytes)
+    tokens = args.batch * args.seq_len
+    cache = estimate.kv_cache_bytes(args.layers, args.kv_heads, args.head_dim, tokens,
+                                    args.kv_bytes)
+    print(f"weights: {args.params:.4g} parameters x {args.weight_bytes:g} B = "
+          f"{weights / 1e9:.4g} GB")
+    print(f"KV cache per token: 2 x {args.layers} layers x {args.kv_heads} KV heads x "
+          f"{args.head_dim} x {args.kv_bytes:g} B = {per_token:,.0f} B "
+          f"({per_token / 2**10:,.4g} KiB, {per_token / 2**20:.4g} MiB)")
+    print(f"KV cache: {args.batch} sequence{'s' if args.batch != 1 else ''} x "
+          f"{args.seq_len:,} tokens = {cache / 1e9:.4g} GB ({cache / 2**30:.4g} GiB)")
+    return weights + cache
+
+
 def _memory(args: argparse.Namespace) -> None:
+    if args.inference:
+        total = _inference_memory(args)
+        print(f"total per GPU: {total / 1e9:.4g} GB")
+        _fits(total)
+        return
     state = estimate.model_state_memory(args.params, n_gpus=args.gpus,
                                         zero_stage=args.zero_stage, optimizer=args.optimizer,
                                         precision=args.precision)
@@ -151,6 +190,10 @@ def _memory(args: argparse.Namespace) -> None:
         print(f"activations: {args.layers} layers x {per_layer / 1e9:.4g} GB = "
               f"{per_layer * args.layers / 1e9:.4g} GB (recompute {args.recompute})")
     print(f"total per GPU: {total / 1e9:.4g} GB")
+    _fits(total)
+
+
+def _fits(total: float) -> None:
     rows = compare_gpus(total)
     print("fits on:", ", ".join(r["name"] for r in rows if r["fits"]) or "none")
     print("not on:", ", ".join(r["name"] for r in rows if not r["fits"]) or "none")

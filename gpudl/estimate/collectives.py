@@ -1,7 +1,7 @@
 """The ring all-reduce's cost, its fit to measurements, and a data-parallel step's time.
 
 Book section: *Chapter 5, "A cost model for a step"*; the all-reduce's cost is first met in
-*Chapter 1, "What connects GPUs"*. Units: bytes, seconds, and bytes per second (not bits, not
+*Chapter 5, "What connects GPUs"*. Units: bytes, seconds, and bytes per second (not bits, not
 GB/s).
 """
 

@@ -2,7 +2,8 @@
 activations a transformer layer keeps for its backward pass.
 
 Book section: *Chapter 7, "Memory: model state and activations"*; model state is first met in
-*Chapter 2, "Memory across GPUs"*, fused attention's activations in *Chapter 8, "What fused
+*Chapter 4, "Mixed precision"* and sharded in *Chapter 6, "Sharding the model state: ZeRO"*,
+fused attention's activations in *Chapter 8, "What fused
 attention saves"*. Units: bytes, seconds, and bytes per second (not bits, not GB/s).
 """
 
@@ -23,8 +24,8 @@ def model_state_memory(
 ) -> float:
     """Bytes of model state (parameters, gradients, optimizer state) that each GPU holds.
 
-    Book section: *Chapter 2, "Memory across GPUs"*. The accounting of ZeRO (Rajbhandari et
-    al. 2020), in bytes per parameter::
+    Book section: *Chapter 6, "Sharding the model state: ZeRO"*. The accounting of ZeRO
+    (Rajbhandari et al. 2020), in bytes per parameter::
 
         optimizer  precision  params  grads  optimizer state (K)
         adam       mixed      2       2      12  fp32 master copy, momentum, variance

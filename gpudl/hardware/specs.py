@@ -25,7 +25,8 @@ class GpuSpec:
     cores have no bfloat16). ``tf32_tflops`` is the tensor cores' TF32 rate (float32 products
     with inputs rounded to 10-bit mantissas, Chapter 8), ``None`` where the GPU has none or
     the source does not give it. ``cuda_cores`` is the published count, which must equal
-    ``sm_count * fp32_cores_per_sm``. ``source`` is a key of ``book/references.bib``.
+    ``sm_count * fp32_cores_per_sm``. ``source`` is a key of ``book/references.bib``, or
+    several separated by commas. ``year`` is the year the GPU first shipped.
     """
 
     name: str
@@ -51,7 +52,7 @@ _SPEC_LIST = [
     # reference card has 1.5 GB; AlexNet was trained on two 3 GB boards (Krizhevsky et al.
     # 2012), which keep the reference card's 384-bit, 4,008 MT/s memory.
     GpuSpec("GTX 580 3GB", "Fermi", 2010, (2, 0), 16, 32, 512, 3.0, "GDDR5", 192.4,
-            1.581, None, None, 244, "nvidia2010gtx580"),
+            1.581, None, None, 244, "nvidia2010gtx580,krizhevsky2012imagenet"),
     # SXM2 figures from the V100 datasheet (the 32 GB model was announced in 2018); SM count
     # from the Volta whitepaper. Volta's tensor cores have no bfloat16.
     GpuSpec("V100 SXM2 32GB", "Volta", 2018, (7, 0), 80, 64, 5120, 32.0, "HBM2", 900.0,
@@ -86,8 +87,9 @@ _SPEC_LIST = [
             30.3, 121.0, 121.0, 72, "nvidia2023l4", tf32_tflops=60.0),
     # The H100's GPU with 141 GB of HBM3e: the datasheet lists the same compute figures
     # (FP16/BF16 1,979 TFLOPS with sparsity, so 989 dense; TF32 989 sparse, 494.5 dense).
+    # Announced in November 2023, shipped from 2024.
     GpuSpec("H200 SXM", "Hopper", 2024, (9, 0), 132, 128, 16896, 141.0, "HBM3e", 4800.0,
-            67.0, 989.0, 989.0, 700, "nvidia2024h200", tf32_tflops=494.5),
+            67.0, 989.0, 989.0, 700, "nvidia2024h200,nvidia2023h200news", tf32_tflops=494.5),
 ]
 
 #: GPU name -> :class:`GpuSpec`, from the vendors' datasheets (rendered in Chapter 1).

@@ -1,10 +1,23 @@
-"""The book's models: Chapter 3's MLP on the book's kernels (:mod:`.mlp`) and Chapter 6's
-encoder (:mod:`.encoder`).
+"""The book's models: Chapter 3's MLP on the book's kernels (:mod:`.mlp`), Chapter 6's
+encoder (:mod:`.encoder`), and Chapter 9's tiny decoder (:mod:`.decoder`) with its CUDA
+graphs (:mod:`.graphs`).
 
-Book section: *Chapter 3, "Backpropagation from the book's kernels"* and *Chapter 6, "A
-12-layer encoder"*. Every public name is importable from :mod:`gpudl.models` itself.
+Book section: *Chapter 3, "Backpropagation from the book's kernels"*, *Chapter 6, "A
+12-layer encoder"* and *Chapter 9, "A tiny decoder, token for token"*. Every public name is
+importable from :mod:`gpudl.models` itself.
 """
 
+from gpudl.models.decoder import (
+    CausalSelfAttention,
+    DecoderBlock,
+    DecoderConfig,
+    KernelDecoder,
+    TinyDecoder,
+    generate_torch,
+    launches_per_step,
+    make_decoder,
+    step_bytes_after,
+)
 from gpudl.models.encoder import (
     BERT_BASE,
     EncoderBlock,
@@ -15,6 +28,7 @@ from gpudl.models.encoder import (
     encoder_batch,
     make_encoder,
 )
+from gpudl.models.graphs import capture, stream_launch
 from gpudl.models.mlp import (
     FlopCounter,
     KernelMLP,
@@ -41,4 +55,15 @@ __all__ = [
     "make_encoder",
     "attend",
     "encoder_batch",
+    "DecoderConfig",
+    "CausalSelfAttention",
+    "DecoderBlock",
+    "TinyDecoder",
+    "make_decoder",
+    "generate_torch",
+    "KernelDecoder",
+    "launches_per_step",
+    "step_bytes_after",
+    "capture",
+    "stream_launch",
 ]

@@ -16,8 +16,8 @@ The floor every strategy stands on:
 * :mod:`.encoder_plan`: the Megatron split of the encoder as a DTensor plan.
 
 The strategies, siblings that import the floor and never each other: :mod:`.data`
-(Chapter 5, and Chapter 3's gradient timeline), :mod:`.zero` (Chapter 4's sharded optimizer
-and Chapter 2's sharded state), :mod:`.pipeline` and :mod:`.tensor` (Chapter 6), and
+(Chapter 5, with its gradient timeline), :mod:`.zero` (Chapter 6's sharded optimizer and
+sharded state), :mod:`.pipeline` and :mod:`.tensor` (Chapter 6), and
 :mod:`.mesh` (FSDP2 on the encoder and the two-dimensional mesh, Chapter 6). Each runs under
 ``torchrun -m gpudl.parallel.<strategy>``.
 """

@@ -1,6 +1,6 @@
 """Start a worker on several processes, each with a process group, and collect the results.
 
-Book section: *Chapter 1, "What connects GPUs"*.
+Book section: *Chapter 5, "What connects GPUs"*.
 
 A worker is a function ``worker(rank, world_size, *args)`` defined at the top level of a module
 (spawned children import it by name, so a function typed into a notebook cannot be one). It runs

@@ -4,7 +4,7 @@ two-dimensional device mesh.
 Book section: *Chapter 6, "Sharding the encoder"* and *"Two dimensions"*.
 
 :func:`fsdp_worker` shards every block of :func:`gpudl.models.make_encoder` with FSDP2
-(``fully_shard``, as Chapter 2's :mod:`gpudl.parallel.zero.fsdp` does for an MLP): each rank
+(``fully_shard``, as :mod:`gpudl.parallel.zero.fsdp` does for an MLP): each rank
 keeps ``1/N`` of every parameter, gathers a block's parameters just before using it, and
 reduce-scatters its gradients, while every rank runs its own slice of the batch (data
 parallelism with sharded state, ZeRO stage 3).

@@ -1,7 +1,7 @@
 """The messages every rank sends when a collective is measured or checked, and the exact
 results each rank must get back.
 
-Book section: *Chapter 1, "What connects GPUs"*. The bandwidth benchmarks that send these
+Book section: *Chapter 5, "What connects GPUs"*. The bandwidth benchmarks that send these
 messages are :mod:`gpudl.bench.allreduce`'s; :mod:`gpudl.parallel.data.comms` checks its ring
 all-reduce with them.
 """

@@ -57,14 +57,14 @@ __all__ = [
 
 #: Samples per rank in the toy MLPs' batches.
 BATCH_PER_RANK = 8
-#: Chapter 2's MLP (its state counted with and without sharding), with 98,880 parameters, and
-#: every Linear's dim 0 (256, 256, 64) divides by 4.
+#: Chapter 6's MLP for FSDP2's bytes (its state counted with and without sharding), with
+#: 98,880 parameters, and every Linear's dim 0 (256, 256, 64) divides by 4.
 SHARDING_DIMS = (64, 256, 256, 64)
-#: Chapter 4's MLP for ZeRO, with 30 inputs, two hidden layers of 64, 11 outputs, 6,859
+#: Chapter 6's MLP for ZeRO-1, with 30 inputs, two hidden layers of 64, 11 outputs, 6,859
 #: parameters, an odd number, so that the flat buffer needs padding at every world size the
 #: book uses (2, 3 and 4).
 ZERO_DIMS = (30, 64, 64, 11)
-#: Chapter 3's MLP for the gradient timeline, with 7 Linear layers, 1,042,240 parameters (4.0 MiB
+#: Chapter 5's MLP for the gradient timeline, with 7 Linear layers, 1,042,240 parameters (4.0 MiB
 #: of fp32 gradients). The first layers are the widest, so the backward pass still has most
 #: of its work left when the last layers' buckets are all-reduced.
 TIMELINE_DIMS = (1024, 512, 512, 256, 256, 128, 128, 64)

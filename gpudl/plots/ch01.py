@@ -1,4 +1,4 @@
-"""Chapter 1's figures: an SM, occupancy, CPU against GPU, and all-reduce bandwidth.
+"""Chapter 1's figures: an SM, occupancy, and CPU against GPU.
 
 Book section: Chapter 1, GPU hardware and SIMT (and its lab). Each function draws data that
 the package computes, so a figure is always the package's current answer.
@@ -16,17 +16,12 @@ from gpudl.checks import (
     check_compute_capability,
     check_instance,
     check_ints,
-    check_positive,
-    check_real,
     check_real_mapping,
-    check_reals,
 )
-from gpudl.estimate import allreduce_time
 from gpudl.hardware import FP32_CORES_PER_SM, SM_LIMITS, occupancy
-from gpudl.plots._style import check_rows, finish
+from gpudl.plots._style import finish
 
-__all__ = ["sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
-           "ring_allreduce_model"]
+__all__ = ["sm_diagram", "occupancy_curves", "time_bars"]
 
 
 
@@ -131,60 +126,3 @@ def time_bars(seconds: dict[str, float], title: str, note: str = "") -> Figure:
     if note:
         ax.text(0.99, 0.02, note, transform=ax.transAxes, ha="right", va="bottom")
     return finish(fig)
-
-
-def allreduce_bandwidth(
-    rows: Sequence[dict], model: tuple[float, float] | None = None
-) -> Figure:
-    """Algorithm and bus bandwidth against message size (rows of
-    :func:`gpudl.bench.allreduce.allreduce_bandwidth`), with the ring model's algorithm
-    bandwidth for ``model = (latency_s, bandwidth_bytes_per_s)`` if given."""
-    check_rows("rows", rows, ("size_bytes",))
-    if model is not None:
-        check_reals("model", model, 0, minimum_count=2)
-    sizes = [r["size_bytes"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    ax.plot(sizes, [r["algbw_gbs"] for r in rows], "o-", label="algorithm bandwidth")
-    # with 2 ranks the bus bandwidth's factor 2(N-1)/N is 1: the two lines coincide
-    same = rows[0]["world_size"] == 2
-    ax.plot(sizes, [r["busbw_gbs"] for r in rows], "s--" if same else "s-",
-            label="bus bandwidth" + (" (= algorithm bandwidth for 2 ranks)" if same else ""))
-    if model is not None:
-        latency, bandwidth = model
-        n = rows[0]["world_size"]
-        algbw = [s / allreduce_time(s, n, bandwidth, latency) / 1e9 for s in sizes]
-        ax.plot(sizes, algbw, "k--",
-                label=f"α-β model: {latency * 1e6:.3g} µs, {bandwidth / 1e9:.3g} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set(
-        xlabel="message size (bytes)",
-        ylabel="GB/s",
-        title=f"All-reduce, {rows[0]['world_size']} ranks, {rows[0]['backend']}",
-    )
-    ax.legend()
-    return finish(fig)
-
-
-def ring_allreduce_model(
-    n_bytes: float, bus_bandwidth_gbs: float, latency_s: float, world_sizes: Sequence[int]
-) -> Figure:
-    """The ring model's all-reduce time against the number of ranks, with and without the
-    per-step latency: the bandwidth term approaches 2 S/B, the latency term grows with N."""
-    check_real("n_bytes", n_bytes, 0)
-    check_positive("bus_bandwidth_gbs", bus_bandwidth_gbs)
-    check_real("latency_s", latency_s, 0)
-    check_ints("world_sizes", world_sizes, 1)
-    ns = list(world_sizes)
-    bandwidth = bus_bandwidth_gbs * 1e9
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth) * 1e3 for n in ns], "o-",
-            label="bandwidth term 2(N-1)/N S/B")
-    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth, latency_s) * 1e3 for n in ns], "s--",
-            label=f"with {latency_s * 1e6:g} us per step")
-    ax.axhline(2 * n_bytes / bandwidth * 1e3, color="k", lw=0.8, ls=":", label="limit 2 S/B")
-    ax.set(xlabel="ranks N", ylabel="time (ms)", ylim=(0, None),
-           title=f"Ring all-reduce of {n_bytes / 1e9:g} GB at {bus_bandwidth_gbs:g} GB/s")
-    ax.legend()
-    return finish(fig)
-
-

@@ -1,5 +1,5 @@
 """Chapter 2's figures: the memory levels, what a warp's loads touch (from the tracer),
-bank conflicts, reductions' levels, the roofline, and model state across GPUs.
+bank conflicts, the levels' latency and bandwidth, and the roofline.
 
 Book section: Chapter 2, The memory hierarchy (and its lab). The access-pattern figures draw
 requests recorded by :mod:`gpudl.trace` on the simulator (:func:`copy_requests`,
@@ -23,7 +23,7 @@ from gpudl.trace import BANK_BYTES, BANKS, SECTOR_BYTES
 
 __all__ = [
     "memory_levels", "copy_requests", "warp_sectors", "tile_load_requests", "bank_conflicts",
-    "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
+    "sectors_per_request", "roofline", "hierarchy",
 ]
 
 
@@ -86,7 +86,7 @@ def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
     right.set(xscale="log", xlabel="GB/s (whole GPU)", xlim=(1e2, 1e7), title="Bandwidth")
     right.set_yticks(range(len(names)), [""] * len(names))
     right.invert_yaxis()
-    fig.suptitle(f"{gpu}: smaller levels are faster", fontsize=12)
+    fig.suptitle(f"{gpu}: tens of megabytes on chip, at tens to hundreds of TB/s", fontsize=12)
     return finish(fig)
 
 
@@ -227,34 +227,6 @@ def roofline(peak_flops: float, peak_bandwidth: float, points: dict[str, tuple],
     ax.set(xlabel="arithmetic intensity (flop/byte)", ylabel="flop/s", title=title)
     # below the axes, so that it hides none of the kernels' points
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=10)
-    return finish(fig)
-
-
-def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
-    """Bandwidth (``row[key]``, GB/s) against message size (``row["size_bytes"]``)."""
-    check_rows("rows", rows, ("size_bytes", key))
-    check_instance("title", title, str)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([r["size_bytes"] for r in rows], [r[key] for r in rows], "o-")
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="message size (bytes)", ylabel="GB/s", title=title)
-    return finish(fig)
-
-
-def state_bytes(rows: Sequence[dict]) -> Figure:
-    """Bytes of parameters, gradients and Adam state on rank 0 for each strategy and world
-    size (rows of :func:`gpudl.parallel.zero.fsdp.state_bytes`, rank 0's), stacked."""
-    check_rows("rows", rows, ())
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    labels = [f"{r['strategy']}\nN={r['world_size']}" for r in rows]
-    bottom = np.zeros(len(rows))
-    for key, label in (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
-                       ("adam_bytes", "Adam m, v")):
-        values = np.array([r[key] for r in rows], dtype=float) / 1e3
-        ax.bar(labels, values, bottom=bottom, label=label)
-        bottom += values
-    ax.set(ylabel="kB on rank 0", title="Model state per rank (fp32 Adam)")
-    ax.legend()
     return finish(fig)
 
 

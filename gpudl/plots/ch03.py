@@ -1,5 +1,5 @@
 """Chapter 3's figures: how each matmul variant tiles its work, a linear layer's data flow
-forward and backward, and when DDP's gradients and all-reduces happen.
+forward and backward.
 
 Book section: Chapter 3, Matrix multiply and backpropagation (and its lab).
 """
@@ -13,9 +13,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from gpudl.checks import check_choice, check_int
-from gpudl.plots._style import check_rows, finish
+from gpudl.plots._style import finish
 
-__all__ = ["tile_geometry", "matmul_tiling", "linear_dataflow", "gradient_timeline"]
+__all__ = ["tile_geometry", "matmul_tiling", "linear_dataflow"]
 
 TILED_VARIANTS = ("v3_tiled", "v4_register_1d", "v5_register_2d")
 
@@ -137,33 +137,4 @@ def linear_dataflow(batch: int = 32, in_features: int = 64, out_features: int = 
     ax.set(xlim=(-0.3, 11), ylim=(-0.4, 8.2))
     ax.axis("off")
     ax.set_title("A linear layer: one product forward, two backward")
-    return finish(fig)
-
-
-def gradient_timeline(events: Sequence[dict]) -> Figure:
-    """One backward pass with DDP on one rank (``events`` of
-    :func:`gpudl.parallel.data.timeline_worker`): a row per parameter, marked when
-    its gradient became ready, then a row per bucket, a bar from the start to the end of its
-    all-reduce; milliseconds since the backward pass started. A dotted line marks the last
-    gradient: bars that start left of it overlap the computation."""
-    check_rows("events", events, ("kind",))
-    ready = [e for e in events if e["kind"] == "grad_ready"]
-    buckets = [e for e in events if e["kind"] == "allreduce"]
-    fig, ax = plt.subplots(figsize=(7.4, 0.32 * (len(ready) + len(buckets)) + 1.4))
-    ax.plot([e["time_s"] * 1e3 for e in ready], range(len(ready)), "o", label="gradient ready")
-    rows = range(len(ready), len(ready) + len(buckets))
-    ax.barh(rows, [(e["end_s"] - e["start_s"]) * 1e3 for e in buckets],
-            left=[e["start_s"] * 1e3 for e in buckets], height=0.6, color="tab:orange",
-            label="bucket all-reduce")
-    ax.axvline(max(e["time_s"] for e in ready) * 1e3, color="k", ls=":", lw=1,
-               label="last gradient ready")
-    ax.set_yticks(range(len(ready) + len(buckets)), [
-        *(f"layer {e['layer']} {e['name'].rsplit('.', 1)[-1]}" for e in ready),
-        *(f"bucket {e['bucket']} ({e['n_params']} tensor{'s' * (e['n_params'] != 1)}, "
-          f"{e['bytes'] / 1e3:.0f} kB)" for e in buckets),
-    ])
-    ax.invert_yaxis()
-    ax.set(xlabel="ms since the backward pass started", xlim=(0, None),
-           title="Gradients and DDP's all-reduces in one backward pass")
-    ax.legend(loc="upper right")
     return finish(fig)

@@ -1,5 +1,5 @@
-"""Chapter 4's figures: the memory traffic of each Adam variant, and how ZeRO divides the
-model state among ranks.
+"""Chapter 4's figures: the memory traffic of each Adam variant, and why mixed precision keeps a
+float32 master copy of the weights.
 
 Book section: Chapter 4, Optimizers on the GPU.
 """
@@ -11,12 +11,10 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
-from gpudl.checks import check_int, check_ints
 from gpudl.plots._style import check_rows, finish
 
-__all__ = ["optimizer_traffic", "zero_partition", "ZERO_PARTS"]
+__all__ = ["optimizer_traffic", "master_weight_updates", "weight_after_updates"]
 
 
 def optimizer_traffic(rows: Sequence[dict]) -> Figure:
@@ -43,55 +41,37 @@ def optimizer_traffic(rows: Sequence[dict]) -> Figure:
     return finish(fig)
 
 
-#: The model state of mixed-precision Adam, bytes per parameter (ZeRO's accounting):
-#: 16-bit parameters, 16-bit gradients, and 12 bytes of float32 master copy, m and v.
-ZERO_PARTS = (("parameters", 2), ("gradients", 2), ("optimizer state", 12))
-_SHARDED_FROM = {"parameters": 3, "gradients": 2, "optimizer state": 1}  # stage that shards
+def weight_after_updates(steps: int = 100, update: float = -1e-3,
+                         start: float = 1.0) -> dict[str, list[float]]:
+    """A weight of ``start`` after each of ``steps`` additions of ``update`` (index 0: before
+    any), three ways, computed with torch: ``"bfloat16"`` (the weight kept in bfloat16),
+    ``"float32"`` (kept in float32) and ``"float32, read as bfloat16"`` (a float32 master copy
+    rounded to bfloat16 after each step, as mixed precision writes the parameter)."""
+    import torch
+
+    bf16, fp32 = torch.tensor([start], dtype=torch.bfloat16), torch.tensor([start])
+    out = {"bfloat16": [bf16.item()], "float32": [fp32.item()],
+           "float32, read as bfloat16": [fp32.to(torch.bfloat16).item()]}
+    for _ in range(steps):
+        bf16 += update
+        fp32 += update
+        out["bfloat16"].append(bf16.item())
+        out["float32"].append(fp32.item())
+        out["float32, read as bfloat16"].append(fp32.to(torch.bfloat16).item())
+    return out
 
 
-def zero_partition(world_size: int = 4, stages: Sequence[int] = (0, 1, 2, 3)) -> Figure:
-    """For each ZeRO stage, each rank's bytes per parameter, one bar per rank split into
-    ``ZERO_PARTS``: a part is whole on every rank until the stage that shards it, then
-    each rank holds its 1/N slice (drawn at that rank's position). The bars' totals are
-    :func:`gpudl.estimate.model_state_memory` per parameter."""
-    check_int("world_size", world_size, 1)
-    for i, stage in enumerate(check_ints("stages", stages, 0)):
-        check_int(f"stages[{i}]", stage, 0, 3)
-    n = world_size
-    colors = {"parameters": "#4c72b0", "gradients": "#55a868", "optimizer state": "#dd8452"}
-    fig, axes = plt.subplots(1, len(stages), figsize=(7.4, 3.4), sharey=True, squeeze=False)
-    for ax, stage in zip(axes[0], stages, strict=True):
-        for rank in range(n):
-            x = 0.0
-            for part, nbytes in ZERO_PARTS:
-                if stage >= _SHARDED_FROM[part]:
-                    ax.add_patch(Rectangle((x + rank * nbytes / n, rank), nbytes / n, 0.7,
-                                           color=colors[part], gid=f"{part}:{rank}"))
-                    ax.add_patch(Rectangle((x, rank), nbytes, 0.7, fill=False, ls=":",
-                                           edgecolor=colors[part], lw=0.8))
-                else:
-                    ax.add_patch(Rectangle((x, rank), nbytes, 0.7, color=colors[part],
-                                           gid=f"{part}:{rank}"))
-                x += nbytes
-        ax.set(xlim=(0, 16), ylim=(n, -0.3), xlabel="bytes per parameter",
-               title=f"stage {stage}", yticks=np.arange(n) + 0.35,
-               yticklabels=[f"rank {r}" for r in range(n)])
-    handles = [Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    fig.legend(handles, list(colors), loc="lower center", ncol=3, frameon=False)
-    fig.suptitle(f"ZeRO on {n} ranks: what each rank holds", fontsize=12)
-    finish(fig)
-    fig.subplots_adjust(bottom=0.3)
-    return fig
-
-
-def held_bytes(fig: Figure) -> dict[tuple[int, int], float]:
-    """Bytes per parameter each rank holds in each panel of :func:`zero_partition`
-    (panel index, rank) -> total of its filled parts (for tests)."""
-    held: dict[tuple[int, int], float] = {}
-    for k, ax in enumerate(fig.axes):
-        for patch in ax.patches:
-            gid = patch.get_gid()
-            if gid:
-                rank = int(gid.rsplit(":", 1)[1])
-                held[(k, rank)] = held.get((k, rank), 0.0) + patch.get_width()
-    return held
+def master_weight_updates(steps: int = 100, update: float = -1e-3) -> Figure:
+    """The three weights of ``weight_after_updates`` against the number of updates: in
+    bfloat16 every update rounds away, the float32 master copy keeps them."""
+    weights = weight_after_updates(steps, update)
+    fig, ax = plt.subplots(figsize=(6.8, 3.4))
+    styles = {"bfloat16": ("#c44e52", "-", 2.5), "float32": ("#4c72b0", "-", 1.5),
+              "float32, read as bfloat16": ("#55a868", "--", 1.5)}
+    for name, values in weights.items():
+        color, ls, lw = styles[name]
+        ax.plot(np.arange(steps + 1), values, ls, color=color, lw=lw, label=name, gid=name)
+    ax.set(xlabel=f"updates of {update:g}", ylabel="weight",
+           title="A weight of 1.0, updated in bfloat16 and in float32")
+    ax.legend(loc="lower left")
+    return finish(fig)

@@ -1,20 +1,31 @@
-"""Chapter 5's figures: the ring all-reduce step by step, and DDP's buckets overlapping the
-backward pass.
+"""Chapter 5's figures: the all-reduce cost model and measured bandwidths, the ring all-reduce
+step by step, when a backward pass's gradients and all-reduces happen, and DDP's buckets
+overlapping the backward pass.
 
 Book section: Chapter 5, Data parallelism.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from gpudl.checks import check_int, check_ints, check_real
+from gpudl.checks import (
+    check_instance,
+    check_int,
+    check_ints,
+    check_positive,
+    check_real,
+    check_reals,
+)
 from gpudl.estimate import allreduce_time
-from gpudl.plots._style import finish
+from gpudl.plots._style import check_rows, finish
 
-__all__ = ["ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap"]
+__all__ = ["ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap", "allreduce_bandwidth",
+           "ring_allreduce_model", "bandwidth_vs_size", "gradient_timeline"]
 
 
 def ring_schedule(world_size: int) -> list[np.ndarray]:
@@ -47,7 +58,8 @@ def ring_steps(world_size: int = 4) -> Figure:
     check_int("world_size", world_size, 1)
     states = ring_schedule(world_size)
     n = world_size
-    fig, axes = plt.subplots(1, len(states), figsize=(7.4, 2.6), squeeze=False)
+    # square panels side by side: the height holds one panel, its title and ticks, and the label
+    fig, axes = plt.subplots(1, len(states), figsize=(7.4, 1.8), squeeze=False)
     for k, (ax, state) in enumerate(zip(axes[0], states, strict=True)):
         ax.imshow(state, cmap="Blues", vmin=0, vmax=n)
         for r in range(n):
@@ -124,4 +136,99 @@ def ddp_overlap(compute_s: float = 0.15, grad_bytes: float = 100e6, world_size: 
            xlim=(0, end * 1e3 * 1.35),
            title=f"Model: {grad_bytes / 1e6:g} MB of gradients, {world_size} ranks, "
                  f"{bandwidth / 1e9:g} GB/s")
+    return finish(fig)
+
+
+def allreduce_bandwidth(
+    rows: Sequence[dict], model: tuple[float, float] | None = None
+) -> Figure:
+    """Algorithm and bus bandwidth against message size (rows of
+    :func:`gpudl.bench.allreduce.allreduce_bandwidth`), with the ring model's algorithm
+    bandwidth for ``model = (latency_s, bandwidth_bytes_per_s)`` if given."""
+    check_rows("rows", rows, ("size_bytes",))
+    if model is not None:
+        check_reals("model", model, 0, minimum_count=2)
+    sizes = [r["size_bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    ax.plot(sizes, [r["algbw_gbs"] for r in rows], "o-", label="algorithm bandwidth")
+    # with 2 ranks the bus bandwidth's factor 2(N-1)/N is 1: the two lines coincide
+    same = rows[0]["world_size"] == 2
+    ax.plot(sizes, [r["busbw_gbs"] for r in rows], "s--" if same else "s-",
+            label="bus bandwidth" + (" (= algorithm bandwidth for 2 ranks)" if same else ""))
+    if model is not None:
+        latency, bandwidth = model
+        n = rows[0]["world_size"]
+        algbw = [s / allreduce_time(s, n, bandwidth, latency) / 1e9 for s in sizes]
+        ax.plot(sizes, algbw, "k--",
+                label=f"α-β model: {latency * 1e6:.3g} µs, {bandwidth / 1e9:.3g} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set(
+        xlabel="message size (bytes)",
+        ylabel="GB/s",
+        title=f"All-reduce, {rows[0]['world_size']} ranks, {rows[0]['backend']}",
+    )
+    ax.legend()
+    return finish(fig)
+
+
+def ring_allreduce_model(
+    n_bytes: float, bus_bandwidth_gbs: float, latency_s: float, world_sizes: Sequence[int]
+) -> Figure:
+    """The ring model's all-reduce time against the number of ranks, with and without the
+    per-step latency: the bandwidth term approaches 2 S/B, the latency term grows with N."""
+    check_real("n_bytes", n_bytes, 0)
+    check_positive("bus_bandwidth_gbs", bus_bandwidth_gbs)
+    check_real("latency_s", latency_s, 0)
+    check_ints("world_sizes", world_sizes, 1)
+    ns = list(world_sizes)
+    bandwidth = bus_bandwidth_gbs * 1e9
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth) * 1e3 for n in ns], "o-",
+            label="bandwidth term 2(N-1)/N S/B")
+    ax.plot(ns, [allreduce_time(n_bytes, n, bandwidth, latency_s) * 1e3 for n in ns], "s--",
+            label=f"with {latency_s * 1e6:g} us per step")
+    ax.axhline(2 * n_bytes / bandwidth * 1e3, color="k", lw=0.8, ls=":", label="limit 2 S/B")
+    ax.set(xlabel="ranks N", ylabel="time (ms)", ylim=(0, None),
+           title=f"Ring all-reduce of {n_bytes / 1e9:g} GB at {bus_bandwidth_gbs:g} GB/s")
+    ax.legend()
+    return finish(fig)
+
+
+def bandwidth_vs_size(rows: Sequence[dict], key: str, title: str) -> Figure:
+    """Bandwidth (``row[key]``, GB/s) against message size (``row["size_bytes"]``)."""
+    check_rows("rows", rows, ("size_bytes", key))
+    check_instance("title", title, str)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["size_bytes"] for r in rows], [r[key] for r in rows], "o-")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="message size (bytes)", ylabel="GB/s", title=title)
+    return finish(fig)
+
+
+def gradient_timeline(events: Sequence[dict]) -> Figure:
+    """One backward pass with DDP on one rank (``events`` of
+    :func:`gpudl.parallel.data.timeline_worker`): a row per parameter, marked when
+    its gradient became ready, then a row per bucket, a bar from the start to the end of its
+    all-reduce; milliseconds since the backward pass started. A dotted line marks the last
+    gradient: bars that start left of it overlap the computation."""
+    check_rows("events", events, ("kind",))
+    ready = [e for e in events if e["kind"] == "grad_ready"]
+    buckets = [e for e in events if e["kind"] == "allreduce"]
+    fig, ax = plt.subplots(figsize=(7.4, 0.32 * (len(ready) + len(buckets)) + 1.4))
+    ax.plot([e["time_s"] * 1e3 for e in ready], range(len(ready)), "o", label="gradient ready")
+    rows = range(len(ready), len(ready) + len(buckets))
+    ax.barh(rows, [(e["end_s"] - e["start_s"]) * 1e3 for e in buckets],
+            left=[e["start_s"] * 1e3 for e in buckets], height=0.6, color="tab:orange",
+            label="bucket all-reduce")
+    ax.axvline(max(e["time_s"] for e in ready) * 1e3, color="k", ls=":", lw=1,
+               label="last gradient ready")
+    ax.set_yticks(range(len(ready) + len(buckets)), [
+        *(f"layer {e['layer']} {e['name'].rsplit('.', 1)[-1]}" for e in ready),
+        *(f"bucket {e['bucket']} ({e['n_params']} tensor{'s' * (e['n_params'] != 1)}, "
+          f"{e['bytes'] / 1e3:.0f} kB)" for e in buckets),
+    ])
+    ax.invert_yaxis()
+    ax.set(xlabel="ms since the backward pass started", xlim=(0, None),
+           title="Gradients and DDP's all-reduces in one backward pass")
+    ax.legend(loc="upper right")
     return finish(fig)

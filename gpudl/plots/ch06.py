@@ -1,7 +1,9 @@
 """Chapter 6's figures: pipeline timelines (simulated or measured, by
-:mod:`gpudl.parallel.pipeline`), and the column and row split of tensor parallelism.
+:mod:`gpudl.parallel.pipeline`), the column and row split of tensor parallelism, and how ZeRO
+and FSDP divide the model state among ranks.
 
-Book section: Chapter 6, Model parallelism, "The bubble" and "Tensor parallelism".
+Book section: Chapter 6, Model parallelism, "The bubble", "Tensor parallelism" and "Sharding
+the model state: ZeRO".
 """
 
 from __future__ import annotations
@@ -9,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from gpudl.checks import check_choice, check_instance, check_int
+from gpudl.checks import check_choice, check_instance, check_int, check_ints
 from gpudl.parallel.pipeline.schedule import idle_fraction, simulate
-from gpudl.plots._style import finish
+from gpudl.plots._style import check_rows, finish
 
-__all__ = ["pipeline_schedules", "pipeline_timelines", "tensor_parallel_split"]
+__all__ = ["pipeline_schedules", "pipeline_timelines", "tensor_parallel_split", "state_bytes",
+           "zero_partition", "ZERO_PARTS"]
 
 _COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
            "#8c8c8c")
@@ -119,3 +123,74 @@ def tensor_parallel_split(hidden: int = 32, ffn: int = 64, degree: int = 2) -> F
     ax.axis("off")
     ax.set_title(f"Tensor parallelism over {degree} GPUs: no communication between A and B")
     return finish(fig)
+
+
+def state_bytes(rows: Sequence[dict]) -> Figure:
+    """Bytes of parameters, gradients and Adam state on rank 0 for each strategy and world
+    size (rows of :func:`gpudl.parallel.zero.fsdp.state_bytes`, rank 0's), stacked."""
+    check_rows("rows", rows, ())
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [f"{r['strategy']}\nN={r['world_size']}" for r in rows]
+    bottom = np.zeros(len(rows))
+    for key, label in (("param_bytes", "parameters"), ("grad_bytes", "gradients"),
+                       ("adam_bytes", "Adam m, v")):
+        values = np.array([r[key] for r in rows], dtype=float) / 1e3
+        ax.bar(labels, values, bottom=bottom, label=label)
+        bottom += values
+    ax.set(ylabel="kB on rank 0", title="Model state per rank (fp32 Adam)")
+    ax.legend()
+    return finish(fig)
+
+
+#: The model state of mixed-precision Adam, bytes per parameter (ZeRO's accounting):
+#: 16-bit parameters, 16-bit gradients, and 12 bytes of float32 master copy, m and v.
+ZERO_PARTS = (("parameters", 2), ("gradients", 2), ("optimizer state", 12))
+_SHARDED_FROM = {"parameters": 3, "gradients": 2, "optimizer state": 1}  # stage that shards
+
+
+def zero_partition(world_size: int = 4, stages: Sequence[int] = (0, 1, 2, 3)) -> Figure:
+    """For each ZeRO stage, each rank's bytes per parameter, one bar per rank split into
+    ``ZERO_PARTS``: a part is whole on every rank until the stage that shards it, then
+    each rank holds its 1/N slice (drawn at that rank's position). The bars' totals are
+    :func:`gpudl.estimate.model_state_memory` per parameter."""
+    check_int("world_size", world_size, 1)
+    for i, stage in enumerate(check_ints("stages", stages, 0)):
+        check_int(f"stages[{i}]", stage, 0, 3)
+    n = world_size
+    colors = {"parameters": "#4c72b0", "gradients": "#55a868", "optimizer state": "#dd8452"}
+    fig, axes = plt.subplots(1, len(stages), figsize=(7.4, 3.4), sharey=True, squeeze=False)
+    for ax, stage in zip(axes[0], stages, strict=True):
+        for rank in range(n):
+            x = 0.0
+            for part, nbytes in ZERO_PARTS:
+                if stage >= _SHARDED_FROM[part]:
+                    ax.add_patch(Rectangle((x + rank * nbytes / n, rank), nbytes / n, 0.7,
+                                           color=colors[part], gid=f"{part}:{rank}"))
+                    ax.add_patch(Rectangle((x, rank), nbytes, 0.7, fill=False, ls=":",
+                                           edgecolor=colors[part], lw=0.8))
+                else:
+                    ax.add_patch(Rectangle((x, rank), nbytes, 0.7, color=colors[part],
+                                           gid=f"{part}:{rank}"))
+                x += nbytes
+        ax.set(xlim=(0, 16), ylim=(n, -0.3), xlabel="bytes per parameter",
+               title=f"stage {stage}", yticks=np.arange(n) + 0.35,
+               yticklabels=[f"rank {r}" for r in range(n)])
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    fig.legend(handles, list(colors), loc="lower center", ncol=3, frameon=False)
+    fig.suptitle(f"ZeRO on {n} ranks: what each rank holds", fontsize=12)
+    finish(fig)
+    fig.subplots_adjust(bottom=0.3)
+    return fig
+
+
+def held_bytes(fig: Figure) -> dict[tuple[int, int], float]:
+    """Bytes per parameter each rank holds in each panel of :func:`zero_partition`
+    (panel index, rank) -> total of its filled parts (for tests)."""
+    held: dict[tuple[int, int], float] = {}
+    for k, ax in enumerate(fig.axes):
+        for patch in ax.patches:
+            gid = patch.get_gid()
+            if gid:
+                rank = int(gid.rsplit(":", 1)[1])
+                held[(k, rank)] = held.get((k, rank), 0.0) + patch.get_width()
+    return held

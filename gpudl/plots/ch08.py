@@ -39,7 +39,7 @@ def roofline_precisions(peaks: dict[str, float], peak_bandwidth: float,
     check_instance("points", points, dict)
     check_instance("title", title, str)
     intensities = np.logspace(-1, 4, 300)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(6.5, 5.4))
     styles = ["-", "--", "-.", ":"]
     for (name, peak), style in zip(peaks.items(), styles * len(peaks), strict=False):
         ridge = ridge_point(peak, peak_bandwidth)
@@ -51,8 +51,14 @@ def roofline_precisions(peaks: dict[str, float], peak_bandwidth: float,
                 label=f"{name} ({intensity:,.3g} flop/B)" if intensity < 1000
                 else f"{name} ({intensity:,.0f} flop/B)")
     ax.set(xlabel="arithmetic intensity (flop/byte)", ylabel="attainable flop/s", title=title)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    return finish(fig)
+    finish(fig)
+    # the legend in a band of its own below the axes, so it covers neither the curves nor the
+    # x-axis label
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=10, frameon=False,
+               handlelength=2.5, columnspacing=1.0)
+    fig.subplots_adjust(bottom=0.35)
+    return fig
 
 
 def online_softmax_tiles(s: int, tile: int, causal: bool) -> Figure:

@@ -8,7 +8,6 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
-from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time
 from gpudl.hardware import Occupancy, occupancy
 
 
@@ -44,11 +43,3 @@ def implied_clock_ghz(fp32_tflops: float, sm_count: int, cores_per_sm: int) -> f
     """Exercise 3: the SM clock at which every FP32 core does one FMA (2 flops) per cycle."""
     return fp32_tflops * 1e12 / (sm_count * cores_per_sm * 2) / 1e9
 
-
-def exercise4_ring_allreduce() -> tuple[float, float]:
-    """Exercise 4: (seconds, bytes sent per GPU) for 1 GB over 8 GPUs at 400 GB/s."""
-    n_bytes, world_size, bandwidth = 1e9, 8, 400e9
-    return (
-        allreduce_time(n_bytes, world_size, bandwidth),
-        allreduce_bytes_per_rank(n_bytes, world_size),
-    )

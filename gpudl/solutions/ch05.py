@@ -2,7 +2,8 @@
 
 Book section: Chapter 5, "Exercises": summing against averaging the replicas' gradients
 (SGD and Adam), the weighted average that unequal shares need, the bytes each rank of a ring
-sends for any tensor length, and the number of buckets that minimises a step's time.
+sends for any tensor length, the number of buckets that minimises a step's time, and a ring
+all-reduce's time from its bandwidth.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from gpudl.checks import check_int
-from gpudl.estimate import data_parallel_step_time
+from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time, data_parallel_step_time
 from gpudl.parallel.data import ring_chunks
 from gpudl.parallel.reference import make_mlp
 
@@ -99,3 +100,12 @@ def best_bucket_count(compute_s: float, grad_bytes: float, world_size: int, band
              for n in range(1, max_buckets + 1)}
     best = min(times, key=times.get)
     return best, times[best]
+
+
+def ring_allreduce_time_and_bytes() -> tuple[float, float]:
+    """Exercise 5: (seconds, bytes sent per GPU) for 1 GB over 8 GPUs at 400 GB/s."""
+    n_bytes, world_size, bandwidth = 1e9, 8, 400e9
+    return (
+        allreduce_time(n_bytes, world_size, bandwidth),
+        allreduce_bytes_per_rank(n_bytes, world_size),
+    )

@@ -1,8 +1,7 @@
 """Optimizer steps as kernels: SGD with momentum, Adam and AdamW, unfused to multi-tensor.
 
 Book section: Chapter 4, "Optimizers on the GPU" (the update rules, the four Adam variants, the
-bytes each moves, mixed precision) and "Is shared memory the answer? The articles' claim" (claim
-C6).
+bytes each moves, mixed precision) and "Does shared memory help Adam?" (claim C6).
 
 Every kernel updates its arrays in place, element by element, as ``torch.optim`` does, and
 follows the order of operations of torch's single-tensor code path (``foreach=False``), so

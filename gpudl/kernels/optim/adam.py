@@ -1,8 +1,8 @@
 """Adam's step as kernels, four ways: unfused, fused, staged through shared memory, and
 multi-tensor.
 
-Book section: *Chapter 4, "Four ways to run Adam"* (and *"Is shared memory the answer? The
-articles' claim"*, claim C6, for ``v3_shared``).
+Book section: *Chapter 4, "Four ways to run Adam"* (and *"Does shared memory help Adam?"*,
+claim C6, for ``v3_shared``).
 
 Every kernel updates its arrays in place, element by element, as ``torch.optim`` does, and
 follows the order of operations of torch's single-tensor code path (``foreach=False``), so

@@ -1,8 +1,8 @@
 """Data parallelism: every rank holds the whole model, trains on its share of each global batch
 and averages its gradients with the others, proven equal to one process on the whole batch.
 
-Book section: *Chapter 5, "Data parallelism"* (and *Chapter 3, "The backward pass across
-GPUs"* for the gradient timeline). One module per topic:
+Book section: *Chapter 5, "Data parallelism"* (and *"The backward pass across GPUs"* for the
+gradient timeline). One module per topic:
 
 * :mod:`.sampling`: the setup, its data set, and who trains on what (``DistributedSampler``);
 * :mod:`.comms`: the collectives: the ring all-reduce from sends and receives, the broadcast

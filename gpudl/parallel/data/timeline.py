@@ -2,8 +2,7 @@
 one backward pass on every rank, and a check that DDP leaves the gradients as one process
 computes them.
 
-Book section: *Chapter 3, "The backward pass across GPUs"* (Chapter 5's "Buckets by hand"
-builds on it).
+Book section: *Chapter 5, "The backward pass across GPUs"* ("Buckets by hand" builds on it).
 
 ``DistributedDataParallel`` groups the parameters into buckets of about ``bucket_cap_mb`` MiB
 in the order their gradients become ready, which is the reverse of the forward order: the

@@ -1,7 +1,7 @@
 """ZeRO: the model state sharded across the data-parallel ranks.
 
-Book section: *Chapter 4, "Sharding the optimizer across GPUs"* (stage 1) and *Chapter 2,
-"Memory across GPUs"* (stage 3, by FSDP2).
+Book section: *Chapter 6, "Sharding the model state: ZeRO"* (stage 1) and "FSDP2: the
+parameters too" (stage 3, by FSDP2).
 
 In plain data parallelism every rank holds the whole model, its gradients and the whole Adam
 state, and every rank performs the same update. ZeRO stage 1 (Rajbhandari et al. 2020) keeps

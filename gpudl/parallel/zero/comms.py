@@ -1,7 +1,7 @@
 """ZeRO's collectives on flat buffers: the reduce-scatter that gives each rank the mean of its
 shard, the naive all-reduce then slice, and the all-gather of the updated shards.
 
-Book section: *Chapter 4, "The same bytes as DDP"*.
+Book section: *Chapter 6, "The same bytes as DDP"*.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What sharding saves: the bytes of parameters, gradients and Adam state each rank holds after
 a training step, with the model replicated or sharded by FSDP2.
 
-Book section: *Chapter 2, "Memory across GPUs"*. The formula is
+Book section: *Chapter 6, "FSDP2: the parameters too"*. The formula is
 :func:`gpudl.estimate.model_state_memory` (ZeRO's accounting); this module counts the bytes in
 the tensors a step leaves on each rank, to hold the formula to, on the MLP of
 :data:`~gpudl.parallel.reference.SHARDING_DIMS`.

@@ -1,6 +1,6 @@
 """ZeRO stage 1: Adam with its state sharded across the data-parallel ranks.
 
-Book section: *Chapter 4, "One ZeRO-1 step"*.
+Book section: *Chapter 6, "One ZeRO-1 step"*.
 
 The parameters (and the gradients) live in one flat buffer, padded with zeros to a multiple of
 ``N`` elements so that every shard has the same size (:func:`padded_numel`,

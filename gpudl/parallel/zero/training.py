@@ -1,7 +1,7 @@
 """ZeRO stage 1 in training: a small MLP trained with each sharded optimizer, and with
 PyTorch's ``ZeroRedundancyOptimizer``, against one process's Adam.
 
-Book section: *Chapter 4, "Running it"*. Three ways to run it:
+Book section: *Chapter 6, "Running it"*. Three ways to run it:
 
 * from Python (a notebook): ``zero_training(world_size=2)``;
 * ``torchrun --standalone --nproc_per_node=2 -m gpudl.parallel.zero``;

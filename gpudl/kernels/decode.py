@@ -1,0 +1,382 @@
+"""Decode attention: one new query per sequence against its KV cache, sequences of different
+lengths in one batch, grouped-query heads.
+
+Book section: Chapter 9, "Decode attention, one block per head" (v1) and "Split-KV decoding"
+(v2 and its combine kernel); the bound is :mod:`gpudl.kernels.decode_error`, the positions
+read :mod:`gpudl.kernels.decode_reads`, the paged cache :mod:`gpudl.kernels.paged`.
+
+A decoding step gives each sequence ``b`` of a batch one query per head, ``q[b, h]`` (``d``
+values), and attends it to the ``lengths[b]`` keys and values its cache holds:
+``o[b, h] = softmax(q k^T / sqrt(d)) v`` over positions ``0 .. lengths[b] - 1`` of
+``k_cache[b, g]`` and ``v_cache[b, g]``, where query head ``h`` reads cache head
+``g = h // (heads // kv_heads)`` (grouped-query attention: ``kv_heads`` may divide ``heads``;
+multi-query attention is ``kv_heads = 1``). Positions at or past a sequence's length hold
+anything (another request's data, NaN): no variant reads them.
+
+Both variants walk over the keys a tile of ``TILE`` (32) at a time with Chapter 8's online
+softmax, in blocks of one warp:
+
+* ``v1_one_block_per_head``: one block per (sequence, head) walks over the whole sequence. At
+  batch 1 a model's few dozen heads are a few dozen blocks: most of a GPU's SMs wait;
+* ``v2_split_kv`` (Flash-Decoding, Dao et al. 2023): the sequence is split into chunks of
+  ``split_size`` keys, one block per (chunk, sequence, head), each writing its running
+  maximum, sum and unnormalised output; ``v2_combine_splits`` then merges the chunks of
+  each head with the online-softmax rule.
+
+Host functions take host NumPy arrays (returning host arrays) or numba device arrays
+(returning device arrays): ``q`` float32 ``(batch, heads, d)``, the caches float32
+``(batch, kv_heads, max_len, d)``, ``lengths`` int32 ``(batch,)`` from 1 to ``max_len``,
+``1 <= d <= MAX_HEAD_DIM``. Outputs and partial results are poisoned (NaN) before each launch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from gpudl import backend
+
+# isort: split
+import numpy as np
+from numba import cuda, float32
+
+from gpudl.checks import check_int, check_kernel_array
+from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
+
+# A NumPy array or a numba device array (whose class differs between GPU and simulator).
+Array = Any
+# launch(kernel, griddim, blockdim, *args): how a host function starts a kernel (plainly,
+# counted, on a stream or under the tracer).
+Launch = Callable[..., None]
+
+__all__ = [
+    "TILE", "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE", "GPU_SPLIT_SIZE",
+    "reference", "check_lengths", "check_decode_inputs", "plain_launch",
+    "online_softmax_step", "contiguous_scores", "contiguous_values", "load_query",
+    "attend_keys", "store_row",
+    "v1_one_block_per_head", "v2_split_kv", "v2_combine_splits",
+    "launch_v1", "launch_v2", "decode_attention",
+]
+
+TILE = 32  # keys per tile, and threads per block (one warp)
+TILE_PADDED = TILE + 1  # the partial-score tile's row: lanes of one column hit 32 banks
+MAX_HEAD_DIM = 128
+COLUMNS = MAX_HEAD_DIM // TILE  # head dimensions per thread: t, t + 32, t + 64, t + 96
+NEG_INF = float32(-np.inf)
+#: Keys per block of ``v2_split_kv`` on a GPU: 8 tiles (at batch 1, s = 8,192 and 32 heads:
+#: 1,024 blocks).
+GPU_SPLIT_SIZE = 8 * TILE
+#: Keys per block of ``v2_split_kv`` unless the caller picks another: the GPU's, and one tile
+#: on the simulator.
+SPLIT_SIZE = backend.pick(gpu=GPU_SPLIT_SIZE, sim=TILE)
+
+
+def reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+              lengths: np.ndarray) -> np.ndarray:
+    """``o[b, h]`` in float64 NumPy: softmax of ``q[b, h] . k / sqrt(d)`` over the first
+    ``lengths[b]`` keys of cache head ``h // (heads // kv_heads)``, times the values."""
+    q, k_cache, v_cache = (np.asarray(x, np.float64) for x in (q, k_cache, v_cache))
+    batch, heads, d = q.shape
+    group = heads // k_cache.shape[1]
+    out = np.empty((batch, heads, d))
+    for b, length in enumerate(np.asarray(lengths)):
+        for h in range(heads):
+            keys, values = k_cache[b, h // group, :length], v_cache[b, h // group, :length]
+            x = keys @ q[b, h] / math.sqrt(d)
+            with np.errstate(invalid="ignore", over="ignore"):
+                e = np.exp(x - x.max())
+                out[b, h] = e @ values / e.sum()
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# What every variant does with one tile of keys (device functions)
+# ------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def contiguous_scores(partial, q_r, k_cache, b, g, j0, keys, d):
+    """Lane t's share of each of the tile's scores into column t of ``partial``: the sum of
+    ``q[c] k[j, c]`` over its columns c = t, t + 32, ... The lanes read consecutive columns
+    of one key row at a time (coalesced), as they later read the values."""
+    t = cuda.threadIdx.x
+    for jj in range(keys):
+        p = float32(0)
+        for r in range(COLUMNS):
+            c = t + r * TILE
+            if c < d:
+                p += q_r[r] * k_cache[b, g, j0 + jj, c]
+        partial[jj, t] = p
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def online_softmax_step(partial, w_s, m, total, keys, scale):
+    """Chapter 8's online softmax for one tile: thread t adds row t of ``partial`` (its
+    key's score), the tile's maximum updates the running one, ``w_s`` gets the tile's
+    weights ``exp(x - m_new)``. Returns ``(m_new, alpha, total_new)``, with ``alpha =
+    exp(m - m_new)`` the factor that rescales what was summed so far."""
+    t = cuda.threadIdx.x
+    x = NEG_INF
+    if t < keys:
+        x = float32(0)
+        for lane in range(TILE):
+            x += partial[t, lane]
+        x *= scale
+    w_s[t] = x
+    cuda.syncthreads()
+    m_new = m
+    for jj in range(keys):
+        if w_s[jj] > m_new:
+            m_new = w_s[jj]
+    cuda.syncthreads()  # every thread has read the scores
+    w_s[t] = math.exp(x - m_new)
+    alpha = math.exp(m - m_new)
+    cuda.syncthreads()
+    tile_sum = float32(0)
+    for jj in range(keys):
+        tile_sum += w_s[jj]
+    return m_new, alpha, alpha * total + tile_sum
+
+
+@cuda.jit(device=True)
+def contiguous_values(acc, w_s, v_cache, b, g, j0, keys, d, alpha):
+    """Thread t's output columns rescaled by ``alpha`` plus the tile's weighted values, read
+    a row at a time by the 32 lanes (coalesced)."""
+    t = cuda.threadIdx.x
+    for r in range(COLUMNS):
+        c = t + r * TILE
+        if c < d:
+            part = float32(0)
+            for jj in range(keys):
+                part += w_s[jj] * v_cache[b, g, j0 + jj, c]
+            acc[r] = alpha * acc[r] + part
+    cuda.syncthreads()  # the tile's weights are read before the next tile overwrites them
+
+
+@cuda.jit(device=True)
+def load_query(q_r, acc, q, b, h):
+    """Thread t's columns t, t + 32, ... of ``q[b, h]`` into ``q_r`` (zeros past ``d``), and
+    its output columns ``acc`` set to 0."""
+    t, d = cuda.threadIdx.x, q.shape[2]
+    for r in range(COLUMNS):
+        c = t + r * TILE
+        q_r[r] = q[b, h, c] if c < d else float32(0)
+        acc[r] = float32(0)
+
+
+@cuda.jit(device=True)
+def attend_keys(partial, w_s, q_r, acc, k_cache, v_cache, b, g, start, end, scale):
+    """Keys ``start .. end - 1`` of cache head ``g`` of sequence ``b``, a tile at a time:
+    returns the running maximum and sum, ``acc`` holding the unnormalised output."""
+    d = k_cache.shape[3]
+    m = NEG_INF
+    total = float32(0)
+    for j0 in range(start, end, TILE):
+        keys = min(TILE, end - j0)
+        contiguous_scores(partial, q_r, k_cache, b, g, j0, keys, d)
+        m, alpha, total = online_softmax_step(partial, w_s, m, total, keys, scale)
+        contiguous_values(acc, w_s, v_cache, b, g, j0, keys, d, alpha)
+    return m, total
+
+
+@cuda.jit(device=True)
+def store_row(row, acc, divisor):
+    """Thread t's output columns ``acc / divisor`` into the 1-D ``row``."""
+    t = cuda.threadIdx.x
+    for r in range(COLUMNS):
+        c = t + r * TILE
+        if c < row.shape[0]:
+            row[c] = acc[r] / divisor
+
+
+# ------------------------------------------------------------------------------------------
+# v1: one block per (sequence, head)
+# ------------------------------------------------------------------------------------------
+
+
+# v1_one_block_per_head: block (h, b) of 32 threads owns query head h of sequence b. Thread
+# t keeps q's columns t, t + 32, ... in registers and, for each tile of 32 keys, adds its
+# columns' share of every key's score into a 32 x 33 shared tile; thread t then sums row t
+# (key t's score) and the block updates the running maximum and sum (online softmax, as
+# Chapter 8's v2_fused) and thread t its output columns. The loop stops at the sequence's
+# length: no position past it is read. One pass over the keys per head, but only
+# batch x heads blocks: at batch 1 too few to keep a large GPU's SMs busy.
+@cuda.jit
+def v1_one_block_per_head(q, k_cache, v_cache, lengths, o, scale):
+    partial = cuda.shared.array((TILE, TILE_PADDED), float32)
+    w_s = cuda.shared.array(TILE, float32)
+    q_r = cuda.local.array(COLUMNS, float32)
+    acc = cuda.local.array(COLUMNS, float32)
+    h, b = cuda.blockIdx.x, cuda.blockIdx.y
+    g = h // (q.shape[1] // k_cache.shape[1])
+    load_query(q_r, acc, q, b, h)
+    m, total = attend_keys(partial, w_s, q_r, acc, k_cache, v_cache, b, g, 0, lengths[b],
+                           scale)
+    store_row(o[b, h], acc, total)
+
+
+# ------------------------------------------------------------------------------------------
+# v2: split-KV (Flash-Decoding), then a combine kernel
+# ------------------------------------------------------------------------------------------
+
+
+# v2_split_kv: what v1 does for one head, on one chunk of split_size keys: block (s, h, b)
+# walks keys s * split_size up to the chunk's end or the sequence's, and writes its running
+# maximum m, sum l and unnormalised output acc (partials). A chunk that starts at or past
+# the length returns at once and writes nothing. At batch 1 and s = 8,192 a model's heads
+# become 32 times more blocks (split_size 256), enough to fill every SM; the price is the
+# partials' bytes and a second launch.
+@cuda.jit
+def v2_split_kv(q, k_cache, v_cache, lengths, part_m, part_l, part_acc, split_size, scale):
+    partial = cuda.shared.array((TILE, TILE_PADDED), float32)
+    w_s = cuda.shared.array(TILE, float32)
+    q_r = cuda.local.array(COLUMNS, float32)
+    acc = cuda.local.array(COLUMNS, float32)
+    s, h, b = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
+    start, length = s * split_size, lengths[b]
+    if start >= length:
+        return
+    g = h // (q.shape[1] // k_cache.shape[1])
+    load_query(q_r, acc, q, b, h)
+    end = min(length, start + split_size)
+    m, total = attend_keys(partial, w_s, q_r, acc, k_cache, v_cache, b, g, start, end, scale)
+    store_row(part_acc[b, h, s], acc, float32(1))
+    if cuda.threadIdx.x == 0:
+        part_m[b, h, s] = m
+        part_l[b, h, s] = total
+
+
+# v2_combine_splits: block (h, b) merges the chunks that hold keys of sequence b (the first
+# ceil(length / split_size); the others' partials are never read) with the online-softmax
+# rule: M = max_s m_s, o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s. Thread t
+# writes output columns t, t + 32, ...
+@cuda.jit
+def v2_combine_splits(part_m, part_l, part_acc, lengths, o, split_size):
+    h, b, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+    d = o.shape[2]
+    used = (lengths[b] + split_size - 1) // split_size
+    m = NEG_INF
+    for s in range(used):
+        if part_m[b, h, s] > m:
+            m = part_m[b, h, s]
+    total = float32(0)
+    for s in range(used):
+        total += math.exp(part_m[b, h, s] - m) * part_l[b, h, s]
+    for r in range(COLUMNS):
+        c = t + r * TILE
+        if c < d:
+            acc = float32(0)
+            for s in range(used):
+                acc += math.exp(part_m[b, h, s] - m) * part_acc[b, h, s, c]
+            o[b, h, c] = acc / total
+
+
+# ------------------------------------------------------------------------------------------
+# Launchers (device arrays in; o allocated by the caller)
+# ------------------------------------------------------------------------------------------
+
+
+def plain_launch(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:
+    """Launch ``kernel[griddim, blockdim](*args)`` on the default stream."""
+    kernel[griddim, blockdim](*args)
+
+
+def _scale(d: int) -> np.float32:
+    return np.float32(1 / math.sqrt(d))
+
+
+def launch_v1(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
+              launch: Launch = plain_launch) -> None:
+    """One launch of ``v1_one_block_per_head``: a block per (head, sequence)."""
+    batch, heads, d = q.shape
+    launch(v1_one_block_per_head, (heads, batch), TILE, q, k_cache, v_cache, lengths, o,
+           _scale(d))
+
+
+def launch_v2(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
+              launch: Launch = plain_launch, split_size: int = SPLIT_SIZE,
+              workspace: tuple[Array, Array, Array] | None = None) -> None:
+    """``v2_split_kv`` over ``ceil(max_len / split_size)`` chunks per head, then
+    ``v2_combine_splits``: two launches. The partials go into ``workspace``
+    ``(part_m, part_l, part_acc)`` if given (a benchmark or a CUDA graph allocates them
+    once), else into new poisoned arrays."""
+    batch, heads, d = q.shape
+    splits = -(-k_cache.shape[2] // split_size)
+    part_m, part_l, part_acc = workspace or (
+        poisoned((batch, heads, splits)), poisoned((batch, heads, splits)),
+        poisoned((batch, heads, splits, d)))
+    launch(v2_split_kv, (splits, heads, batch), TILE, q, k_cache, v_cache, lengths, part_m,
+           part_l, part_acc, np.int32(split_size), _scale(d))
+    launch(v2_combine_splits, (heads, batch), TILE, part_m, part_l, part_acc, lengths, o,
+           np.int32(split_size))
+
+
+#: Variant name -> launcher(q, k_cache, v_cache, lengths, o, launch) on device arrays.
+VARIANTS: dict[str, Callable[..., None]] = {
+    "v1_one_block_per_head": launch_v1,
+    "v2_split_kv": launch_v2,
+}
+
+
+# ------------------------------------------------------------------------------------------
+# Checks and the public entry point
+# ------------------------------------------------------------------------------------------
+
+
+def check_lengths(lengths: object, batch: int, max_len: int, on_device: bool) -> np.ndarray:
+    """``lengths`` as a host int32 array after checking it: an int32 array of shape
+    ``(batch,)`` on the host or the device as the other inputs, each from 1 to ``max_len``."""
+    if check_kernel_array("lengths", lengths, 1, np.int32) != on_device:
+        raise TypeError("inputs must be all host arrays or all device arrays, got a mix "
+                        "(lengths)")
+    if lengths.shape != (batch,):
+        raise ValueError(f"lengths must have shape (batch,) = ({batch},), got {lengths.shape}")
+    host = lengths.copy_to_host() if on_device else lengths
+    bad = host[(host < 1) | (host > max_len)]
+    if bad.size:
+        raise ValueError(f"each length must be from 1 to max_len = {max_len} (the cache "
+                         f"holds no more), got {bad.tolist()}")
+    return host
+
+
+def check_decode_inputs(q: Array, heads_of_cache: int, d_of_cache: int, batch_of_cache: int
+                        ) -> None:
+    """The shape rules shared by the contiguous and the paged cache: ``q`` of shape
+    ``(batch, heads, d)`` with the cache's batch and head size, ``1 <= d <= MAX_HEAD_DIM``,
+    and ``heads`` a multiple of the cache's ``kv_heads``."""
+    batch, heads, d = q.shape
+    if batch != batch_of_cache:
+        raise ValueError(f"q has {batch} sequences but the cache {batch_of_cache}")
+    if d != d_of_cache:
+        raise ValueError(f"q's head size {d} differs from the cache's {d_of_cache}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"the head size d must be from 1 to {MAX_HEAD_DIM}, got {d}")
+    if heads < 1 or heads % heads_of_cache:
+        raise ValueError(f"the query heads ({heads}) must be a multiple of the cache's "
+                         f"kv_heads ({heads_of_cache}): each cache head serves a group")
+
+
+def decode_attention(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
+                     variant: str = "v2_split_kv", split_size: int = SPLIT_SIZE) -> Array:
+    """Decode attention of ``q`` ``(batch, heads, d)`` against the first ``lengths[b]``
+    positions of float32 caches ``(batch, kv_heads, max_len, d)``, by ``VARIANTS[variant]``
+    (``split_size``: keys per block of ``v2_split_kv``). Returns ``(batch, heads, d)``."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_int("split_size", split_size, 1)
+    on_device = check_arrays(q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4))
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape (batch, kv_heads, max_len,"
+                         f" d), got {k_cache.shape} and {v_cache.shape}")
+    batch, kv_heads, max_len, d = k_cache.shape
+    check_decode_inputs(q, kv_heads, d, batch)
+    lengths_host = check_lengths(lengths, batch, max_len, on_device)
+    if batch == 0:
+        return zeros(q.shape, on_device)
+    o = poisoned(q.shape)
+    extra = {"split_size": split_size} if variant == "v2_split_kv" else {}
+    VARIANTS[variant](to_device(q), to_device(k_cache), to_device(v_cache),
+                      lengths if on_device else cuda.to_device(lengths_host), o, **extra)
+    return returned(o, on_device)

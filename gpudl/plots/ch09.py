@@ -1,0 +1,84 @@
+"""Chapter 9's figures: the KV cache against a GPU's memory, the blocks each decode variant
+launches, the memory a paged cache wastes, and static against continuous batching.
+
+Book section: Chapter 9, Inference on a GPU (and its lab).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpudl.estimate.batching import Served
+from gpudl.plots._style import finish
+
+__all__ = ["kv_cache_growth", "decode_blocks", "paged_waste", "batching_timeline"]
+
+
+def kv_cache_growth(tokens: Sequence[int], bytes_by_model: dict[str, Sequence[float]],
+                    limits: dict[str, float], title: str) -> Figure:
+    """The KV cache's bytes against the tokens it holds, one line per model
+    (``bytes_by_model``: name -> bytes at each of ``tokens``), with a GPU's memory as
+    horizontal lines (``limits``: name -> bytes)."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, values in bytes_by_model.items():
+        ax.loglog(list(tokens), [v / 1e9 for v in values], "-o", ms=3, label=name)
+    for name, limit in limits.items():
+        ax.axhline(limit / 1e9, color="grey", ls="--", lw=1)
+        ax.text(tokens[0], limit / 1e9 * 1.1, name, fontsize=10, color="grey")
+    ax.set(xlabel="tokens in the cache (all sequences)", ylabel="KV cache (GB)", title=title)
+    ax.legend(fontsize=9, loc="lower right")
+    return finish(fig)
+
+
+def decode_blocks(lengths: Sequence[int], blocks_by_variant: dict[str, Sequence[int]],
+                  sms: int, title: str) -> Figure:
+    """Thread blocks each decode variant launches against the sequence length (log-log),
+    with the GPU's SM count as a line: below it, SMs are left idle."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for name, blocks in blocks_by_variant.items():
+        ax.loglog(list(lengths), list(blocks), "-o", ms=3, label=name)
+    ax.axhline(sms, color="grey", ls="--", lw=1, label=f"{sms} SMs")
+    ax.set(xlabel="cached tokens s (batch 1)", ylabel="thread blocks", title=title)
+    ax.legend(fontsize=9)
+    return finish(fig)
+
+
+def paged_waste(block_sizes: Sequence[int], paged: Sequence[float], contiguous: float,
+                title: str) -> Figure:
+    """The fraction of reserved KV-cache positions that hold no token: one bar for a
+    ``max_len`` reservation per sequence, one per block size of a paged cache."""
+    labels = ["max_len per\nsequence", *(f"blocks of\n{b}" for b in block_sizes)]
+    values = [contiguous, *paged]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    bars = ax.bar(labels, [100 * v for v in values], color=["#c44e52"] + ["#4c72b0"] * len(
+        block_sizes))
+    for bar, value in zip(bars, values, strict=True):
+        ax.text(bar.get_x() + bar.get_width() / 2, 100 * value + 1, f"{value:.1%}",
+                ha="center", fontsize=10)
+    ax.set(ylabel="reserved but empty (%)", ylim=(0, 100 * max(values) * 1.2 + 2), title=title)
+    return finish(fig)
+
+
+def batching_timeline(runs: Sequence[Served], max_batch: int, title: str) -> Figure:
+    """Left: the requests each policy computes at every step over time (static batches keep
+    computing their finished requests' slots: the dotted line). Right: each policy's
+    latencies, sorted."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.5, 4.2))
+    for run in runs:
+        line, = left.step(run.times_s, run.running, where="post", lw=1, label=run.policy)
+        if run.policy == "static":
+            left.step(run.times_s, run.computing, where="post", lw=1, ls=":",
+                      color=line.get_color(), label="static, slots computed")
+        right.plot(np.sort(run.latency_s), np.arange(1, len(run.requests) + 1)
+                   / len(run.requests), label=run.policy)
+    left.axhline(max_batch, color="grey", ls="--", lw=1)
+    left.set(xlabel="time (s)", ylabel="requests making a token", title="Batch over time")
+    right.set(xlabel="latency (s)", ylabel="fraction of requests", title="Latency")
+    left.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+    right.legend(fontsize=9, loc="lower right")
+    fig.suptitle(title)
+    return finish(fig)

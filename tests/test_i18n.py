@@ -1,0 +1,339 @@
+"""The Chinese edition (CONTRIBUTING.md, "Translations"): the catalogues pass every check, the
+checks catch what they are for, the Chinese labs are the English ones translated, and the two
+built editions link page to page, keep the same anchors and can be searched in Chinese."""
+
+import json
+import re
+import subprocess
+import sys
+from fnmatch import fnmatch
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+# the book's tools need Sphinx, which a lent GPU machine's image lacks (its gpu-marked run)
+pytest.importorskip("sphinx")
+
+import gpudl_glossary  # noqa: E402
+import gpudl_i18n  # noqa: E402
+import gpudl_labs  # noqa: E402
+import gpudl_po  # noqa: E402
+from gpudl_po_checks import entry_problems, term_problems  # noqa: E402
+
+HTML = ROOT / "_build" / "html"
+ZH = gpudl_i18n.LANGUAGE  # the Chinese edition is built into HTML / ZH
+NOTEBOOKS = sorted(gpudl_labs.NOTEBOOKS.glob("*.ipynb"))
+
+# --- the catalogues ---------------------------------------------------------------------------
+
+
+def test_every_catalogue_and_chinese_lab_passes_the_check():
+    lines, problems = gpudl_po.report()
+    assert not problems, "\n".join(problems)
+    assert any("(translated)" in line for line in lines)
+
+
+def test_translated_pages_are_not_pending_and_every_pending_line_matches_a_page():
+    docnames = set(gpudl_po.catalogues())
+    for page in ("book/preface", "book/appendix-claims", "book/appendix-glossary",
+                 "book/appendix-references"):
+        assert page in docnames and not gpudl_i18n.is_pending(page)
+    for pattern in gpudl_i18n.pending():
+        assert any(fnmatch(d, pattern) for d in docnames), pattern
+
+
+REF = "{ref}`Chapter 2, \"The roofline\" <ch02-roofline>`"
+
+
+@pytest.mark.parametrize(("msgid", "msgstr", "problem"), [
+    # the title of a reference may be translated, its target not, nor the role
+    (f"See {REF}.", "见{ref}`第 2 章“屋顶线模型” <ch02-roofline>`。", None),
+    (f"See {REF}.", "见{ref}`第 2 章 <ch02-memory>`。", "roles"),
+    (f"See {REF}.", "见{numref}`第 2 章 <ch02-roofline>`。", "roles"),
+    (f"See {REF}.", "见第 2 章“屋顶线模型”。", "roles"),
+    ("Numba {cite}`lam2015numba` runs it.", "Numba {cite}`lam2016numba` 运行它。", "roles"),
+    ("It took {glue:text}`ch01-time` s.", "耗时 {glue:text}`ch01_time` 秒。", "roles"),
+    ("Call `gpudl.pick(gpu=...)` once.", "调用一次 `gpudl.pick(gpu=…)`。", "code"),
+    ("Hence $C \\approx 6ND$.", "因此 $C \\approx 6NT$。", "math"),
+    ("See [the lab](../notebooks/01-hardware.md).", "见[实验](../notebooks/02-memory.md)。",
+     "links"),
+    ("An A100 has 108 SMs.", "A100 有 180 个 SM。", "numbers"),
+    ("31 August", "8 月 31 日", None),  # numbers may be added, none lost
+    # CommonMark does not close **...。** before a character: the full stop goes outside
+    ("**Read it.** The book.", "**阅读。**本书。", "emphasis"),
+    ("**Read it.** The book.", "**阅读**。本书。", None),
+    ("It is *not yet measured*.", "它*尚未测量。", "emphasis"),
+    ("$$\nx = 1\n$$", "$$\nx = 2\n$$", "not prose"),
+])
+def test_a_translation_keeps_roles_targets_code_math_numbers_and_emphasis(msgid, msgstr,
+                                                                         problem):
+    found = entry_problems(msgid, msgstr)
+    if problem is None:
+        assert not found
+    else:
+        assert len(found) == 1 and problem in found[0], found
+
+
+TERMS = gpudl_glossary.terms()
+
+
+def test_a_term_rendered_otherwise_or_not_glossed_at_its_first_use_is_reported():
+    entries = [("The warps of a kernel.", "核函数（kernel）的线程束（warp）。", set()),
+               ("Each warp runs a kernel.", "每个线程束运行一个内核。", set())]
+    assert term_problems(entries, TERMS) == [
+        "'kernel' is rendered otherwise than '核函数' in '每个线程束运行一个内核。'"]
+    not_glossed = [("Shared memory is fast.", "共享内存很快。", set())]
+    assert "not glossed" in term_problems(not_glossed, TERMS)[0]
+    # a longer term is not also its shorter part; names may stay; a comment exempts a term
+    assert not term_problems([("A thread block of a GPU.", "GPU 的线程块（thread block）。",
+                               set())], TERMS)
+    assert not term_problems([("Half of each layer's kernels.", "每层一半的卷积核。",
+                               {"kernel"})], TERMS)
+
+
+def test_the_glossary_is_consistent_with_itself():
+    """A term inside a longer term keeps its Chinese there (kernel 核函数, fused kernel
+    融合核函数; all-reduce 全归约, ring all-reduce 环形全归约), and one name has one
+    Chinese."""
+    for long in TERMS:
+        for short in TERMS:
+            if short is not long and re.search(
+                    rf"(?<![\w-]){re.escape(short.english)}(?![\w-])", long.english, re.I):
+                assert short.chinese in long.chinese, (short, long)
+    names = [t.english for t in TERMS]
+    assert len(names) == len(set(names))
+    chinese = {t.english: t.chinese for t in TERMS}
+    assert chinese["backward pass"] == chinese["backpropagation"] == "反向传播"
+    assert chinese["reduction"] in chinese["all-reduce"]
+
+
+def test_moved_paragraphs_keep_their_translation(tmp_path, monkeypatch):
+    from babel.messages.catalog import Catalog, Message
+
+    catalogues, memory = tmp_path / "LC_MESSAGES", tmp_path / "memory.po"
+    (catalogues / "book").mkdir(parents=True)
+    monkeypatch.setattr(gpudl_po, "CATALOGUES", catalogues)
+    monkeypatch.setattr(gpudl_po, "MEMORY", memory)
+    moved = "A paragraph that another developer moved from one chapter to another."
+    old = Catalog(locale="zh_CN")
+    old.add("Stays.", "留下。")
+    old.add("kernel", "kernel")  # a term kept in English says nothing of another page
+    old.obsolete[moved] = Message(moved, "一段挪了位置的文字。")  # its page lost it
+    gpudl_po.write(catalogues / "book" / "ch02.po", old)
+    new = Catalog(locale="zh_CN")
+    new.add(moved, "")
+    new.add(moved.replace("another", "the next"), "")  # near: reused, marked fuzzy
+    new.add("Something new.", "")
+    new.add("kernel", "")
+    new.add("Stays!", "")  # too short to be close to anything: a heading, a term
+    gpudl_po.write(catalogues / "book" / "ch03.po", new)
+
+    gpudl_po.memory()
+
+    ch03 = {m.id: m for m in gpudl_po.read(catalogues / "book" / "ch03.po") if m.id}
+    assert ch03[moved].string == "一段挪了位置的文字。" and not ch03[moved].fuzzy
+    near = ch03[moved.replace("another", "the next")]
+    assert near.string == "一段挪了位置的文字。" and near.fuzzy
+    assert ch03["Something new."].string == ch03["kernel"].string == ch03["Stays!"].string == ""
+    ch02 = gpudl_po.read(catalogues / "book" / "ch02.po")
+    assert not ch02.obsolete and [m.id for m in ch02 if m.id] == ["Stays.", "kernel"]
+    assert [m.id for m in gpudl_po.read(memory) if m.id] == [moved]
+
+
+# --- the Chinese labs -------------------------------------------------------------------------
+
+
+def test_the_lab_generator_translates_headings_paragraphs_lists_and_tables():
+    source = ("## Occupancy\n\nThe limit\nthat binds:\n\n- one item\n  two lines\n\n"
+              "| Name | Value |\n|---|---|\n| warp | `32` |\n\nSee [Chapter 1](../book/ch01.md).")
+    translated = {"Occupancy": "占用率", "The limit that binds:": "起约束作用的限制：",
+                  "one item two lines": "一项两行", "Name": "名称", "warp": "线程束",
+                  "See [Chapter 1](../book/ch01.md).": "见[第 1 章](../book/ch01.md)。"}
+    text, found = gpudl_labs.translate_markdown(source, translated)
+    assert text == ("## 占用率\n\n起约束作用的限制：\n\n- 一项两行\n\n| 名称 | Value |\n|---|---|\n"
+                    "| 线程束 | `32` |\n\n见[第 1 章](../book/ch01.md)。")
+    assert set(translated) <= set(found) and "`32`" in found
+    notebook = {"cells": [{"cell_type": "markdown", "source": [source]}], "metadata": {}}
+    zh, _ = gpudl_labs.zh_notebook(notebook, translated)
+    assert "](../../book/ch01.md)" in "".join(zh["cells"][0]["source"])  # one folder deeper
+
+
+def test_the_chinese_edition_launches_the_chinese_lab():
+    """With `repository.url` set, a lab's Colab and Binder buttons open notebooks/zh_CN."""
+    buttons = [{"url": "https://colab.research.google.com/github/o/r/blob/main/"
+                       "notebooks/01-hardware.ipynb"},
+               {"url": "https://mybinder.org/v2/gh/o/r/main?urlpath=tree/"
+                       "notebooks/01-hardware.ipynb"}]
+    gpudl_i18n.zh_launch_urls(buttons, "notebooks/01-hardware")
+    assert all(b["url"].endswith("/notebooks/zh_CN/01-hardware.ipynb") for b in buttons)
+    chapter = [{"url": "https://example.org/book/ch01-hardware.md"}]
+    gpudl_i18n.zh_launch_urls(chapter, "book/ch01-hardware")
+    assert chapter[0]["url"].endswith("/book/ch01-hardware.md")
+
+
+@pytest.mark.parametrize("english", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_chinese_lab_has_the_english_code_and_outputs(english):
+    """nbval runs the English labs only (notebooks/zh_CN is kept out of its collection): the
+    Chinese ones compute and print the same, cell for cell."""
+    en = json.loads(english.read_text())
+    zh = json.loads((gpudl_labs.ZH_NOTEBOOKS / english.name).read_text())
+    assert en["metadata"] == zh["metadata"] and len(en["cells"]) == len(zh["cells"])
+    for a, b in zip(en["cells"], zh["cells"], strict=True):
+        assert a["cell_type"] == b["cell_type"]
+        if a["cell_type"] == "code":
+            assert a == b
+
+
+def test_nbval_does_not_collect_the_chinese_labs():
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--nbval",
+                           "--nbval-current-env", "notebooks"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "01-hardware.ipynb" in done.stdout, done.stdout[-500:]
+    assert "zh_CN" not in done.stdout
+
+
+# --- the Chinese build's freshness check ------------------------------------------------------
+
+
+def test_the_chinese_build_fails_on_an_untranslated_message_and_an_obsolete_one(tmp_path):
+    """A page of the book that is held to its translation, with one paragraph changed: the
+    build warns (and `make book` runs it with -W) on the new paragraph and on the
+    translations its catalogue keeps for paragraphs the page no longer has."""
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "preface.md").write_text(
+        "# How deep learning runs on GPUs\n\nA paragraph nobody has translated yet.\n")
+    (tmp_path / "conf.py").write_text(
+        f"extensions = ['myst_parser', 'gpudl_i18n']\nlanguage = 'zh_CN'\n"
+        f"locale_dirs = [{str(ROOT / 'locales')!r}]\ngettext_compact = False\n"
+        "root_doc = 'book/preface'\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(tmp_path),
+         str(tmp_path / "_build")], capture_output=True, text=True, timeout=300,
+        env={"PYTHONPATH": str(ROOT / "book" / "_ext"), "PATH": ""})
+    warnings = done.stderr
+    assert "untranslated message 'A paragraph nobody has translated yet.'" in warnings
+    assert "untranslated message 'How deep" not in warnings  # the title has its translation
+    assert "obsolete translation of 'Three ways to use this book'" in warnings
+    html = (tmp_path / "_build" / "book" / "preface.html").read_text()
+    assert "深度学习如何在 GPU 上运行" in html
+
+
+# --- the built editions -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """Both built editions: `make test` builds them (warnings as errors) before the tests; a
+    test run without them builds a copy."""
+    if (HTML / ZH / "index.html").exists() and (HTML / "index.html").exists():
+        return HTML
+    out = tmp_path_factory.mktemp("book") / "_build"
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "jupyter-book"), "build", str(ROOT), "--path-output",
+                    str(out.parent)], check=True, capture_output=True, timeout=900)
+    subprocess.run([str(bin_dir / "sphinx-build"), "-q", "-b", "html", "-t", ZH, "-D",
+                    "gpudl_model_figures=0", "-d", str(out / ".doctrees-zh"), str(ROOT),
+                    str(out / "html" / ZH)], check=True, capture_output=True, timeout=900)
+    return out / "html"
+
+
+def pages(root: Path) -> list[Path]:
+    skip = ("_static", "_sources", "_images", "jupyter_execute", ZH)
+    return [p for p in sorted(root.rglob("*.html"))
+            if p.relative_to(root).parts[0] not in skip and p.name != "index.html"]
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.switch, self.alternate, self.ids, self.links = None, None, set(), []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "btn-language-switch" in (attrs.get("class") or ""):
+            self.switch = re.search(r"href='([^']+)'", attrs["onclick"]).group(1)
+        if tag == "link" and attrs.get("rel") == "alternate":
+            self.alternate = attrs["href"]
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("href"):
+            self.links.append(attrs["href"])
+
+
+def parse(page: Path) -> _Page:
+    parser = _Page()
+    parser.feed(page.read_text())
+    return parser
+
+
+def test_every_page_links_to_the_same_page_of_the_other_edition_with_the_same_anchors(built):
+    english = pages(built)
+    assert len(english) >= 20 and len(pages(built / ZH)) == len(english)
+    for page in english:
+        zh_page = built / ZH / page.relative_to(built)
+        en, zh = parse(page), parse(zh_page)
+        assert en.switch and (page.parent / en.switch).resolve() == zh_page.resolve(), page
+        assert zh.switch and (zh_page.parent / zh.switch).resolve() == page.resolve(), page
+        assert en.alternate == en.switch and zh.alternate == zh.switch
+        # the switch keeps the anchor (location.hash): every anchor exists on both sides
+        assert en.ids == zh.ids, (page, en.ids ^ zh.ids)
+
+
+def test_every_link_of_the_chinese_edition_leads_to_a_page(built):
+    for page in pages(built / ZH):
+        for link in parse(page).links:
+            target = link.split("#")[0]
+            if target and not re.match(r"^(https?:|mailto:|javascript:)", target):
+                assert (page.parent / target).exists(), (page, link)
+
+
+def test_the_landing_page_offers_both_editions(built):
+    links = parse(built / "index.html").links
+    assert links == ["book/preface.html", "zh_CN/book/preface.html"]
+    assert all((built / link).exists() for link in links)
+    assert "深度学习如何在 GPU 上运行" in (built / ZH / "book" / "preface.html").read_text()
+
+
+def test_a_chinese_lab_downloads_as_the_chinese_notebook(built):
+    for english in NOTEBOOKS:
+        served = built / ZH / "_sources" / "notebooks" / english.name
+        assert served.read_bytes() == (gpudl_labs.ZH_NOTEBOOKS / english.name).read_bytes()
+
+
+SEARCHED = ["线程束分化", "共享内存", "流式多处理器", "全归约", "算术强度", "核函数",
+            "屋顶线模型", "反向传播", "张量核心", "访存受限"]
+
+
+def test_a_chinese_search_for_ten_glossary_terms_finds_pages(built):
+    text = (built / ZH / "searchindex.js").read_text()
+    index = json.loads(text[text.index("(") + 1: text.rindex(")")])
+    glossary = index["docnames"].index("book/appendix-glossary")
+    for term in SEARCHED:  # the search box looks a query word up as it is (no stemming)
+        found = index["terms"].get(term, [])
+        found = [found] if isinstance(found, int) else found
+        assert glossary in found, term
+        assert term in gpudl_glossary.search_dictionary()
+    # without the glossary's dictionary jieba cuts the first term into words no query finds
+    import jieba
+
+    assert "线程束分化" not in jieba.Tokenizer().lcut_for_search("线程束分化")
+
+
+def _readme_commands(text: str) -> tuple[list[str], list[str], int]:
+    """A README's shell lines (comments dropped), its inline code and its sections."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S)
+    lines = [re.sub(r"\s*#.*$", "", line).rstrip() for b in blocks for line in b.splitlines()]
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return [x for x in lines if x], sorted(set(re.findall(r"`([^`\n]+)`", prose))), \
+        len(re.findall(r"^## ", text, re.M))
+
+
+def test_the_chinese_readme_is_the_english_ones_twin():
+    """README.zh.md has README.md's commands, inline code and sections: a command changed in
+    one and not in the other fails."""
+    english, chinese = ((ROOT / name).read_text() for name in ("README.md", "README.zh.md"))
+    assert _readme_commands(chinese) == _readme_commands(english)
+    assert "README.zh.md" in english and "](README.md)" in chinese

@@ -1,0 +1,71 @@
+"""Chapter 9's figures (gpudl.plots and the ones the book draws when it is built): what each
+draws is the model it comes from, and every book figure is readable and fits the page."""
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from gpudl import plots  # noqa: E402
+from gpudl.estimate import MODELS, POLICIES, StepCost, request_stream, simulate  # noqa: E402
+from gpudl.plots._style import MAX_WIDTH_IN, MIN_FONT_PT, font_sizes  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_kv_cache_growth_draws_gigabytes_and_the_limits():
+    fig = plots.kv_cache_growth([1, 10], {"m": [2e9, 20e9]}, {"80 GB": 80e9}, "t")
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [2, 20])
+    assert ax.get_lines()[1].get_ydata()[0] == 80
+
+
+def test_decode_blocks_draws_each_variant_and_the_sms():
+    fig = plots.decode_blocks([128, 256], {"v1": [32, 32], "v2": [32, 64]}, 132, "t")
+    lines = fig.axes[0].get_lines()
+    assert [list(ln.get_ydata()) for ln in lines[:2]] == [[32, 32], [32, 64]]
+    assert lines[2].get_ydata()[0] == 132
+
+
+def test_paged_waste_draws_one_bar_per_policy():
+    fig = plots.paged_waste([8, 16], [0.01, 0.02], 0.78, "t")
+    heights = [bar.get_height() for bar in fig.axes[0].patches]
+    assert heights == pytest.approx([78, 1, 2])
+
+
+def test_batching_timeline_draws_the_simulation():
+    cost = StepCost(7e9, 989e12, 3.35e12, MODELS["Llama 2 7B"].kv_bytes_per_token())
+    runs = [simulate(request_stream(20, 8.0, seed=1), cost, 4, p) for p in POLICIES]
+    fig = plots.batching_timeline(runs, 4, "t")
+    left, right = fig.axes
+    static = left.get_lines()[0]
+    np.testing.assert_array_equal(static.get_ydata()[:len(runs[0].running)], runs[0].running)
+    latencies = right.get_lines()[1].get_xdata()
+    np.testing.assert_array_equal(latencies, np.sort(runs[1].latency_s))
+
+
+def test_every_chapter_9_figure_is_readable_fits_the_page_and_is_shown():
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "book" / "_ext"))
+    import gpudl_sphinx
+
+    figures = gpudl_sphinx._ch09_figures()
+    text = (root / "book" / "ch09-inference.md").read_text()
+    assert text.count("```{figure}") >= 3
+    assert all(f"_generated/{name}" in text for name in figures)
+    for name, draw in figures.items():
+        fig = draw()
+        assert fig.get_size_inches()[0] <= MAX_WIDTH_IN, name
+        assert min(font_sizes(fig)) >= MIN_FONT_PT, name
+        plt.close(fig)
+
