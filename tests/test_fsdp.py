@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from gpudl.estimate import model_state_memory
+from gpudl.parallel.launch import spawn
 from gpudl.parallel.reference import SHARDING_DIMS, adam_step_loss, make_batch, make_mlp
-from gpudl.parallel.zero.fsdp import format_table, shard_numel, state_bytes
+from gpudl.parallel.zero.fsdp import format_table, shard_numel, state_bytes, state_bytes_worker
 
 # --- the formula -----------------------------------------------------------------------------
 
@@ -84,11 +85,27 @@ def test_shard_numel_matches_torch_chunk(world_size):
 
 N_PARAMS = sum(p.numel() for p in make_mlp(SHARDING_DIMS).parameters())
 UNEVEN = (12, 10, 6)  # over 4 ranks: rows 3, 3, 3, 1 and 2, 2, 2, 0
+# Starting the processes costs far more than a step: each world size is spawned once, and its
+# ranks measure every configuration of that size one after another.
+CONFIGS = {2: (("replicated", SHARDING_DIMS), ("fsdp2", SHARDING_DIMS)),
+           4: (("replicated", SHARDING_DIMS), ("fsdp2", SHARDING_DIMS), ("fsdp2", UNEVEN))}
+
+
+def every_config_worker(rank, world_size):
+    return [state_bytes_worker(rank, world_size, strategy, dims)
+            for strategy, dims in CONFIGS[world_size]]
 
 
 @functools.cache
-def measured(world_size, strategy, dims):  # each configuration is spawned once per session
-    return tuple(state_bytes(world_size, strategy, dims))
+def spawned(world_size):
+    per_rank = spawn(every_config_worker, world_size, timeout=240)
+    return {config: tuple(rows[i] for rows in per_rank)
+            for i, config in enumerate(CONFIGS[world_size])}
+
+
+def measured(world_size, strategy, dims):
+    """What :func:`state_bytes` returns for the configuration, one row per rank."""
+    return spawned(world_size)[strategy, dims]
 
 
 def test_the_model_is_as_described():
@@ -123,7 +140,7 @@ def test_the_reference_step_lowers_the_loss(dims):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_replicated_ranks_hold_everything(world_size):
     for row in measured(world_size, "replicated", SHARDING_DIMS):
@@ -136,7 +153,7 @@ def test_replicated_ranks_hold_everything(world_size):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_fsdp2_is_zero_3(world_size):
     replicated = measured(world_size, "replicated", SHARDING_DIMS)[0]
@@ -153,7 +170,7 @@ def test_fsdp2_is_zero_3(world_size):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "world_size, strategy, dims",
     [(2, "replicated", SHARDING_DIMS), (2, "fsdp2", SHARDING_DIMS),
@@ -168,7 +185,7 @@ def test_sharding_does_not_change_the_maths(world_size, strategy, dims):
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_uneven_shards_are_rows_of_ceil_d0_over_n():
     shapes = [p.shape for p in make_mlp(UNEVEN).parameters()]
     sharded = measured(4, "fsdp2", UNEVEN)

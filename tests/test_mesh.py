@@ -8,6 +8,7 @@ import torch
 from gpudl.models import EncoderConfig, make_encoder
 from gpudl.parallel import mesh
 from gpudl.parallel.degrees import ParallelDegrees
+from gpudl.parallel.launch import spawn
 from gpudl.parallel.reference import encoder_sgd_run
 from gpudl.parallel.zero.fsdp import shard_numel
 
@@ -53,10 +54,29 @@ def test_the_mesh_is_data_by_tensor_with_the_state_sharded_over_data(degrees):
 # --- distributed ------------------------------------------------------------------------------
 
 
+def four_ranks_worker(rank, world_size):
+    """FSDP2 over the four ranks, then the 2 x 2 mesh, in one group of processes (starting
+    the processes costs far more than the steps), with run_fsdp's and run_mesh_2d's sizes."""
+    return {"fsdp2": mesh.fsdp_worker(rank, world_size, mesh.MESH_CONFIG, 8, 2, 0.05,
+                                      torch.float64),
+            "2x2": mesh.mesh_2d_worker(rank, world_size, mesh.MESH_2X2, mesh.MESH_CONFIG, 8, 2,
+                                       0.05, torch.float64)}
+
+
+@pytest.fixture(scope="module")
+def four_ranks():
+    per_rank = spawn(four_ranks_worker, 4, timeout=300)
+    return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+
+
 @pytest.mark.distributed
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_fsdp2_equals_one_process_and_keeps_a_shard_per_rank(world_size):
-    ranks = mesh.run_fsdp(world_size, dtype=torch.float64, timeout=300)
+def test_fsdp2_equals_one_process_and_keeps_a_shard_per_rank(world_size, request):
+    if world_size == 2:
+        ranks = mesh.run_fsdp(world_size, dtype=torch.float64, timeout=300)
+    else:
+        ranks = request.getfixturevalue("four_ranks")["fsdp2"]
     assert_equal_to_one_process(ranks)
     shapes = [p.shape for p in make_encoder(mesh.MESH_CONFIG).parameters()]
     for rank, r in enumerate(ranks):
@@ -66,8 +86,9 @@ def test_fsdp2_equals_one_process_and_keeps_a_shard_per_rank(world_size):
 
 
 @pytest.mark.distributed
-def test_data_by_tensor_mesh_equals_one_process():
-    ranks = mesh.run_mesh_2d(mesh.MESH_2X2, dtype=torch.float64, timeout=300)
+@pytest.mark.timeout(400)
+def test_data_by_tensor_mesh_equals_one_process(four_ranks):
+    ranks = four_ranks["2x2"]
     assert_equal_to_one_process(ranks)
     assert [r["coords"] for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
 

@@ -1,16 +1,31 @@
-"""gpudl.optim against torch.optim for every combination of the hyperparameters each accepts.
+"""gpudl.optim against torch.optim on a covering design of the hyperparameters each accepts.
 
-Every configuration of SGD (learning rate as a number and as a tensor, momentum 0 and not,
-dampening, Nesterov, weight decay 0 and not, maximize) and of Adam, Adam with decoupled weight
-decay and AdamW (learning rate as a number and as a tensor, two pairs of betas, two epsilons,
-weight decay 0 and not, maximize) trains a small model for 15 steps beside torch's optimizer,
-with two parameter groups (the second at half the learning rate) and a parameter that never
-gets a gradient. Each step starts both from torch's parameters and state (teacher forcing), so
-the check is the derived float32 bound of one step (``gpudl.kernels.optim.*_error_bound``)
-against the float64 reference, at every step, for both optimizers: ours must be within it, and
-so must torch's (or the reference would be wrong). Configurations torch refuses must be refused
-by gpudl too; what gpudl does not implement (``amsgrad``, torch's implementation switches) is
-refused at construction with a clear error. The four Adam variants each run a covering subset.
+SGD's hyperparameters are the learning rate (a number or a tensor), momentum (0, 0.9),
+dampening (0, 0.3), Nesterov, weight decay (0, 0.01) and maximize; Adam's, for Adam, Adam with
+decoupled weight decay and AdamW, the learning rate (a number or a tensor), two pairs of betas,
+two epsilons, weight decay (0, 0.1) and maximize. Training every combination (40 for SGD, 96
+for Adam) would repeat what a covering design already checks, so the suite trains these:
+
+* SGD, 20 runs: each of the five momentum settings (momentum, dampening, Nesterov) that torch
+  accepts meets half of the cube of (learning rate's kind, weight decay, maximize), every pair
+  of their values, and the two halves make the whole cube. Every combination torch refuses
+  (Nesterov without momentum, or with dampening) is checked to be refused by gpudl too.
+* Adam, 18 runs: each kind (Adam, decoupled, AdamW) meets every pair of values of any two of
+  the five other hyperparameters in six runs, and the eighteen hold every triple of values of
+  any three of those five.
+
+Both are covering designs of strength 3: every triple of values of any three hyperparameters
+that torch accepts together is trained in some run (``test_the_designs_cover_what_they_claim``
+checks it).
+
+Each run trains a small model for 15 steps beside torch's optimizer, with two parameter groups
+(the second at half the learning rate) and a parameter that never gets a gradient. Each step
+starts both from torch's parameters and state (teacher forcing), so the check is the derived
+float32 bound of one step (``gpudl.kernels.optim.*_error_bound``) against the float64
+reference, at every step, for both optimizers: ours must be within it, and so must torch's (or
+the reference would be wrong). What gpudl does not implement (``amsgrad``, torch's
+implementation switches) is refused at construction with a clear error. The four Adam variants
+each run a covering subset.
 """
 
 import itertools
@@ -116,8 +131,26 @@ def assert_within(name: str, got: np.ndarray, ref: np.ndarray, bound: np.ndarray
 # SGD
 # ------------------------------------------------------------------------------------------
 
-SGD_GRID = list(itertools.product(
-    ["number", "tensor"], [0.0, 0.9], [0.0, 0.3], [False, True], [0.0, 1e-2], [False, True]))
+SGD_VALUES = {"lr_kind": ["number", "tensor"], "momentum": [0.0, 0.9], "dampening": [0.0, 0.3],
+              "nesterov": [False, True], "weight_decay": [0.0, 1e-2], "maximize": [False, True]}
+
+
+def sgd_refused(config: tuple) -> bool:
+    """Whether torch refuses the configuration: Nesterov needs momentum and no dampening."""
+    _, momentum, dampening, nesterov, _, _ = config
+    return nesterov and (momentum == 0 or dampening != 0)
+
+
+# The momentum settings torch accepts, (momentum, dampening, nesterov), each with one of the two
+# halves of the cube of (learning rate's kind, weight decay, maximize): each half holds every
+# pair of values of those three, the two together every triple.
+SGD_MOMENTUM = [(0.0, 0.0, False), (0.0, 0.3, False), (0.9, 0.0, False), (0.9, 0.3, False),
+                (0.9, 0.0, True)]
+CUBE_HALVES = (["000", "011", "101", "110"], ["111", "100", "010", "001"])
+SGD_DESIGN = [(SGD_VALUES["lr_kind"][int(a)], *momentum, SGD_VALUES["weight_decay"][int(b)],
+               SGD_VALUES["maximize"][int(c)])
+              for i, momentum in enumerate(SGD_MOMENTUM) for a, b, c in CUBE_HALVES[i % 2]]
+SGD_GRID = [c for c in itertools.product(*SGD_VALUES.values()) if sgd_refused(c)] + SGD_DESIGN
 
 
 def sgd_check(before, hp, step, ours, theirs):
@@ -135,7 +168,7 @@ def sgd_check(before, hp, step, ours, theirs):
 
 @pytest.mark.parametrize(("lr_kind", "momentum", "dampening", "nesterov", "weight_decay",
                           "maximize"), SGD_GRID)
-def test_sgd_tracks_torch_in_every_configuration(lr_kind, momentum, dampening, nesterov,
+def test_sgd_tracks_torch_in_the_covering_design(lr_kind, momentum, dampening, nesterov,
                                                  weight_decay, maximize):
     lr = torch.tensor(0.05) if lr_kind == "tensor" else 0.05
     hp = {"lr": lr, "momentum": momentum, "dampening": dampening, "nesterov": nesterov,
@@ -180,9 +213,17 @@ ADAM_KINDS = {
     "AdamW": (lambda variant: lambda ps, **kw: optim.AdamW(ps, variant=variant, **kw),
               torch.optim.AdamW, True),
 }
-ADAM_GRID = list(itertools.product(
-    list(ADAM_KINDS), ["number", "tensor"], [(0.9, 0.999), (0.5, 0.9)], [1e-8, 1e-3],
-    [0.0, 0.1], [False, True]))
+ADAM_VALUES = {"lr_kind": ["number", "tensor"], "betas": [(0.9, 0.999), (0.5, 0.9)],
+               "eps": [1e-8, 1e-3], "weight_decay": [0.0, 0.1], "maximize": [False, True]}
+# Per kind, six runs; digit i of a run says which value of the i-th hyperparameter of
+# ADAM_VALUES it takes. Each kind's six form a covering array of strength 2 (every pair of
+# values of any two hyperparameters), and the eighteen one of strength 3.
+ADAM_RUNS = {"Adam": ["00010", "11111", "00101", "10001", "01110", "11000"],
+             "Adam-decoupled": ["01001", "01110", "00011", "10010", "10100", "11101"],
+             "AdamW": ["01001", "10111", "11100", "00111", "11010", "00000"]}
+ADAM_GRID = [(kind, *(values[int(digit)] for values, digit in zip(ADAM_VALUES.values(), run,
+                                                                   strict=True)))
+             for kind, runs in ADAM_RUNS.items() for run in runs]
 
 
 def adam_check(decoupled):
@@ -208,14 +249,14 @@ def run_adam(kind, variant, lr, betas, eps, weight_decay, maximize):
 
 @pytest.mark.parametrize(("kind", "lr_kind", "betas", "eps", "weight_decay", "maximize"),
                          ADAM_GRID)
-def test_adam_tracks_torch_in_every_configuration(kind, lr_kind, betas, eps, weight_decay,
+def test_adam_tracks_torch_in_the_covering_design(kind, lr_kind, betas, eps, weight_decay,
                                                   maximize):
     lr = torch.tensor(0.01) if lr_kind == "tensor" else 0.01
     run_adam(kind, optim_kernels.DEFAULT_VARIANT, lr, betas, eps, weight_decay, maximize)
 
 
 # Every variant meets every hyperparameter value at least once (the default variant above
-# meets every combination).
+# runs the covering design).
 @pytest.mark.parametrize(
     "variant", [v for v in optim_kernels.VARIANTS if v != optim_kernels.DEFAULT_VARIANT]
 )
@@ -227,6 +268,29 @@ def test_adam_tracks_torch_in_every_configuration(kind, lr_kind, betas, eps, wei
 def test_every_adam_variant_tracks_torch(variant, kind, lr, betas, eps, weight_decay,
                                          maximize):
     run_adam(kind, variant, lr, betas, eps, weight_decay, maximize)
+
+
+def values_seen(rows: list[tuple], columns: tuple[int, ...]) -> set[tuple]:
+    return {tuple(row[c] for c in columns) for row in rows}
+
+
+def test_the_designs_cover_what_they_claim():
+    """Every triple of values of any three hyperparameters that torch accepts together is
+    trained (strength 3), and every combination torch refuses is tried."""
+    every_sgd = list(itertools.product(*SGD_VALUES.values()))
+    accepted = [c for c in every_sgd if not sgd_refused(c)]
+    assert len(SGD_DESIGN) == 20 and not any(sgd_refused(c) for c in SGD_DESIGN)
+    assert sorted(c for c in SGD_GRID if sgd_refused(c)) == sorted(
+        c for c in every_sgd if sgd_refused(c))
+    every_adam = list(itertools.product(ADAM_KINDS, *ADAM_VALUES.values()))
+    assert len(ADAM_GRID) == 18
+    for design, full in ((SGD_DESIGN, accepted), (ADAM_GRID, every_adam)):
+        for columns in itertools.combinations(range(6), 3):
+            assert values_seen(design, columns) == values_seen(full, columns), columns
+    for kind in ADAM_KINDS:  # and each kind alone meets every pair of the others' values
+        runs = [c for c in ADAM_GRID if c[0] == kind]
+        for columns in itertools.combinations(range(1, 6), 2):
+            assert len(values_seen(runs, columns)) == 4, (kind, columns)
 
 
 # ------------------------------------------------------------------------------------------
