@@ -106,9 +106,9 @@ none("gpudl.backend.is_simulator", NO_ARGUMENT)
 none("gpudl.backend.pick", "returns one of its two arguments, whatever they are")
 for _name in ("check_array", "check_bool", "check_callable", "check_choice",
               "check_compute_capability", "check_equal", "check_float32_array", "check_instance",
-              "check_int", "check_ints", "check_positive", "check_real", "check_real_mapping",
-              "check_reals", "check_tensor", "check_widths", "is_device_array", "largest",
-              "largest_difference", "within"):
+              "check_int", "check_ints", "check_kernel_array", "check_positive", "check_real",
+              "check_real_mapping", "check_reals", "check_tensor", "check_widths",
+              "is_device_array", "largest", "largest_difference", "within"):
     none(f"gpudl.checks.{_name}", CHECK)
 none("gpudl.checks.OneLineArgumentParser", CLI)
 none("gpudl.checks.OneLineArgumentParser.error", CLI)
@@ -1316,8 +1316,8 @@ add(f"{_MB}.bench_matmul", lambda: dict(sizes=(8,)), sizes=ints(1).allowing_none
 none(f"{_MB}.bench_mlp", NO_ARGUMENT)
 add(f"{_MB}.run", lambda: dict(sizes=(8,), mlp=False), sizes=ints(1).allowing_none(),
     mlp=BOOL)
-add(f"{_BENCH}.memory.run", lambda: dict(n=64, hierarchy=False, p2p=False),
-    n=integer(4).allowing_none(), hierarchy=BOOL, p2p=BOOL)
+add(f"{_BENCH}.memory.run", lambda: dict(n=64, hierarchy=False),
+    n=integer(4).allowing_none(), hierarchy=BOOL)
 
 _OB = f"{_BENCH}.optim"
 _HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
@@ -1378,6 +1378,9 @@ add(f"{_TB}.gbps", lambda: dict(n_bytes=8, seconds=1.0), n_bytes=NONNEGATIVE,
     seconds=POSITIVE)
 add(f"{_TB}.gflops", lambda: dict(n_flops=8, seconds=1.0), n_flops=NONNEGATIVE,
     seconds=POSITIVE)
+add(f"{_TB}.fp32_matmuls", lambda: dict(precision="ieee"),
+    lambda kw: resolve(f"{_TB}.fp32_matmuls")(**kw).__enter__(),
+    precision=choice("ieee", "tf32"))
 
 # ------------------------------------------------------------------------------------------
 # gpudl.plots (refusals come before any figure is drawn)
@@ -1392,9 +1395,9 @@ add(f"{_PL}.ch01.occupancy_curves", lambda: dict(compute_capability=(9, 0)),
     compute_capability=_CC.more((), ((5, 1),)), block_sizes=ints(1), registers=ints(1))
 add(f"{_PL}.ch01.time_bars", lambda: dict(seconds={"a": 1.0}, title="t"), seconds=_NUMBERS,
     title=_STR, note=_STR)
-add(f"{_PL}.ch01.allreduce_bandwidth", lambda: dict(rows=[{"size_bytes": 4}]), rows=_ROWSK,
+add(f"{_PL}.ch05.allreduce_bandwidth", lambda: dict(rows=[{"size_bytes": 4}]), rows=_ROWSK,
     model=Kind("(latency, bandwidth)", (1.0, "m"), ((float("nan"), 1.0), (1.0,))))
-add(f"{_PL}.ch01.ring_allreduce_model",
+add(f"{_PL}.ch05.ring_allreduce_model",
     lambda: dict(n_bytes=1e6, bus_bandwidth_gbs=100.0, latency_s=1e-5, world_sizes=[2, 4]),
     n_bytes=NONNEGATIVE, bus_bandwidth_gbs=POSITIVE, latency_s=NONNEGATIVE,
     world_sizes=ints(1))
@@ -1413,20 +1416,22 @@ add(f"{_PL}.ch02.roofline",
     lambda: dict(peak_flops=1e15, peak_bandwidth=1e12, points={}, title="t"),
     peak_flops=POSITIVE, peak_bandwidth=POSITIVE, points=Kind("points", (None, [])),
     title=_STR)
-add(f"{_PL}.ch02.bandwidth_vs_size",
+add(f"{_PL}.ch05.bandwidth_vs_size",
     lambda: dict(rows=[{"size_bytes": 4, "gbps": 1.0}], key="gbps", title="t"), rows=_ROWSK,
     title=_STR)
-add(f"{_PL}.ch02.state_bytes", lambda: dict(rows=[{}]), rows=_ROWSK)
+add(f"{_PL}.ch06.state_bytes", lambda: dict(rows=[{}]), rows=_ROWSK)
 add(f"{_PL}.ch02.hierarchy", lambda: dict(levels={}), levels=Kind("levels", (None, [])))
 add(f"{_PL}.ch03.tile_geometry", lambda: dict(variant="v3_tiled"),
     variant=choice("v3_tiled", "v4_register_1d", "v5_register_2d"))
 add(f"{_PL}.ch03.matmul_tiling", lambda: dict(variants=("v3_tiled",)),
     variants=Kind("variants", (None, "v3_tiled", []), (["v1_naive"],)))
 add(f"{_PL}.ch03.linear_dataflow", dict, batch=COUNT, in_features=COUNT, out_features=COUNT)
-add(f"{_PL}.ch03.gradient_timeline", lambda: dict(events=[{"kind": "grad_ready"}]),
+add(f"{_PL}.ch05.gradient_timeline", lambda: dict(events=[{"kind": "grad_ready"}]),
     events=_ROWSK)
 add(f"{_PL}.ch04.optimizer_traffic", lambda: dict(rows=[{}]), rows=_ROWSK)
-add(f"{_PL}.ch04.zero_partition", dict, world_size=COUNT, stages=ints(0).more((), ([4],)))
+add(f"{_PL}.ch04.weight_after_updates", dict, steps=COUNT, update=FINITE, start=FINITE)
+add(f"{_PL}.ch04.master_weight_updates", dict, steps=COUNT, update=FINITE)
+add(f"{_PL}.ch06.zero_partition", dict, world_size=COUNT, stages=ints(0).more((), ([4],)))
 add(f"{_PL}.ch05.ring_schedule", lambda: dict(world_size=3), world_size=COUNT)
 add(f"{_PL}.ch05.ring_steps", dict, world_size=COUNT)
 _TIMELINE = dict(compute_s=NONNEGATIVE, grad_bytes=NONNEGATIVE, world_size=COUNT,
@@ -1466,3 +1471,320 @@ add(f"{_PL}.measured.rate_bars",
                  reference_label="r"),
     groups=_NUMBERS.more((), ({"": {"a": float("inf")}},)), references=_NUMBERS,
     unit=_STR, title=_STR, reference_label=_STR)
+
+# ------------------------------------------------------------------------------------------
+# Chapter 9: inference (gpudl.estimate, gpudl.kernels, gpudl.models, gpudl.bench, plots)
+# ------------------------------------------------------------------------------------------
+
+_DEVICE_FUNCTION = "a device function, called inside kernels"
+for _name in ("decode.contiguous_scores", "decode.online_softmax_step",
+              "decode.contiguous_values", "decode.load_query", "decode.attend_keys",
+              "decode.store_row", "decoder_layers.row_sum", "paged.paged_scores",
+              "paged.paged_values", "quant.warp_sum"):
+    none(f"{_K}.{_name}", _DEVICE_FUNCTION)
+kernel(*(f"{_K}.{name}" for name in (
+    "decode.v1_one_block_per_head", "decode.v2_split_kv", "decode.v2_combine_splits",
+    "decoder_layers.v1_embed", "decoder_layers.v1_linear", "decoder_layers.v1_add_layernorm",
+    "decoder_layers.v1_append_kv", "decoder_layers.v1_argmax_next", "paged.v1_paged",
+    "paged.v1_scatter_tokens", "quant.v1_dequantize", "quant.v1_gemv",
+    "quant.v2_dequantize_in_registers")))
+kernel(f"{_BENCH}.decode.bump_kernel", f"{_BENCH}.decode.rewind_kernel")
+
+_INF = "gpudl.estimate.inference"
+_MODEL = dict(n_params=POSITIVE, batch=COUNT, context_tokens=SIZE,
+              kv_bytes_per_token=NONNEGATIVE, bytes_per_param=POSITIVE)
+_PEAKS = dict(peak_flops=POSITIVE, peak_bandwidth=POSITIVE)
+_SHAPE = dict(name="m", params=1e9, layers=2, heads=4, kv_heads=2, head_dim=8, source="s")
+add(f"{_INF}.ModelShape", lambda: dict(_SHAPE), name=_STR, source=_STR, params=POSITIVE,
+    layers=COUNT, heads=COUNT, kv_heads=COUNT.more((), (3,)), head_dim=COUNT)
+add(f"{_INF}.ModelShape.kv_bytes_per_token", dict, method(
+    "ModelShape", lambda: resolve(f"{_INF}.ModelShape")(**_SHAPE), "kv_bytes_per_token"),
+    bytes_per_value=POSITIVE)
+add(f"{_INF}.kv_cache_bytes", lambda: dict(layers=2, kv_heads=2, head_dim=8, tokens=4),
+    layers=COUNT, kv_heads=COUNT, head_dim=COUNT, tokens=SIZE, bytes_per_value=POSITIVE)
+add(f"{_INF}.decode_flops", lambda: dict(n_params=7e9, batch=1), n_params=POSITIVE,
+    batch=COUNT)
+for _name in ("decode_bytes", "decode_intensity"):
+    add(f"{_INF}.{_name}", lambda: dict(n_params=7e9, batch=1), **_MODEL)
+for _name in ("decode_step_time", "decode_tokens_per_second"):
+    add(f"{_INF}.{_name}",
+        lambda: dict(n_params=7e9, batch=1, peak_flops=1e15, peak_bandwidth=3e12),
+        **_MODEL, **_PEAKS)
+add(f"{_INF}.prefill_intensity", lambda: dict(n_params=7e9, prompt_tokens=512),
+    n_params=POSITIVE, prompt_tokens=COUNT, kv_bytes_per_token=NONNEGATIVE,
+    bytes_per_param=POSITIVE)
+add(f"{_INF}.prefill_time",
+    lambda: dict(n_params=7e9, tokens=512, peak_flops=1e15, peak_bandwidth=3e12),
+    n_params=POSITIVE, tokens=COUNT, kv_bytes_per_token=NONNEGATIVE, bytes_per_param=POSITIVE,
+    **_PEAKS)
+add(f"{_INF}.critical_batch", lambda: dict(peak_flops=1e15, peak_bandwidth=3e12, n_params=7e9),
+    n_params=POSITIVE, kv_bytes_per_sequence=NONNEGATIVE, bytes_per_param=POSITIVE, **_PEAKS)
+add(f"{_INF}.tokens_per_price", lambda: dict(tokens_per_second=100.0, price_per_gpu_hour=2.0),
+    tokens_per_second=POSITIVE, price_per_gpu_hour=POSITIVE, n_gpus=COUNT)
+
+_BAT = "gpudl.estimate.batching"
+
+
+def _request(arrival_s: float = 0.0) -> Any:
+    return resolve(f"{_BAT}.Request")(arrival_s, 4, 4)
+
+
+def _cost() -> Any:
+    return resolve(f"{_BAT}.StepCost")(7e9, 1e15, 3e12, 5e5)
+
+
+_REQUESTS = Kind("requests", (None, "r", [1], [(0.0, 4, 4)]), ([],))
+_RANGE = Kind("a (low, high) range", (None, 16, "16,512", (16, 2.5), (True, 4)),
+              ((0, 4), (8, 4), (1, 2, 3), (4,)))
+add(f"{_BAT}.Request", lambda: dict(arrival_s=0.0, prompt=4, output=4),
+    arrival_s=NONNEGATIVE, prompt=COUNT, output=COUNT)
+add(f"{_BAT}.StepCost",
+    lambda: dict(n_params=7e9, peak_flops=1e15, peak_bandwidth=3e12, kv_bytes_per_token=5e5),
+    n_params=POSITIVE, kv_bytes_per_token=NONNEGATIVE, bytes_per_param=POSITIVE, **_PEAKS)
+add(f"{_BAT}.StepCost.decode", lambda: dict(batch=2, context_tokens=8),
+    method("StepCost", _cost, "decode"), batch=COUNT, context_tokens=SIZE)
+add(f"{_BAT}.StepCost.prefill", lambda: dict(tokens=8), method("StepCost", _cost, "prefill"),
+    tokens=COUNT)
+none(f"{_BAT}.Served", RECORD)
+add(f"{_BAT}.request_stream", lambda: dict(n=3, rate_per_s=1.0, seed=0), n=COUNT,
+    rate_per_s=POSITIVE, seed=SIZE, prompt=_RANGE, output=_RANGE)
+add(f"{_BAT}.simulate", lambda: dict(requests=[_request()], cost=_cost(), max_batch=2),
+    requests=_REQUESTS.more((), ([_request(1.0), _request(0.0)],)), cost=instance(object),
+    max_batch=COUNT, policy=choice("static", "continuous"))
+none(f"{_BAT}.check_requests", "an input check of simulate and measure_waste (tested through "
+                               "their requests)")
+
+_DEC = f"{_K}.decode"
+_LENGTHS = np.array([1, 6], np.int32)
+_INT32 = Kind("int32 lengths", ([1, 6], _LENGTHS.astype(np.int64), _LENGTHS.astype(np.float32),
+                                None, 6),
+              (np.array([0, 6], np.int32), np.array([-1, 2], np.int32),
+               np.array([[1, 6]], np.int32), np.array([1, 1, 6, 6], np.int32)[::2]))
+_DLENGTHS = _INT32.more((), (np.array([1, 7], np.int32), np.array([1], np.int32)))
+
+
+def _decode_arrays(device: bool = False) -> dict:
+    arrays = dict(q=f32(2, 2, 3), k_cache=f32(2, 2, 6, 3), v_cache=f32(2, 2, 6, 3),
+                  lengths=_LENGTHS.copy())
+    return {k: resolve("numba.cuda").to_device(v) for k, v in arrays.items()} if device else arrays
+
+
+_DQ_WRONG = (f32(3, 2, 3), f32(2, 2, 4), f32(2, 3, 3))  # batch, head size, heads per group
+_DECODE = dict(q=float32(3, (2, 2, 3)).more((), _DQ_WRONG), k_cache=float32(4, (2, 2, 6, 3)),
+               v_cache=float32(4, (2, 2, 6, 3)).more((), (f32(2, 2, 7, 3),)), lengths=_DLENGTHS)
+_DECODE64 = dict(q=real_array(3, (2, 2, 3)).more((), _DQ_WRONG),
+                 k_cache=real_array(4, (2, 2, 6, 3)),
+                 v_cache=real_array(4, (2, 2, 6, 3)).more((), (f32(2, 2, 7, 3),)),
+                 lengths=_DLENGTHS)
+_DVARIANT = choice("v1_one_block_per_head", "v2_split_kv")
+add(f"{_DEC}.decode_attention", _decode_arrays, variant=_DVARIANT, split_size=COUNT,
+    launch=CALLABLE, **_DECODE)
+add(f"{_DEC}.reference", _decode_arrays, **_DECODE64)
+add(f"{_K}.decode_error.error_bound", _decode_arrays, split_size=COUNT.allowing_none(),
+    **_DECODE64)
+for _name in ("check_lengths", "check_decode_inputs", "check_decode_arrays"):
+    none(f"{_DEC}.{_name}", "an input check of decode_attention, its reference and bound "
+                            "(tested through them)")
+none(f"{_DEC}.plain_launch", "starts the kernel it is given; gpudl.launches.check_launch "
+                             "checks the launch")
+none(f"{_DEC}.launch_v1", "a launcher on device arrays its entry point (decode_attention) "
+                          "checked; gpudl.launches.check_launch checks its launch")
+
+
+def _launch_v2(kw: dict) -> Any:
+    kw = {**kw, "o": resolve("gpudl.kernels.arrays.poisoned")((2, 2, 3))}
+    return resolve(f"{_DEC}.launch_v2")(**kw)
+
+
+_HOST_WORKSPACE = (f32(2, 2, 1), f32(2, 2, 1), f32(2, 2, 1, 3))
+add(f"{_DEC}.launch_v2", lambda: _decode_arrays(device=True), _launch_v2, split_size=COUNT,
+    workspace=Kind("three device arrays", ("w", 1, (1, 2, 3), _HOST_WORKSPACE[:2],
+                                           _HOST_WORKSPACE), (
+        tuple(_device(*s) for s in ((2, 2, 1), (2, 2, 1), (2, 2, 1, 4))),
+        tuple(_device(*s) for s in ((2, 2, 2), (2, 2, 2), (2, 2, 2, 3))))))
+add(f"{_K}.decode_reads.cache_reads", lambda: dict(lengths=_LENGTHS.copy(), heads=2,
+                                                    kv_heads=1, d=3),
+    lengths=_INT32, heads=COUNT, kv_heads=COUNT.more((), (3,)), d=integer(1, 128))
+add(f"{_K}.decode_reads.traced_cache_reads",
+    lambda: dict(variant="v1_one_block_per_head", **_decode_arrays()), variant=_DVARIANT,
+    split_size=COUNT, **_DECODE)
+
+_PG = f"{_K}.paged"
+_SEQ = {"seq_id": ("sequence",)}  # an unknown or freed id: "sequence 7 is unknown"
+_SEQ_ID = SIZE.more((), (1, 7))  # freed, unknown
+
+
+def _allocator() -> Any:
+    allocator = resolve(f"{_PG}.BlockAllocator")(4, 2)
+    allocator.reserve(0, 1)
+    allocator.reserve(1, 1)
+    allocator.free(1)
+    return allocator
+
+
+def _paged_cache() -> Any:
+    cache = resolve(f"{_PG}.PagedKVCache")(4, 2, 1, 3)
+    cache.allocator.reserve(0, 1)  # no token written: the tables only
+    cache.allocator.reserve(1, 1)
+    cache.free(1)
+    return cache
+
+
+add(f"{_PG}.BlockAllocator", lambda: dict(num_blocks=4, block_size=2), num_blocks=COUNT,
+    block_size=COUNT)
+add(f"{_PG}.BlockAllocator.reserve", lambda: dict(seq_id=0, tokens=1),
+    method("BlockAllocator", _allocator, "reserve"), seq_id=SIZE.more((), (1,)),
+    tokens=COUNT.more((), (100,)), aliases=_SEQ)
+for _name in ("free", "block_table", "length"):
+    add(f"{_PG}.BlockAllocator.{_name}", lambda: dict(seq_id=0),
+        method("BlockAllocator", _allocator, _name), seq_id=_SEQ_ID, aliases=_SEQ)
+add(f"{_PG}.PagedKVCache", lambda: dict(num_blocks=4, block_size=2, kv_heads=1, head_dim=3),
+    num_blocks=COUNT, block_size=COUNT, kv_heads=COUNT, head_dim=integer(1, 128))
+add(f"{_PG}.PagedKVCache.append", lambda: dict(seq_id=0, k=f32(1, 1, 3), v=f32(1, 1, 3)),
+    method("PagedKVCache", _paged_cache, "append"), seq_id=SIZE.more((), (1,)),
+    k=float32(3, (1, 1, 3)).more((), (f32(1, 2, 3), f32(0, 1, 3))),
+    v=float32(3, (1, 1, 3)).more((), (f32(2, 1, 3),)), aliases=_SEQ)
+for _name in ("free", "block_table"):
+    add(f"{_PG}.PagedKVCache.{_name}", lambda: dict(seq_id=0),
+        method("PagedKVCache", _paged_cache, _name), seq_id=_SEQ_ID, aliases=_SEQ)
+_SEQ_IDS = Kind("sequence ids", ("0", 0, None, [0.5], [True]), ([-1], [7], [1]))
+add(f"{_PG}.PagedKVCache.tables", lambda: dict(seq_ids=[0]),
+    method("PagedKVCache", _paged_cache, "tables"), seq_ids=_SEQ_IDS,
+    aliases={"seq_ids": ("sequence",)})
+add(f"{_PG}.paged_decode_attention", lambda: dict(q=f32(1, 1, 3), cache=_paged_cache(),
+                                                  seq_ids=[0]),
+    q=float32(3, (1, 1, 3)).more((), (f32(2, 1, 3), f32(1, 1, 4))),
+    cache=instance(object), seq_ids=_SEQ_IDS, launch=CALLABLE,
+    aliases={"seq_ids": ("sequence",)})
+add(f"{_PG}.measure_waste",
+    lambda: dict(requests=[_request()], block_size=2, max_len=8, step_s=0.1),
+    requests=_REQUESTS, block_size=COUNT, max_len=COUNT.more((), (7,)), step_s=POSITIVE)
+
+_QU = f"{_K}.quant"
+_INT8 = Kind("an int8 array", (f32(3, 4), np.ones((3, 4), np.int16), [[1] * 4] * 3, None),
+             (np.ones((3, 4, 1), np.int8), np.ones((3, 8), np.int8)[:, ::2]))
+_SCALE = float32(1, (3,)).more((), (f32(2),))
+_QVARIANT = choice("v1_dequantize_then_multiply", "v2_dequantize_in_registers")
+_HOST_Q = Kind("an integer array", (f32(3, 4), [[1] * 4] * 3, None), (np.ones((3, 4, 1),
+                                                                          np.int8),))
+add(f"{_QU}.quantize_int8", lambda: dict(w=f32(3, 4)), w=float32(2, (3, 4)).more((), (
+    np.full((3, 4), np.nan, np.float32), np.full((3, 4), np.inf, np.float32))))
+add(f"{_QU}.dequantize_int8", lambda: dict(q=np.ones((3, 4), np.int8), scale=f32(3)),
+    q=_INT8, scale=_SCALE)
+add(f"{_QU}.gemv_int8", lambda: dict(x=f32(4), q=np.ones((3, 4), np.int8), scale=f32(3)),
+    x=float32(1, (4,)).more((), (f32(5), f32(1, 1, 4))), q=_INT8, scale=_SCALE,
+    variant=_QVARIANT)
+for _name in ("reference", "error_bound"):
+    add(f"{_QU}.{_name}", lambda: dict(x=f32(2, 4), q=np.ones((3, 4), np.int8), scale=f32(3)),
+        x=real_array(2, (2, 4)).more((), (f32(2, 5),)), q=_HOST_Q,
+        scale=real_array(1, (3,)).more((np.ones(3, np.int32),), (f32(2),)))
+add(f"{_QU}.quantization_bound", lambda: dict(x=f32(2, 4), scale=f32(3)),
+    x=real_array(2, (2, 4)), scale=real_array(1, (3,)).more((np.ones(3, np.int32),)))
+add(f"{_QU}.weight_bytes", lambda: dict(variant="v2_dequantize_in_registers",
+                                         out_features=8, in_features=8),
+    variant=_QVARIANT, out_features=SIZE, in_features=SIZE)
+
+_ST = f"{_K}.streams"
+add(f"{_ST}.chunk_bounds", lambda: dict(n=10, chunks=4), n=SIZE, chunks=COUNT)
+add(f"{_ST}.pinned_copy", lambda: dict(a=f32(4)), a=Kind("a NumPy array", (None, [1.0], 1.0)))
+add(f"{_ST}.saxpy_streamed", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
+    x=float32(1, (5,)), y=float32(1, (5,)).more((), (f32(6),)), chunks=COUNT, streams=COUNT,
+    threads_per_block=_TPB)
+
+_DM = "gpudl.models.decoder"
+
+
+def _decoder_config(**kw: Any) -> Any:
+    return resolve(f"{_DM}.DecoderConfig")(**kw)
+
+
+@functools.cache
+def _tiny() -> Any:
+    return resolve(f"{_DM}.make_decoder")()
+
+
+@functools.cache
+def _kernel_decoder() -> Any:
+    return resolve(f"{_DM}.KernelDecoder")(_tiny())
+
+
+_DCONFIG = instance(object, also=(resolve(f"{_ENC}.EncoderConfig")(),))
+_DMODEL = instance(object, also=(torch.nn.Linear(2, 2),))
+# the default configuration: vocab 40, 2 blocks of width 16, 2 heads of 8, 1 KV head, 16 tokens
+_PROMPT = Kind("token ids", ("abc", 3, None, [1.5], [True]), ([], [40], [-1], [1] * 17))
+_CACHE1 = (torch.zeros(1, 1, 16, 8), torch.zeros(1, 1, 16, 8))
+_LAYER_CACHE = Kind("a (keys, values) pair", (None, _CACHE1[0], [_CACHE1[0]],
+                                              (np.zeros((1, 1, 16, 8), np.float32),) * 2,
+                                              (torch.zeros(1, 1, 16, 8, dtype=torch.float64),) * 2),
+                    ((torch.zeros(1, 1, 8, 8),) * 2, (torch.zeros(2, 1, 16, 8),) * 2))
+_BLOCK_INPUT = dict(x=tensor(shape=(1, 1, 16), contiguous=False, wrong_dtype=torch.float64).more(
+    (), (torch.ones(1, 1, 15), torch.ones(1, 16))), cache=_LAYER_CACHE, start=integer(0, 15))
+add(f"{_DM}.DecoderConfig", dict, vocab=COUNT, layers=COUNT, hidden=COUNT.more((), (15, 258)),
+    heads=COUNT, kv_heads=COUNT.more((), (3,)), ffn=COUNT, max_len=COUNT)
+for _name in ("CausalSelfAttention", "DecoderBlock", "TinyDecoder"):
+    add(f"{_DM}.{_name}", lambda: dict(config=_decoder_config()), config=_DCONFIG)
+for _name in ("CausalSelfAttention", "DecoderBlock"):
+    add(f"{_DM}.{_name}.forward",
+        lambda: dict(x=torch.ones(1, 1, 16), cache=tuple(t.clone() for t in _CACHE1), start=0),
+        method(_name, lambda name=_name: resolve(f"{_DM}.{name}")(_decoder_config()), "forward"),
+        **_BLOCK_INPUT)
+add(f"{_DM}.TinyDecoder.forward",
+    lambda: dict(tokens=torch.tensor([[3]]), cache=_tiny().new_cache(1), start=0),
+    lambda kw: _tiny()(**kw),
+    tokens=Kind("token ids", (None, [[3]], torch.ones(1, 1), np.ones((1, 1), np.int64)),
+                (torch.tensor([[40]]), torch.tensor([[-1]]), torch.tensor([3]))),
+    cache=Kind("a cache", (None, _CACHE1, [None, None]),
+               ([_CACHE1], [(torch.zeros(1, 1, 8, 8),) * 2, _CACHE1])),
+    start=integer(0, 15))
+add(f"{_DM}.TinyDecoder.new_cache", lambda: dict(batch=1),
+    lambda kw: _tiny().new_cache(**kw), batch=COUNT)
+add(f"{_DM}.make_decoder", dict, config=_DCONFIG, seed=SIZE)
+add(f"{_DM}.generate_torch", lambda: dict(model=_tiny(), prompt=[3], new_tokens=2),
+    model=_DMODEL, prompt=_PROMPT, new_tokens=COUNT.more((), (20,)))
+add(f"{_DM}.step_bytes_after", lambda: dict(model=_tiny(), prompt=[3]), model=_DMODEL,
+    prompt=_PROMPT)
+add(f"{_DM}.KernelDecoder", lambda: dict(model=_tiny()), model=_DMODEL, attention=_DVARIANT)
+add(f"{_DM}.KernelDecoder.generate", lambda: dict(prompt=[3], new_tokens=2),
+    lambda kw: _kernel_decoder().generate(**kw), prompt=_PROMPT,
+    new_tokens=COUNT.more((), (20,)), run_step=CALLABLE.allowing_none())
+add(f"{_DM}.KernelDecoder.set_token", lambda: dict(token=3, position=0),
+    lambda kw: _kernel_decoder().set_token(**kw), token=integer(0, 39),
+    position=integer(0, 15))
+add(f"{_DM}.KernelDecoder.step", dict, lambda kw: _kernel_decoder().step(**kw),
+    launch=CALLABLE)
+none(f"{_DM}.KernelDecoder.traced_step_bytes", NO_ARGUMENT)
+add(f"{_DM}.launches_per_step", lambda: dict(decoder=_kernel_decoder()),
+    decoder=instance(object, also=(torch.nn.Linear(2, 2),)))
+add("gpudl.models.graphs.capture", lambda: dict(step=lambda launch: None), step=CALLABLE,
+    warmup=BOOL)
+none("gpudl.models.graphs.stream_launch", "stream: a CUDA stream (numba's or an external "
+                                          "one), which numba checks when a kernel starts")
+
+add(f"{_BENCH}.decode.run", lambda: dict(s=4, heads=1, d=4, n=4),
+    s=COUNT.allowing_none(), heads=COUNT.allowing_none(),
+    d=integer(1, 128).allowing_none(), n=COUNT.allowing_none(), decoder=BOOL)
+
+
+@functools.cache
+def _served() -> Any:
+    requests = resolve(f"{_BAT}.request_stream")(3, 1.0, seed=0)
+    return resolve(f"{_BAT}.simulate")(requests, _cost(), 2)
+
+
+_LINES = Kind("names to values", (None, [1.0], {"m": "1"}, {"m": [1.0, "a"]}),
+              ({"m": [float("nan"), 1.0]}, {"m": [1.0]}))
+add(f"{_PL}.ch09.kv_cache_growth", lambda: dict(tokens=[1, 10], bytes_by_model={"m": [2e9, 2e10]},
+                                                limits={"80 GB": 8e10}, title="t"),
+    tokens=ints(1), bytes_by_model=_LINES.more((), ({"m": [0.0, 1.0]},)),
+    limits=_NUMBERS.more((), ({"a": 0.0},)), title=_STR)
+add(f"{_PL}.ch09.decode_blocks", lambda: dict(lengths=[128, 256], blocks_by_variant={
+    "v": [32, 64]}, sms=132, title="t"), lengths=ints(1),
+    blocks_by_variant=Kind("names to block counts", (None, [1], {"v": "1"}, {"v": [1.5, 2]}),
+                           ({"v": [0, 1]}, {"v": [1]})), sms=COUNT, title=_STR)
+add(f"{_PL}.ch09.paged_waste",
+    lambda: dict(block_sizes=[8, 16], paged=[0.01, 0.02], contiguous=0.78, title="t"),
+    block_sizes=ints(1), contiguous=FRACTION, title=_STR,
+    paged=Kind("fractions", (None, 0.1, "a", [0.1, "a"]), (
+        [0.1, float("nan")], [0.1, 1.5], [0.1, -0.1], [0.1])))
+add(f"{_PL}.ch09.batching_timeline", lambda: dict(runs=[_served()], max_batch=2, title="t"),
+    runs=Kind("simulated runs", (None, "r", [1], {}), ([],)), max_batch=COUNT, title=_STR)

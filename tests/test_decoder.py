@@ -97,8 +97,8 @@ def test_positions_not_written_are_never_read(model, torch_run):
 
 
 @pytest.mark.parametrize(("prompt", "new", "error", "match"), [
-    ([], 2, TypeError, "non-empty sequence"),
-    ("abc", 2, TypeError, "non-empty sequence"),
+    ([], 2, ValueError, "prompt must hold at least 1"),
+    ("abc", 2, TypeError, "prompt must be a sequence of ints"),
     ([1, 40], 2, ValueError, r"prompt\[1\] must be a token id below vocab = 40"),
     ([1, -1], 2, ValueError, r"prompt\[1\] must be >= 0"),
     ([1, 2], 0, ValueError, "new_tokens must be >= 1"),

@@ -22,6 +22,7 @@ from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
+from gpudl.checks import check_bool, check_int
 from gpudl.kernels import decode, decode_error, quant
 from gpudl.kernels.arrays import poisoned
 from gpudl.models import decoder as decoder_model
@@ -59,10 +60,11 @@ def run(s: int | None = None, heads: int | None = None, d: int | None = None,
     (8,192, 32, 128 on a GPU; 40, 2, 8 on the simulator), the int8 GEMV at ``n x n``
     (8,192; 24), and on a GPU the graph rows (with ``decoder``, also the tiny decoder's step
     eager and replayed)."""
-    s = backend.pick(gpu=8192, sim=40) if s is None else s
-    heads = backend.pick(gpu=32, sim=2) if heads is None else heads
-    d = backend.pick(gpu=128, sim=8) if d is None else d
-    n = backend.pick(gpu=8192, sim=24) if n is None else n
+    s = backend.pick(gpu=8192, sim=40) if s is None else check_int("s", s, 1)
+    heads = backend.pick(gpu=32, sim=2) if heads is None else check_int("heads", heads, 1)
+    d = backend.pick(gpu=128, sim=8) if d is None else check_int("d", d, 1, decode.MAX_HEAD_DIM)
+    n = backend.pick(gpu=8192, sim=24) if n is None else check_int("n", n, 1)
+    check_bool("decoder", decoder)
     timed = {"warmup": backend.pick(gpu=3, sim=0), "repeats": backend.pick(gpu=20, sim=1)}
     rows = _attention_rows(s, heads, d, timed) + _gemv_rows(n, timed)
     if not backend.is_simulator():

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudl import backend
-from gpudl.checks import check_int, check_positive, check_real, check_reals
+from gpudl.checks import check_choice, check_int, check_positive, check_real, check_reals
 
 # isort: split
 from numba import cuda
@@ -283,8 +283,7 @@ def fp32_matmuls(precision: str) -> Iterator[None]:
     with cuBLAS turns TF32 off) and Chapter 8, "Tensor cores"."""
     import torch
 
-    if precision not in ("ieee", "tf32"):
-        raise ValueError(f"precision must be 'ieee' or 'tf32', got {precision!r}")
+    check_choice("precision", precision, ("ieee", "tf32"))
     matmul = torch.backends.cuda.matmul
     previous = matmul.fp32_precision
     matmul.fp32_precision = precision

@@ -11,7 +11,15 @@ is importable from :mod:`gpudl.estimate` itself.
 Units throughout: bytes, seconds, and bytes per second (not bits, not GB/s).
 """
 
-from gpudl.estimate.batching import POLICIES, Request, Served, StepCost, request_stream, simulate
+from gpudl.estimate.batching import (
+    POLICIES,
+    Request,
+    Served,
+    StepCost,
+    check_requests,
+    request_stream,
+    simulate,
+)
 from gpudl.estimate.bubble import bubble_fraction
 from gpudl.estimate.collectives import (
     allreduce_bytes_per_rank,
@@ -78,4 +86,5 @@ __all__ = [
     "POLICIES",
     "request_stream",
     "simulate",
+    "check_requests",
 ]

@@ -21,14 +21,23 @@ request. Time is the model's, not a measurement.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpudl.checks import check_choice, check_int, check_positive
+from gpudl.checks import (
+    check_choice,
+    check_instance,
+    check_int,
+    check_ints,
+    check_positive,
+    check_real,
+)
 from gpudl.estimate.inference import decode_step_time, prefill_time
 
-__all__ = ["Request", "StepCost", "Served", "request_stream", "simulate", "POLICIES"]
+__all__ = ["Request", "StepCost", "Served", "request_stream", "simulate", "check_requests",
+           "POLICIES"]
 
 #: The batching policies :func:`simulate` knows.
 POLICIES = ("static", "continuous")
@@ -43,6 +52,26 @@ class Request:
     prompt: int
     output: int
 
+    def __post_init__(self) -> None:
+        check_real("arrival_s", self.arrival_s, 0)
+        check_int("prompt", self.prompt, 1)
+        check_int("output", self.output, 1)
+
+
+def check_requests(requests: object, ordered: bool = True) -> list[Request]:
+    """``requests`` as a list after checking it: a non-empty sequence of :class:`Request`
+    (``TypeError`` otherwise), sorted by arrival if ``ordered`` (``ValueError`` otherwise)."""
+    if isinstance(requests, str) or not isinstance(requests, Sequence):
+        raise TypeError(f"requests must be a list of Request, got {type(requests).__name__}")
+    for i, request in enumerate(requests):
+        check_instance(f"requests[{i}]", request, Request)
+    arrivals = [r.arrival_s for r in requests]
+    if not requests or (ordered and arrivals != sorted(arrivals)):
+        order = " sorted by arrival time" if ordered else ""
+        raise ValueError(f"requests must be a non-empty list{order}, got {len(requests)} "
+                         "request(s)")
+    return list(requests)
+
 
 def request_stream(n: int, rate_per_s: float, seed: int, prompt: tuple[int, int] = (16, 512),
                    output: tuple[int, int] = (16, 512)) -> list[Request]:
@@ -51,10 +80,11 @@ def request_stream(n: int, rate_per_s: float, seed: int, prompt: tuple[int, int]
     all from ``numpy.random.default_rng(seed)``."""
     check_int("n", n, 1)
     check_positive("rate_per_s", rate_per_s)
-    for name, (low, high) in (("prompt", prompt), ("output", output)):
-        if check_int(f"{name}[0]", low, 1) > check_int(f"{name}[1]", high, 1):
+    for name, bounds in (("prompt", prompt), ("output", output)):
+        low, high, *more = check_ints(name, bounds, 1, minimum_count=2)
+        if more or low > high:
             raise ValueError(f"{name} must be a range (low, high) with low <= high, got "
-                             f"{(low, high)}")
+                             f"{tuple(bounds)}")
     rng = np.random.default_rng(check_int("seed", seed, 0))
     arrivals = np.cumsum(rng.exponential(1 / rate_per_s, n))
     prompts = rng.integers(prompt[0], prompt[1] + 1, n)
@@ -74,6 +104,11 @@ class StepCost:
     peak_bandwidth: float
     kv_bytes_per_token: float
     bytes_per_param: float = 2
+
+    def __post_init__(self) -> None:
+        for name in ("n_params", "peak_flops", "peak_bandwidth", "bytes_per_param"):
+            check_positive(name, getattr(self, name))
+        check_real("kv_bytes_per_token", self.kv_bytes_per_token, 0)
 
     def decode(self, batch: int, context_tokens: int) -> float:
         """Seconds of a decode step of ``batch`` sequences holding ``context_tokens``."""
@@ -118,11 +153,10 @@ def simulate(requests: list[Request], cost: StepCost, max_batch: int,
              policy: str = "continuous") -> Served:
     """Serve ``requests`` (sorted by arrival) with at most ``max_batch`` running at once,
     by ``policy`` (:data:`POLICIES`), each step costing what ``cost`` says."""
+    check_requests(requests)
+    check_instance("cost", cost, StepCost)
     check_choice("policy", policy, POLICIES)
     check_int("max_batch", max_batch, 1)
-    arrivals = [r.arrival_s for r in requests]
-    if not requests or arrivals != sorted(arrivals):
-        raise ValueError("requests must be a non-empty list sorted by arrival time")
     n = len(requests)
     made = np.zeros(n, int)  # tokens made so far per request
     finish, first = np.full(n, np.nan), np.full(n, np.nan)

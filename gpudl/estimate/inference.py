@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudl.checks import check_int, check_positive, check_real
+from gpudl.checks import check_instance, check_int, check_positive, check_real
 
 __all__ = [
     "ModelShape", "MODELS",
@@ -56,6 +56,16 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     source: str
+
+    def __post_init__(self) -> None:
+        check_instance("name", self.name, str)
+        check_instance("source", self.source, str)
+        check_positive("params", self.params)
+        for name in ("layers", "heads", "kv_heads", "head_dim"):
+            check_int(name, getattr(self, name), 1)
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads "
+                             f"({self.kv_heads}): each key and value head serves a group")
 
     def kv_bytes_per_token(self, bytes_per_value: float = 2) -> float:
         """:func:`kv_cache_bytes` of one token."""

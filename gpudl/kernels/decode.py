@@ -41,7 +41,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_int, check_kernel_array
+from gpudl.checks import check_array, check_callable, check_choice, check_int, check_kernel_array
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -52,7 +52,7 @@ Launch = Callable[..., None]
 
 __all__ = [
     "TILE", "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE", "GPU_SPLIT_SIZE",
-    "reference", "check_lengths", "check_decode_inputs", "plain_launch",
+    "reference", "check_lengths", "check_decode_inputs", "check_decode_arrays", "plain_launch",
     "online_softmax_step", "contiguous_scores", "contiguous_values", "load_query",
     "attend_keys", "store_row",
     "v1_one_block_per_head", "v2_split_kv", "v2_combine_splits",
@@ -76,6 +76,7 @@ def reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
               lengths: np.ndarray) -> np.ndarray:
     """``o[b, h]`` in float64 NumPy: softmax of ``q[b, h] . k / sqrt(d)`` over the first
     ``lengths[b]`` keys of cache head ``h // (heads // kv_heads)``, times the values."""
+    check_decode_arrays(q, k_cache, v_cache, lengths, reference=True)
     q, k_cache, v_cache = (np.asarray(x, np.float64) for x in (q, k_cache, v_cache))
     batch, heads, d = q.shape
     group = heads // k_cache.shape[1]
@@ -303,14 +304,28 @@ def launch_v2(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array
     ``(part_m, part_l, part_acc)`` if given (a benchmark or a CUDA graph allocates them
     once), else into new poisoned arrays."""
     batch, heads, d = q.shape
-    splits = -(-k_cache.shape[2] // split_size)
-    part_m, part_l, part_acc = workspace or (
-        poisoned((batch, heads, splits)), poisoned((batch, heads, splits)),
-        poisoned((batch, heads, splits, d)))
+    splits = -(-k_cache.shape[2] // check_int("split_size", split_size, 1))
+    shapes = ((batch, heads, splits),) * 2 + ((batch, heads, splits, d),)
+    if workspace is not None:
+        _check_workspace(workspace, shapes)
+    part_m, part_l, part_acc = workspace or tuple(poisoned(shape) for shape in shapes)
     launch(v2_split_kv, (splits, heads, batch), TILE, q, k_cache, v_cache, lengths, part_m,
            part_l, part_acc, np.int32(split_size), _scale(d))
     launch(v2_combine_splits, (heads, batch), TILE, part_m, part_l, part_acc, lengths, o,
            np.int32(split_size))
+
+
+def _check_workspace(workspace: object, shapes: tuple[tuple[int, ...], ...]) -> None:
+    """``workspace`` three float32 device arrays of ``shapes`` (the kernels write into them
+    without a bound of their own)."""
+    if not isinstance(workspace, tuple | list) or len(workspace) != 3:
+        raise TypeError("workspace must be three device arrays (part_m, part_l, part_acc), "
+                        f"got {type(workspace).__name__}")
+    for name, x, shape in zip(("part_m", "part_l", "part_acc"), workspace, shapes, strict=True):
+        if not check_kernel_array(f"workspace {name}", x, len(shape), np.float32):
+            raise TypeError(f"workspace {name} must be a device array, got a NumPy array")
+        if tuple(x.shape) != shape:
+            raise ValueError(f"workspace {name} must have shape {shape}, got {x.shape}")
 
 
 #: Variant name -> launcher(q, k_cache, v_cache, lengths, o, launch) on device arrays.
@@ -325,19 +340,21 @@ VARIANTS: dict[str, Callable[..., None]] = {
 # ------------------------------------------------------------------------------------------
 
 
-def check_lengths(lengths: object, batch: int, max_len: int, on_device: bool) -> np.ndarray:
+def check_lengths(lengths: object, batch: int | None = None, max_len: int | None = None,
+                  on_device: bool = False) -> np.ndarray:
     """``lengths`` as a host int32 array after checking it: an int32 array of shape
-    ``(batch,)`` on the host or the device as the other inputs, each from 1 to ``max_len``."""
+    ``(batch,)`` (any batch if None) on the host or the device as the other inputs, each
+    from 1 to ``max_len`` (no upper bound if None)."""
     if check_kernel_array("lengths", lengths, 1, np.int32) != on_device:
         raise TypeError("inputs must be all host arrays or all device arrays, got a mix "
                         "(lengths)")
-    if lengths.shape != (batch,):
+    if batch is not None and lengths.shape != (batch,):
         raise ValueError(f"lengths must have shape (batch,) = ({batch},), got {lengths.shape}")
     host = lengths.copy_to_host() if on_device else lengths
-    bad = host[(host < 1) | (host > max_len)]
+    bad = host[(host < 1) | (host > (max_len or np.iinfo(np.int32).max))]
     if bad.size:
-        raise ValueError(f"each length must be from 1 to max_len = {max_len} (the cache "
-                         f"holds no more), got {bad.tolist()}")
+        most = "" if max_len is None else f" to max_len = {max_len} (the cache holds no more)"
+        raise ValueError(f"each of lengths must be from 1{most}, got {bad.tolist()}")
     return host
 
 
@@ -358,25 +375,43 @@ def check_decode_inputs(q: Array, heads_of_cache: int, d_of_cache: int, batch_of
                          f"kv_heads ({heads_of_cache}): each cache head serves a group")
 
 
-def decode_attention(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
-                     variant: str = "v2_split_kv", split_size: int = SPLIT_SIZE) -> Array:
-    """Decode attention of ``q`` ``(batch, heads, d)`` against the first ``lengths[b]``
-    positions of float32 caches ``(batch, kv_heads, max_len, d)``, by ``VARIANTS[variant]``
-    (``split_size``: keys per block of ``v2_split_kv``). Returns ``(batch, heads, d)``."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
-    check_int("split_size", split_size, 1)
-    on_device = check_arrays(q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4))
+def check_decode_arrays(q: object, k_cache: object, v_cache: object, lengths: object,
+                        reference: bool = False) -> tuple[bool, np.ndarray]:
+    """The checks of decode attention's inputs: float32 C-contiguous arrays, all on the host
+    or all on the device (with ``reference``: real NumPy arrays of any precision), ``q``
+    ``(batch, heads, d)`` and caches ``(batch, kv_heads, max_len, d)`` of one shape
+    (:func:`check_decode_inputs`), int32 ``lengths`` from 1 to ``max_len``
+    (:func:`check_lengths`). Returns whether they are on the device, and the host lengths."""
+    if reference:
+        for name, x, ndim in (("q", q, 3), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4)):
+            check_array(name, x, ndim)
+        on_device = False
+    else:
+        on_device = check_arrays(q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4))
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"k_cache and v_cache must have one shape (batch, kv_heads, max_len,"
                          f" d), got {k_cache.shape} and {v_cache.shape}")
     batch, kv_heads, max_len, d = k_cache.shape
     check_decode_inputs(q, kv_heads, d, batch)
-    lengths_host = check_lengths(lengths, batch, max_len, on_device)
-    if batch == 0:
+    return on_device, check_lengths(lengths, batch, max_len, on_device)
+
+
+def decode_attention(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
+                     variant: str = "v2_split_kv", split_size: int = SPLIT_SIZE,
+                     launch: Launch = plain_launch) -> Array:
+    """Decode attention of ``q`` ``(batch, heads, d)`` against the first ``lengths[b]``
+    positions of float32 caches ``(batch, kv_heads, max_len, d)``, by ``VARIANTS[variant]``
+    (``split_size``: keys per block of ``v2_split_kv``), each kernel started by ``launch``
+    (:func:`plain_launch`, or the tracer's). Returns ``(batch, heads, d)``."""
+    check_choice("variant", variant, tuple(VARIANTS))
+    check_int("split_size", split_size, 1)
+    check_callable("launch", launch)
+    on_device, lengths_host = check_decode_arrays(q, k_cache, v_cache, lengths)
+    if q.shape[0] == 0:
         return zeros(q.shape, on_device)
     o = poisoned(q.shape)
     extra = {"split_size": split_size} if variant == "v2_split_kv" else {}
     VARIANTS[variant](to_device(q), to_device(k_cache), to_device(v_cache),
-                      lengths if on_device else cuda.to_device(lengths_host), o, **extra)
+                      lengths if on_device else cuda.to_device(lengths_host), o,
+                      launch=launch, **extra)
     return returned(o, on_device)

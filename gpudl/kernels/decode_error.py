@@ -33,8 +33,9 @@ import math
 
 import numpy as np
 
+from gpudl.checks import check_int
 from gpudl.kernels.arrays import EPS32
-from gpudl.kernels.decode import TILE
+from gpudl.kernels.decode import TILE, check_decode_arrays
 
 __all__ = ["error_bound"]
 
@@ -45,6 +46,9 @@ def error_bound(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, lengths
     ``(batch, heads, d)`` against caches ``(batch, kv_heads, max_len, d)`` (derivation in
     the module docstring); ``split_size`` is ``v2_split_kv``'s chunk, None for the variants
     that walk a sequence in one block. NaN where the reference is NaN."""
+    check_decode_arrays(q, k_cache, v_cache, lengths, reference=True)
+    if split_size is not None:
+        check_int("split_size", split_size, 1)
     q, k_cache, v_cache = (np.asarray(x, np.float64) for x in (q, k_cache, v_cache))
     batch, heads, d = q.shape
     group = heads // k_cache.shape[1]

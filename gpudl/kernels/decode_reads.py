@@ -17,20 +17,21 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 
 # isort: split
 import numpy as np
-from numba import cuda
 
-from gpudl.kernels.arrays import poisoned
-from gpudl.kernels.decode import SPLIT_SIZE, VARIANTS
+from gpudl.checks import check_int
+from gpudl.kernels.decode import MAX_HEAD_DIM, SPLIT_SIZE, check_lengths, decode_attention
 
 __all__ = ["cache_reads", "traced_cache_reads"]
-
-
 
 
 def cache_reads(lengths: np.ndarray, heads: int, kv_heads: int, d: int) -> dict:
     """Elements each variant loads from each cache, as ``{(array, b, g, position): n}``:
     every query head of cache head ``g``'s group reads each of the ``lengths[b]`` positions'
     ``d`` values once, and no position at or past the length is read."""
+    check_lengths(lengths)
+    check_int("d", d, 1, MAX_HEAD_DIM)
+    if check_int("heads", heads, 1) % check_int("kv_heads", kv_heads, 1):
+        raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     group = heads // kv_heads
     return {(name, b, g, pos): group * d for name in ("k_cache", "v_cache")
             for b, length in enumerate(np.asarray(lengths).tolist())
@@ -45,7 +46,6 @@ def traced_cache_reads(variant: str, q: np.ndarray, k_cache: np.ndarray, v_cache
     from gpudl.trace import trace
 
     counts: dict[tuple, int] = {}
-    shape = k_cache.shape
 
     def traced(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:
         run = trace(kernel, griddim, blockdim, *args)
@@ -53,11 +53,9 @@ def traced_cache_reads(variant: str, q: np.ndarray, k_cache: np.ndarray, v_cache
             if a.kind == "global" and a.op == "load" and a.array in ("k_cache", "v_cache"):
                 position = run.parameters.index(a.array)
                 flat = (a.address - ((position + 1) << 32)) // a.size
-                b, g, pos, _ = np.unravel_index(flat, shape)
+                b, g, pos, _ = np.unravel_index(flat, k_cache.shape)
                 key = (a.array, int(b), int(g), int(pos))
                 counts[key] = counts.get(key, 0) + 1
 
-    extra = {"split_size": split_size} if variant == "v2_split_kv" else {}
-    VARIANTS[variant](*(cuda.to_device(x) for x in (q, k_cache, v_cache, lengths)),
-                      poisoned(q.shape), launch=traced, **extra)
+    decode_attention(q, k_cache, v_cache, lengths, variant, split_size, launch=traced)
     return counts

@@ -31,8 +31,8 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_int, check_positive
-from gpudl.estimate.batching import Request
+from gpudl.checks import check_callable, check_instance, check_int, check_ints, check_positive
+from gpudl.estimate.batching import Request, check_requests
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
 from gpudl.kernels.decode import (
     COLUMNS,
@@ -181,7 +181,7 @@ class PagedKVCache:
     def tables(self, seq_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The int32 block tables of ``seq_ids``, one row each padded with -1, and their
         lengths, as ``v1_paged`` reads them."""
-        rows = [self.block_table(s) for s in seq_ids]
+        rows = [self.block_table(s) for s in check_ints("seq_ids", seq_ids, 0, 0)]
         width = max((len(r) for r in rows), default=0) or 1
         table = np.full((len(rows), width), -1, np.int32)
         for i, row in enumerate(rows):
@@ -250,10 +250,9 @@ def paged_decode_attention(q: Array, cache: PagedKVCache, seq_ids: Sequence[int]
                            launch: Any = plain_launch) -> Array:
     """Decode attention of ``q`` ``(len(seq_ids), heads, d)`` against each sequence's
     tokens in ``cache``, through its block table; host or device ``q`` in, the same out."""
-    if not isinstance(cache, PagedKVCache):
-        raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
-    if isinstance(seq_ids, str) or not isinstance(seq_ids, Sequence):
-        raise TypeError(f"seq_ids must be a sequence of ints, got {type(seq_ids).__name__}")
+    check_instance("cache", cache, PagedKVCache)
+    seq_ids = check_ints("seq_ids", seq_ids, 0, 0)
+    check_callable("launch", launch)
     on_device = check_arrays(q=(q, 3))
     check_decode_inputs(q, cache.kv_heads, cache.head_dim, len(seq_ids))
     if len(set(seq_ids)) != len(seq_ids):
@@ -276,6 +275,7 @@ def measure_waste(requests: Sequence[Request], block_size: int, max_len: int,
     paged cache reserves (its :class:`BlockAllocator`'s blocks) and those one reservation of
     ``max_len`` per running sequence would. Returns the totals over all steps and the
     fractions each wastes."""
+    check_requests(requests, ordered=False)
     check_int("block_size", block_size, 1)
     check_int("max_len", max_len, 1)
     check_positive("step_s", step_s)

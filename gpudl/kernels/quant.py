@@ -38,7 +38,13 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
-from gpudl.checks import check_float32_array, check_kernel_array
+from gpudl.checks import (
+    check_array,
+    check_choice,
+    check_float32_array,
+    check_int,
+    check_kernel_array,
+)
 from gpudl.kernels.arrays import EPS32, poisoned, returned, to_device, zeros
 from gpudl.kernels.decode import plain_launch
 
@@ -70,8 +76,32 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
+def _check_host_inputs(x: object, q: object, scale: object, with_q: bool = True) -> None:
+    """The checks of a reference's inputs: NumPy arrays ``x`` real ``(in,)`` or ``(batch,
+    in)``, ``q`` integer ``(out, in)`` and ``scale`` float ``(out,)`` (without ``with_q``,
+    ``q`` is not read: any ``out``, and ``x`` of any width)."""
+    check_array("x", x)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"x must be 1-D or 2-D, got {x.ndim}-D with shape {x.shape}")
+    check_array("scale", scale, 1, "f")
+    if with_q:
+        check_array("q", q, 2, "i")
+        _check_shapes(x, q, scale)
+
+
+def _check_shapes(x: Array | None, q: Array, scale: Array) -> None:
+    if scale.shape != (q.shape[0],):
+        raise ValueError(f"scale must have one value per output row, shape ({q.shape[0]},),"
+                         f" got {scale.shape}")
+    in_features = q.shape[1] if x is None else x.shape[x.ndim - 1]  # (no index -1: simulated)
+    if in_features != q.shape[1]:
+        raise ValueError(f"x's last dimension ({in_features}) must be q's in_features "
+                         f"({q.shape[1]})")
+
+
 def reference(x: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``x @ (q * scale[:, None]).T`` in float64."""
+    _check_host_inputs(x, q, scale)
     w = q.astype(np.float64) * scale.astype(np.float64)[:, None]
     return np.asarray(x, np.float64) @ w.T
 
@@ -79,6 +109,7 @@ def reference(x: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
 def error_bound(x: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``(in + 1) eps32 |x| @ |W~|^T``: the most either variant's float32 result may differ
     from :func:`reference`, elementwise (module docstring)."""
+    _check_host_inputs(x, q, scale)
     w = np.abs(q.astype(np.float64) * scale.astype(np.float64)[:, None])
     return (q.shape[1] + 1) * EPS32 * (np.abs(np.asarray(x, np.float64)) @ w.T)
 
@@ -86,6 +117,7 @@ def error_bound(x: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
 def quantization_bound(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``scale_o / 2 * sum_i |x_i|``: how far the product with the rounded weights may be from
     the product with the original ones, elementwise."""
+    _check_host_inputs(x, None, scale, with_q=False)
     return np.abs(np.asarray(x, np.float64)).sum(axis=-1, keepdims=True) * (
         scale.astype(np.float64) / 2)
 
@@ -94,9 +126,8 @@ def weight_bytes(variant: str, out_features: int, in_features: int) -> int:
     """Bytes of device memory a variant moves for the weights of one product: v1 reads the
     int8 weights and the scales, writes ``W~`` in float32 and reads it again; v2 reads the
     int8 weights and the scales once."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
-    n = out_features * in_features
+    check_choice("variant", variant, tuple(VARIANTS))
+    n = check_int("out_features", out_features, 0) * check_int("in_features", in_features, 0)
     return n + 4 * out_features + (8 * n if variant == "v1_dequantize_then_multiply" else 0)
 
 
@@ -194,9 +225,7 @@ def _check_weights(q: Array, scale: Array) -> bool:
     on_device = check_kernel_array("q", q, 2, np.int8)
     if check_float32_array("scale", scale, 1) != on_device:
         raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    if scale.shape != (q.shape[0],):
-        raise ValueError(f"scale must have one value per output row, shape ({q.shape[0]},),"
-                         f" got {scale.shape}")
+    _check_shapes(None, q, scale)
     return on_device
 
 
@@ -217,16 +246,13 @@ def gemv_int8(x: Array, q: Array, scale: Array,
     """``x @ (q * scale[:, None]).T`` for float32 ``x`` of shape ``(in,)`` or
     ``(batch, in)``, int8 ``q`` ``(out, in)`` and float32 ``scale`` ``(out,)``, by
     ``VARIANTS[variant]``; the result has shape ``(out,)`` or ``(batch, out)``."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_choice("variant", variant, tuple(VARIANTS))
     on_device = _check_weights(q, scale)
     ndim = getattr(x, "ndim", None)
     if check_float32_array("x", x, ndim if ndim in (1, 2) else 2) != on_device:
         raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    in_features = x.shape[x.ndim - 1]  # (a simulated array's shape takes no index -1)
-    if in_features != q.shape[1]:
-        raise ValueError(f"x's last dimension ({in_features}) must be q's in_features "
-                         f"({q.shape[1]})")
+    _check_shapes(x, q, scale)
+    in_features = q.shape[1]
     rows = x.reshape(1, in_features) if x.ndim == 1 else x
     shape = (q.shape[0],) if x.ndim == 1 else (x.shape[0], q.shape[0])
     if rows.shape[0] == 0 or q.shape[0] == 0:

@@ -22,9 +22,15 @@ import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv import driver
 
-from gpudl.checks import check_equal, check_float32_array, check_int, check_real
+from gpudl.checks import (
+    check_equal,
+    check_float32_array,
+    check_instance,
+    check_int,
+    check_real,
+)
 from gpudl.kernels.elementwise import saxpy_kernel
-from gpudl.kernels.grid import blocks_to_cover
+from gpudl.kernels.grid import blocks_to_cover, check_threads_per_block
 
 __all__ = ["chunk_bounds", "pinned_copy", "saxpy_streamed"]
 
@@ -46,6 +52,7 @@ def chunk_bounds(n: int, chunks: int) -> list[tuple[int, int]]:
 
 def pinned_copy(a: np.ndarray) -> np.ndarray:
     """A copy of the host array ``a`` in page-locked memory (``cuda.pinned_array``)."""
+    check_instance("a", a, np.ndarray)
     out = cuda.pinned_array(a.shape, dtype=a.dtype)
     out[...] = a
     return out
@@ -63,8 +70,9 @@ def saxpy_streamed(alpha: float, x: np.ndarray, y: np.ndarray, chunks: int = 8,
             raise TypeError(f"{name} must be a host NumPy array (the copies are the point), "
                             "got a device array")
     check_equal("x.size", x.size, "y.size", y.size)
+    check_int("chunks", chunks, 1)
     check_int("streams", streams, 1)
-    check_int("threads_per_block", threads_per_block, 1)
+    check_threads_per_block(threads_per_block)
     if x.size == 0:
         return np.empty(0, dtype=np.float32)
     x_host, y_host = pinned_copy(x), pinned_copy(y)  # a program would allocate them pinned

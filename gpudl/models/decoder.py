@@ -30,11 +30,18 @@ import numpy as np
 import torch
 from numba import cuda
 
-from gpudl.checks import check_choice, check_int
+from gpudl.checks import (
+    check_callable,
+    check_choice,
+    check_instance,
+    check_int,
+    check_ints,
+    check_tensor,
+)
 from gpudl.kernels import decode
 from gpudl.kernels import decoder_layers as layers
 from gpudl.kernels.arrays import poisoned
-from gpudl.models.encoder import FeedForward
+from gpudl.models.encoder import EncoderConfig, FeedForward
 
 __all__ = ["DecoderConfig", "CausalSelfAttention", "DecoderBlock", "TinyDecoder",
            "make_decoder", "generate_torch", "KernelDecoder", "launches_per_step",
@@ -76,6 +83,54 @@ class DecoderConfig:
         return self.hidden // self.heads
 
 
+def _check_positions(start: object, s: int, config: DecoderConfig) -> None:
+    check_int("start", start, 0)
+    if start + s > config.max_len:
+        raise ValueError(f"start ({start}) and the {s} new token(s) need {start + s} "
+                         f"positions; max_len is {config.max_len}")
+
+
+def _check_step(x: object, cache: object, start: object, config: DecoderConfig) -> None:
+    """A block's input: float32 (batch, s, hidden) tokens at ``start`` and its cache."""
+    check_tensor("x", x, (torch.float32,), ndim=3)
+    if x.shape[2] != config.hidden:
+        raise ValueError(f"x must be (batch, s, hidden = {config.hidden}), got "
+                         f"{tuple(x.shape)}")
+    _check_positions(start, x.shape[1], config)
+    _check_layer_cache("cache", cache, x.shape[0], config)
+
+
+def _check_tokens(tokens: object, cache: object, start: object, config: DecoderConfig
+                  ) -> None:
+    """The model's input: int64 token ids (batch, s) below ``vocab`` at ``start``, and a
+    cache of one (keys, values) pair per block."""
+    check_tensor("tokens", tokens, (torch.int64,), ndim=2)
+    if tokens.numel() and not bool(((tokens >= 0) & (tokens < config.vocab)).all()):
+        raise ValueError(f"tokens must be token ids from 0 to vocab - 1 = {config.vocab - 1}")
+    _check_positions(start, tokens.shape[1], config)
+    if not isinstance(cache, list):
+        raise TypeError(f"cache must be a list of (keys, values) pairs (new_cache), got "
+                        f"{type(cache).__name__}")
+    if len(cache) != config.layers:
+        raise ValueError(f"cache must hold one (keys, values) pair per block, "
+                         f"{config.layers}, got {len(cache)}")
+    for i, layer_cache in enumerate(cache):
+        _check_layer_cache(f"cache[{i}]", layer_cache, tokens.shape[0], config)
+
+
+def _check_layer_cache(name: str, cache: object, batch: int, config: DecoderConfig) -> None:
+    """One block's cache: a pair of float32 tensors (batch, kv_heads, max_len, head_dim)."""
+    if not isinstance(cache, tuple | list) or len(cache) != 2:
+        raise TypeError(f"{name} must be a (keys, values) pair of tensors, got "
+                        f"{type(cache).__name__}")
+    shape = (batch, config.kv_heads, config.max_len, config.head_dim)
+    for part, t in zip(("keys", "values"), cache, strict=True):
+        check_tensor(f"{name} {part}", t, (torch.float32,), ndim=4)
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} {part} must have shape (batch, kv_heads, max_len, "
+                             f"head_dim) = {shape}, got {tuple(t.shape)}")
+
+
 class CausalSelfAttention(torch.nn.Module):
     """Chapter 6's self-attention with ``kv_heads`` key and value heads and a cache: the
     keys and values of the new tokens are written into it, and each query sees the cached
@@ -83,7 +138,7 @@ class CausalSelfAttention(torch.nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
-        self.config = config
+        self.config = check_instance("config", config, DecoderConfig)
         kv = config.kv_heads * config.head_dim
         self.q = torch.nn.Linear(config.hidden, config.hidden)
         self.k = torch.nn.Linear(config.hidden, kv)
@@ -95,6 +150,7 @@ class CausalSelfAttention(torch.nn.Module):
         """(batch, s, hidden) tokens at positions ``start, ..., start + s - 1`` to the same
         shape; ``cache`` holds (batch, kv_heads, max_len, head_dim) keys and values."""
         c = self.config
+        _check_step(x, cache, start, c)
         batch, s, _ = x.shape
         q = self.q(x).view(batch, s, c.heads, c.head_dim).transpose(1, 2)
         for store, proj in zip(cache, (self.k, self.v), strict=True):
@@ -113,9 +169,12 @@ class DecoderBlock(torch.nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
+        check_instance("config", config, DecoderConfig)
         self.attn = CausalSelfAttention(config)
         self.norm1 = torch.nn.LayerNorm(config.hidden)
-        self.mlp = FeedForward(config)
+        self.mlp = FeedForward(EncoderConfig(  # Chapter 6's, of this width
+            layers=config.layers, hidden=config.hidden, heads=config.heads, ffn=config.ffn,
+            seq=config.max_len))
         self.norm2 = torch.nn.LayerNorm(config.hidden)
 
     def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor],
@@ -132,7 +191,7 @@ class TinyDecoder(torch.nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
-        self.config = config
+        self.config = check_instance("config", config, DecoderConfig)
         self.tok_emb = torch.nn.Embedding(config.vocab, config.hidden)
         self.pos_emb = torch.nn.Embedding(config.max_len, config.hidden)
         self.blocks = torch.nn.ModuleList(DecoderBlock(config) for _ in range(config.layers))
@@ -141,12 +200,13 @@ class TinyDecoder(torch.nn.Module):
     def new_cache(self, batch: int) -> Cache:
         """Empty (zero) keys and values for ``batch`` sequences, one pair per block."""
         c = self.config
-        shape = (batch, c.kv_heads, c.max_len, c.head_dim)
+        shape = (check_int("batch", batch, 1), c.kv_heads, c.max_len, c.head_dim)
         return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(c.layers)]
 
     def forward(self, tokens: torch.Tensor, cache: Cache, start: int = 0) -> torch.Tensor:
         """Logits (batch, s, vocab) of tokens (batch, s) at positions ``start, ...``; the
         cache (:meth:`new_cache`) is extended with their keys and values."""
+        _check_tokens(tokens, cache, start, self.config)
         positions = torch.arange(start, start + tokens.shape[1])
         x = self.tok_emb(tokens) + self.pos_emb(positions)
         for block, layer_cache in zip(self.blocks, cache, strict=True):
@@ -157,16 +217,16 @@ class TinyDecoder(torch.nn.Module):
 def make_decoder(config: DecoderConfig = DecoderConfig(), seed: int = 0) -> TinyDecoder:
     """A :class:`TinyDecoder` initialised from ``seed`` (the caller's random state is left
     as it was), in evaluation mode."""
+    check_instance("config", config, DecoderConfig)
+    check_int("seed", seed, 0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return TinyDecoder(config).eval()
 
 
 def _check_prompt(prompt: Sequence[int], new_tokens: int, config: DecoderConfig) -> None:
-    if isinstance(prompt, str) or not isinstance(prompt, Sequence) or not prompt:
-        raise TypeError(f"prompt must be a non-empty sequence of token ids, got {prompt!r}")
-    for i, token in enumerate(prompt):
-        if not 0 <= check_int(f"prompt[{i}]", token, 0) < config.vocab:
+    for i, token in enumerate(check_ints("prompt", prompt, 0)):
+        if token >= config.vocab:
             raise ValueError(f"prompt[{i}] must be a token id below vocab = {config.vocab}, "
                              f"got {token}")
     check_int("new_tokens", new_tokens, 1)
@@ -181,6 +241,7 @@ def generate_torch(model: TinyDecoder, prompt: Sequence[int], new_tokens: int
                    ) -> tuple[list[int], list[np.ndarray]]:
     """Greedy decoding in PyTorch: the prompt in one pass, then one token per step. Returns
     the ``new_tokens`` tokens and the logits each was chosen from."""
+    check_instance("model", model, TinyDecoder)
     _check_prompt(prompt, new_tokens, model.config)
     cache = model.new_cache(1)
     logits = model(torch.tensor([list(prompt)]), cache)[0, -1]
@@ -203,6 +264,7 @@ class KernelDecoder:
     written) and the activations."""
 
     def __init__(self, model: TinyDecoder, attention: str = "v1_one_block_per_head") -> None:
+        check_instance("model", model, TinyDecoder)
         check_choice("attention", attention, tuple(decode.VARIANTS))
         self.config = c = model.config
         self.attention = attention
@@ -244,6 +306,7 @@ class KernelDecoder:
         """One token: from ``tokens`` at ``positions`` to ``logits``, the cache extended
         and the next token chosen into ``tokens`` (``positions`` advanced). Every kernel
         through ``launch(kernel, griddim, blockdim, *args)``."""
+        check_callable("launch", launch)
         buf, t = self.buffers, layers.THREADS
         launch(layers.v1_embed, 1, t, self.tokens, self.positions, *self.embeddings,
                buf["x"], self.lengths)
@@ -266,7 +329,10 @@ class KernelDecoder:
                self.lengths)
 
     def set_token(self, token: int, position: int) -> None:
-        """Put ``token`` at ``position`` as the next step's input (a prompt token)."""
+        """Put ``token`` at ``position`` as the next step's input (a prompt token): the
+        kernels index the embeddings and the caches with them, unchecked."""
+        check_int("token", token, 0, self.config.vocab - 1)
+        check_int("position", position, 0, self.config.max_len - 1)
         self.tokens.copy_to_device(np.array([token], np.int32))
         self.positions.copy_to_device(np.array([position], np.int32))
 
@@ -277,6 +343,8 @@ class KernelDecoder:
         step by ``run_step`` (:meth:`step` unless given: a CUDA graph's replay, say).
         Returns the tokens and the logits each was chosen from."""
         _check_prompt(prompt, new_tokens, self.config)
+        if run_step is not None:
+            check_callable("run_step", run_step)
         run_step = run_step or self.step
         for position, token in enumerate(prompt):
             self.set_token(token, position)
@@ -313,6 +381,8 @@ def step_bytes_after(model: TinyDecoder, prompt: Sequence[int]) -> dict[str, int
     """:meth:`KernelDecoder.traced_step_bytes` of the step that follows ``prompt`` (the
     first generated token's): a function of picklable arguments, so that
     :func:`gpudl.trace.on_simulator` can run it in a child process from a GPU."""
+    check_instance("model", model, TinyDecoder)
+    _check_prompt(prompt, 1, model.config)
     decoder = KernelDecoder(model)
     decoder.generate(prompt, 1)
     return decoder.traced_step_bytes()
@@ -321,6 +391,7 @@ def step_bytes_after(model: TinyDecoder, prompt: Sequence[int]) -> dict[str, int
 def launches_per_step(decoder: KernelDecoder) -> dict[str, int]:
     """The kernels one step launches, by name, counted by running a step (which advances the
     decoder's state like any step)."""
+    check_instance("decoder", decoder, KernelDecoder)
     counted: dict[str, int] = {}
 
     def counting(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:

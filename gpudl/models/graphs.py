@@ -26,6 +26,8 @@ from gpudl import backend
 # isort: split
 from numba import cuda
 
+from gpudl.checks import check_bool, check_callable
+
 __all__ = ["capture", "stream_launch"]
 
 Launch = Callable[..., None]
@@ -45,6 +47,8 @@ def capture(step: Callable[[Launch], None], warmup: bool = True) -> Any:
     ``replay()`` runs them again on PyTorch's current stream. With ``warmup`` the step runs
     once first, eagerly (Numba compiles a kernel at its first launch, which a capture must
     not do): that run changes the step's state like any step. GPU only."""
+    check_callable("step", step)
+    check_bool("warmup", warmup)
     if backend.is_simulator():
         raise RuntimeError("CUDA graphs need a GPU: Numba's simulator runs each launch at "
                            "once as Python threads and has no streams to capture")

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpudl.checks import check_int, check_real
 from gpudl.plots._style import check_rows, finish
 
 __all__ = ["optimizer_traffic", "master_weight_updates", "weight_after_updates"]
@@ -47,6 +48,9 @@ def weight_after_updates(steps: int = 100, update: float = -1e-3,
     any), three ways, computed with torch: ``"bfloat16"`` (the weight kept in bfloat16),
     ``"float32"`` (kept in float32) and ``"float32, read as bfloat16"`` (a float32 master copy
     rounded to bfloat16 after each step, as mixed precision writes the parameter)."""
+    check_int("steps", steps, 1)
+    check_real("update", update)
+    check_real("start", start)
     import torch
 
     bf16, fp32 = torch.tensor([start], dtype=torch.bfloat16), torch.tensor([start])

@@ -6,16 +6,34 @@ Book section: Chapter 9, Inference on a GPU (and its lab).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpudl.checks import (
+    check_instance,
+    check_int,
+    check_ints,
+    check_real,
+    check_real_mapping,
+    check_reals,
+)
 from gpudl.estimate.batching import Served
 from gpudl.plots._style import finish
 
 __all__ = ["kv_cache_growth", "decode_blocks", "paged_waste", "batching_timeline"]
+
+
+def _check_lines(name: str, lines: object, points: int, check: Callable[[str, object], tuple]
+                 ) -> None:
+    """``lines``, a dict of names to values, each ``check``-ed and ``points`` long."""
+    check_instance(name, lines, dict)
+    for key, values in lines.items():
+        if len(check(f"{name}[{key!r}]", values)) != points:
+            raise ValueError(f"{name}[{key!r}] must hold {points} values, one per point, got "
+                             f"{len(values)}")
 
 
 def kv_cache_growth(tokens: Sequence[int], bytes_by_model: dict[str, Sequence[float]],
@@ -23,6 +41,10 @@ def kv_cache_growth(tokens: Sequence[int], bytes_by_model: dict[str, Sequence[fl
     """The KV cache's bytes against the tokens it holds, one line per model
     (``bytes_by_model``: name -> bytes at each of ``tokens``), with a GPU's memory as
     horizontal lines (``limits``: name -> bytes)."""
+    _check_lines("bytes_by_model", bytes_by_model, len(check_ints("tokens", tokens, 1)),
+                 lambda name, v: check_reals(name, v, 0, strict=True))
+    check_real_mapping("limits", limits, 0, strict=True)
+    check_instance("title", title, str)
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, values in bytes_by_model.items():
         ax.loglog(list(tokens), [v / 1e9 for v in values], "-o", ms=3, label=name)
@@ -38,6 +60,10 @@ def decode_blocks(lengths: Sequence[int], blocks_by_variant: dict[str, Sequence[
                   sms: int, title: str) -> Figure:
     """Thread blocks each decode variant launches against the sequence length (log-log),
     with the GPU's SM count as a line: below it, SMs are left idle."""
+    _check_lines("blocks_by_variant", blocks_by_variant, len(check_ints("lengths", lengths, 1)),
+                 check_ints)
+    check_int("sms", sms, 1)
+    check_instance("title", title, str)
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for name, blocks in blocks_by_variant.items():
         ax.loglog(list(lengths), list(blocks), "-o", ms=3, label=name)
@@ -51,6 +77,14 @@ def paged_waste(block_sizes: Sequence[int], paged: Sequence[float], contiguous: 
                 title: str) -> Figure:
     """The fraction of reserved KV-cache positions that hold no token: one bar for a
     ``max_len`` reservation per sequence, one per block size of a paged cache."""
+    sizes, fractions = check_ints("block_sizes", block_sizes, 1), check_reals("paged", paged)
+    for i, fraction in enumerate(fractions):
+        check_real(f"paged[{i}]", fraction, 0, 1)
+    if len(fractions) != len(sizes):
+        raise ValueError(f"paged must hold one fraction per block size, {len(sizes)}, got "
+                         f"{len(fractions)}")
+    check_real("contiguous", contiguous, 0, 1)
+    check_instance("title", title, str)
     labels = ["max_len per\nsequence", *(f"blocks of\n{b}" for b in block_sizes)]
     values = [contiguous, *paged]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
@@ -67,6 +101,14 @@ def batching_timeline(runs: Sequence[Served], max_batch: int, title: str) -> Fig
     """Left: the requests each policy computes at every step over time (static batches keep
     computing their finished requests' slots: the dotted line). Right: each policy's
     latencies, sorted."""
+    if isinstance(runs, str) or not isinstance(runs, Sequence):
+        raise TypeError(f"runs must be a list of Served runs, got {type(runs).__name__}")
+    if not runs:
+        raise ValueError("runs must hold at least one Served run")
+    for i, run in enumerate(runs):
+        check_instance(f"runs[{i}]", run, Served)
+    check_int("max_batch", max_batch, 1)
+    check_instance("title", title, str)
     fig, (left, right) = plt.subplots(1, 2, figsize=(7.5, 4.2))
     for run in runs:
         line, = left.step(run.times_s, run.running, where="post", lw=1, label=run.policy)
