@@ -10,6 +10,8 @@ What this extension does, in every build:
   docstrings and object descriptions (their messages give hundreds of "inconsistent term
   references", and their field names come out already translated), and what a
   ``{gpudl-measured}`` box draws from stored results (it changes at every GPU run);
+- gives the cells of a table inside an admonition the source that MyST leaves out (without
+  it Sphinx neither extracts nor translates them);
 - drops the empty caption that sphinx-external-toc gives a chapter's toctree (it puts a
   second ``msgid ""`` into the chapter's catalogue, which msgfmt rejects as a duplicate);
 - translates the toctree's part captions, which sphinx-external-toc inserts after Sphinx's
@@ -118,6 +120,25 @@ class KeepUntranslatable(SphinxTransform):
             for node in self.document.findall(nodes.image):
                 if node.get("gpudl_generated"):
                     node.attributes.pop("alt", None)
+
+
+class SourceNestedTables(SphinxTransform):
+    """MyST gives the cells of a table inside an admonition (the chapters' "What the source
+    articles claimed" boxes) no source, and Sphinx skips a message without one, in the
+    catalogues and in the translation: each such cell takes the source and line of the
+    nearest element above it that has them. The tables that directives draw from data (the
+    specs, the lab times) have no source either, and keep none: they stay English."""
+
+    default_priority = 15  # before Sphinx's Locale (20)
+
+    def apply(self, **kwargs) -> None:
+        for box in self.document.findall(nodes.Admonition):
+            for node in (n for table in box.findall(nodes.table)
+                         for n in table.findall(nodes.TextElement)):
+                above = node.parent
+                while not node.source and above is not None:
+                    node.source, node.line = above.source, above.line
+                    above = above.parent
 
 
 def generated_nodes(state, lines: list[str], source: str, offset: int) -> list[nodes.Node]:
@@ -320,6 +341,7 @@ def _chinese_search(app, config) -> None:
 def setup(app):
     app.connect("config-inited", _chinese_search)
     app.add_transform(KeepUntranslatable)
+    app.add_transform(SourceNestedTables)
     app.add_transform(RecordMessages)
     app.add_transform(TranslateCaptions)
     app.connect("doctree-read", _drop_empty_captions, priority=400)  # before the toc copy
