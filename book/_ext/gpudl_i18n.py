@@ -10,6 +10,8 @@ What this extension does, in every build:
   docstrings and object descriptions (their messages give hundreds of "inconsistent term
   references", and their field names come out already translated), and what a
   ``{gpudl-measured}`` box draws from stored results (it changes at every GPU run);
+- gives the cells of a table inside an admonition the source that MyST leaves out (without
+  it Sphinx neither extracts nor translates them);
 - drops the empty caption that sphinx-external-toc gives a chapter's toctree (it puts a
   second ``msgid ""`` into the chapter's catalogue, which msgfmt rejects as a duplicate);
 - translates the toctree's part captions, which sphinx-external-toc inserts after Sphinx's
@@ -17,7 +19,8 @@ What this extension does, in every build:
 - puts a language switch in every page's header, to the same page of the other edition
   (the anchor the reader is at kept), and an ``hreflang`` link in its head;
 - writes the landing page that offers both editions (the English build's index.html);
-- makes Sphinx's Chinese search index linear in the book's size (`_TermSet`).
+- makes Sphinx's Chinese search index linear in the book's size (`_TermSet`);
+- keeps the anchors of a translated paragraph that cites one key twice (`CitationIds`).
 
 In the Chinese build it also fails (a warning, and the build runs with ``-W``) on any message
 of a translated page that has no translation, or only a fuzzy one, and on a translation whose
@@ -120,6 +123,25 @@ class KeepUntranslatable(SphinxTransform):
                     node.attributes.pop("alt", None)
 
 
+class SourceNestedTables(SphinxTransform):
+    """MyST gives the cells of a table inside an admonition (the chapters' "What the source
+    articles claimed" boxes) no source, and Sphinx skips a message without one, in the
+    catalogues and in the translation: each such cell takes the source and line of the
+    nearest element above it that has them. The tables that directives draw from data (the
+    specs, the lab times) have no source either, and keep none: they stay English."""
+
+    default_priority = 15  # before Sphinx's Locale (20)
+
+    def apply(self, **kwargs) -> None:
+        for box in self.document.findall(nodes.Admonition):
+            for node in (n for table in box.findall(nodes.table)
+                         for n in table.findall(nodes.TextElement)):
+                above = node.parent
+                while not node.source and above is not None:
+                    node.source, node.line = above.source, above.line
+                    above = above.parent
+
+
 def generated_nodes(state, lines: list[str], source: str, offset: int) -> list[nodes.Node]:
     """``lines`` of markdown that a directive drew from data (a measured box's table, not the
     author's text), parsed and marked as not for translation."""
@@ -160,6 +182,40 @@ class TranslateCaptions(SphinxTransform):
             self.env.temp_data.setdefault("gpudl_messages", []).append(
                 (toctree, toctree["rawcaption"]))
             toctree["caption"] = translated.get(toctree["rawcaption"], toctree["caption"])
+
+
+class CitationIds(SphinxTransform):
+    """Sphinx's Locale gives every citation of a translated message the ids of the last
+    citation of the same key in the English (`update_pending_xrefs` keeps one node per
+    target), so a paragraph that cites a key twice loses the first one's anchor, which the
+    bibliography's back link points at, and repeats the second's. Before Locale this records
+    each such message's citation ids in order (``stage`` "record"); after it, it gives them
+    back to its translated citations, key by key in the same order (``stage`` "restore")."""
+
+    stage, default_priority = "record", 18
+
+    def apply(self, **kwargs) -> None:
+        if self.config.language != LANGUAGE:
+            return
+        recorded = self.env.temp_data.setdefault("gpudl_citation_ids", {})
+        for node in list(self.document.findall(nodes.TextElement)):
+            cites = [x for x in node.children if isinstance(x, addnodes.pending_xref)
+                     and x.get("refdomain") == "cite" and x.get("ids")]
+            keys = [x["reftarget"] for x in cites]
+            if self.stage == "record" and len(set(keys)) < len(keys):
+                recorded[id(node)] = (node, [(x["reftarget"], list(x["ids"])) for x in cites])
+            elif self.stage == "restore" and id(node) in recorded:
+                queue = recorded.pop(id(node))[1]
+                for cite in cites:
+                    ids = next((i for k, i in queue if k == cite["reftarget"]), None)
+                    if ids is not None:
+                        queue.remove((cite["reftarget"], ids))
+                        cite["ids"] = ids
+                        self.document.ids.update(dict.fromkeys(ids, cite))
+
+
+class RestoreCitationIds(CitationIds):
+    stage, default_priority = "restore", 21
 
 
 def _check_untranslated(app, doctree) -> None:
@@ -320,6 +376,7 @@ def _chinese_search(app, config) -> None:
 def setup(app):
     app.connect("config-inited", _chinese_search)
     app.add_transform(KeepUntranslatable)
+    app.add_transform(SourceNestedTables)
     app.add_transform(RecordMessages)
     app.add_transform(TranslateCaptions)
     app.connect("doctree-read", _drop_empty_captions, priority=400)  # before the toc copy
@@ -328,5 +385,7 @@ def setup(app):
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_obsolete)
     app.connect("html-page-context", _page_context, priority=502)  # after the theme's buttons
+    app.add_transform(CitationIds)
+    app.add_transform(RestoreCitationIds)
     app.connect("build-finished", _finish, priority=400)  # before the toc's index redirect
     return {"parallel_read_safe": True, "parallel_write_safe": True}
