@@ -19,7 +19,8 @@ What this extension does, in every build:
 - puts a language switch in every page's header, to the same page of the other edition
   (the anchor the reader is at kept), and an ``hreflang`` link in its head;
 - writes the landing page that offers both editions (the English build's index.html);
-- makes Sphinx's Chinese search index linear in the book's size (`_TermSet`).
+- makes Sphinx's Chinese search index linear in the book's size (`_TermSet`);
+- keeps the anchors of a translated paragraph that cites one key twice (`CitationIds`).
 
 In the Chinese build it also fails (a warning, and the build runs with ``-W``) on any message
 of a translated page that has no translation, or only a fuzzy one, and on a translation whose
@@ -181,6 +182,40 @@ class TranslateCaptions(SphinxTransform):
             self.env.temp_data.setdefault("gpudl_messages", []).append(
                 (toctree, toctree["rawcaption"]))
             toctree["caption"] = translated.get(toctree["rawcaption"], toctree["caption"])
+
+
+class CitationIds(SphinxTransform):
+    """Sphinx's Locale gives every citation of a translated message the ids of the last
+    citation of the same key in the English (`update_pending_xrefs` keeps one node per
+    target), so a paragraph that cites a key twice loses the first one's anchor, which the
+    bibliography's back link points at, and repeats the second's. Before Locale this records
+    each such message's citation ids in order (``stage`` "record"); after it, it gives them
+    back to its translated citations, key by key in the same order (``stage`` "restore")."""
+
+    stage, default_priority = "record", 18
+
+    def apply(self, **kwargs) -> None:
+        if self.config.language != LANGUAGE:
+            return
+        recorded = self.env.temp_data.setdefault("gpudl_citation_ids", {})
+        for node in list(self.document.findall(nodes.TextElement)):
+            cites = [x for x in node.children if isinstance(x, addnodes.pending_xref)
+                     and x.get("refdomain") == "cite" and x.get("ids")]
+            keys = [x["reftarget"] for x in cites]
+            if self.stage == "record" and len(set(keys)) < len(keys):
+                recorded[id(node)] = (node, [(x["reftarget"], list(x["ids"])) for x in cites])
+            elif self.stage == "restore" and id(node) in recorded:
+                queue = recorded.pop(id(node))[1]
+                for cite in cites:
+                    ids = next((i for k, i in queue if k == cite["reftarget"]), None)
+                    if ids is not None:
+                        queue.remove((cite["reftarget"], ids))
+                        cite["ids"] = ids
+                        self.document.ids.update(dict.fromkeys(ids, cite))
+
+
+class RestoreCitationIds(CitationIds):
+    stage, default_priority = "restore", 21
 
 
 def _check_untranslated(app, doctree) -> None:
@@ -350,5 +385,7 @@ def setup(app):
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_obsolete)
     app.connect("html-page-context", _page_context, priority=502)  # after the theme's buttons
+    app.add_transform(CitationIds)
+    app.add_transform(RestoreCitationIds)
     app.connect("build-finished", _finish, priority=400)  # before the toc's index redirect
     return {"parallel_read_safe": True, "parallel_write_safe": True}
