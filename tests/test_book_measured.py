@@ -145,3 +145,10 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
     assert rows[2] == "| 1 | 8 | 0 min | 2 min on the simulator, 2 CPU threads, 2026-12-01 |"
     minutes = 300 / gpudl_measured.WORDS_PER_MINUTE
     assert rows[3] == f"| 2 | 300 | {minutes:.0f} min | not recorded |"
+    # the Chinese edition's table: the same numbers, its words in Chinese
+    zh = gpudl_measured.reading_and_lab_times(book, labs, "zh_CN")
+    assert zh[0].startswith("| 章 | 正文词数（英文原文） | 阅读时间 |")
+    assert zh[2] == "| 1 | 8 | 0 分钟 | 2 分钟，模拟器（simulator），2 个 CPU 线程，2026-12-01 |"
+    assert zh[3] == f"| 2 | 300 | {minutes:.0f} 分钟 | 未记录 |"
+    with pytest.raises(ValueError, match="language"):
+        gpudl_measured.reading_and_lab_times(book, labs, "fr")

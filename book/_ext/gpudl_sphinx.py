@@ -350,6 +350,16 @@ def _ignore_external(app, env, node, contnode):
     return None
 
 
+#: The specs tables' headers in the Chinese edition (the glossary's terms).
+SPECS_HEADERS_ZH = {
+    "year": "年份", "compute capability": "计算能力", "SMs": "SM 数",
+    "FP32 cores per SM": "每个 SM 的 FP32 核心数", "CUDA cores": "CUDA 核心数", "memory": "显存",
+    "bandwidth (GB/s)": "带宽（GB/s）", "FP32 (TFLOP/s)": "FP32（TFLOP/s）",
+    "FP16 tensor, dense": "FP16 张量核心，稠密", "BF16 tensor, dense": "BF16 张量核心，稠密",
+    "TDP (W)": "热设计功耗（W）", "source": "来源",
+}
+
+
 class SpecsTable(SphinxDirective):
     """``{gpudl-specs} core`` or ``{gpudl-specs} rates``: the table of real GPUs, rendered from
     ``gpudl.hardware.SPECS`` so that the prose cannot drift from the package. ``core`` gives
@@ -371,7 +381,10 @@ class SpecsTable(SphinxDirective):
         }
         if part not in columns:
             raise self.error(f"gpudl-specs takes one of {list(columns)}, got {part!r}")
-        lines = ["| " + " | ".join(columns[part]) + " |", "|" + "---|" * len(columns[part])]
+        header = columns[part]
+        if self.config.language == "zh_CN":  # the Chinese edition's headers; the cells are data
+            header = tuple(SPECS_HEADERS_ZH.get(h, h) for h in header)
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for s in SPECS.values():
             if part == "core":
                 cc = f"{s.compute_capability[0]}.{s.compute_capability[1]}"
@@ -456,7 +469,8 @@ class LabTimes(SphinxDirective):
 
         for path in (ROOT / "notebooks").glob("*.ipynb"):
             self.env.note_dependency(str(path))
-        lines = reading_and_lab_times(ROOT / "book", ROOT / "notebooks")
+        language = "zh_CN" if self.config.language == "zh_CN" else "en"
+        lines = reading_and_lab_times(ROOT / "book", ROOT / "notebooks", language)
         container = nodes.container()
         self.state.nested_parse(StringList(lines, source="gpudl-lab-times"), 0, container)
         return container.children
