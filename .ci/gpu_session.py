@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The one call on a lent GPU machine (CONTRIBUTING.md, "GPU runs"). There, in the repository root:
-    GPUDL_COMMIT=<this checkout's commit> OUT=<folder that comes back> bash .ci/gpu-session [PHASE ...]
+"""The one call on a lent GPU machine (CONTRIBUTING.md, "GPU runs"). There, in the repository
+root:
+    GPUDL_COMMIT=<this checkout's commit> OUT=<folder that comes back> \\
+        bash .ci/gpu-session [PHASE ...]
 PHASE: bench, tests, notebooks (default: all three, in that order)
   bench      python -m gpudl bench all: every results/<topic>-cuda.json, stored first
   tests      the gpu-marked tests (the speed tests read the stored results)
   notebooks  each notebook re-executed in place under its own limit (it reuses the stored
-             results; one cut short or failing keeps its old outputs and is named in the summary)
+             results; one cut short or failing keeps its old outputs and is named in the summary;
+             one whose GPU cells need more GPUs than the machine has is skipped, and said so)
 First the wheels of .whl/ (`make gpu-wheels`) go onto PYTHONPATH when the image's numpy, numba
 or Jupyter differ from what gpudl needs; then `python -m gpudl info` must report the cuda
 backend, or the session stops at once (exit 3). Each step runs under its limit from
@@ -36,7 +39,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,13 +65,38 @@ def notebook_names() -> list[str]:
     return [p.stem for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
 
 
-def plan_steps(budget: dict, phases: list[str], notebooks: list[str]) -> list[tuple[str, float]]:
-    """The steps of a run, in order, with their planned limits in seconds (a GPU's)."""
+def measured_topics(budget: dict) -> list[str]:
+    """The benchmark topics of the measured table, in the order `bench all` runs them."""
+    return [k for k in budget.get("measured", {}) if ":" not in k]
+
+
+def planned_gpus(budget: dict) -> int:
+    """The GPUs of the machine the plan is for (the lent H200 machine has one)."""
+    return int(budget["plan"]["gpus"]["count"])
+
+
+def needs_more_gpus(budget: dict, name: str, gpus: int) -> int:
+    """How many GPUs notebook ``name``'s GPU cells need, if more than ``gpus`` (else 0). On
+    fewer, its cells are the CPU proofs that `make test` already runs: the run skips it and
+    its stored outputs stay."""
+    need = int(budget["plan"]["notebooks"][name].get("min_gpus", 1))
+    return need if need > gpus else 0
+
+
+def plan_steps(budget: dict, phases: list[str], notebooks: list[str],
+               gpus: int | None = None) -> list[tuple[str, float]]:
+    """The steps of a run on a machine of ``gpus`` GPUs (default: the planned machine's), in
+    order, with their planned limits in seconds (a GPU's); a notebook that needs more GPUs
+    is a step of 0 s, named as skipped."""
     plan = budget["plan"]
+    gpus = planned_gpus(budget) if gpus is None else gpus
     steps = [("wheels", plan["wheels"]["limit_s"]), ("info", plan["info"]["limit_s"])]
     for phase in phases:
         if phase == "notebooks":
-            steps += [(f"notebook {n}", plan["notebooks"][n]["limit_s"]) for n in notebooks]
+            for n in notebooks:
+                need = needs_more_gpus(budget, n, gpus)
+                steps.append((f"notebook {n}", plan["notebooks"][n]["limit_s"]) if not need
+                             else (f"notebook {n} (skipped: needs {need} GPUs)", 0))
         else:
             steps.append((phase, plan[phase]["limit_s"]))
     steps.append(("tars", plan["tars"]["limit_s"]))
@@ -83,7 +110,7 @@ def rehearsal_factor(budget: dict) -> int:
     ratios = []
     for name, entry in plan["notebooks"].items():
         found = measured.get(f"notebook:{name}")
-        if found:
+        if found and not needs_more_gpus(budget, name, planned_gpus(budget)):
             ratios.append(1.25 * found["simulator_s"] / entry["limit_s"])
     bench = sum(v["simulator_s"] for k, v in measured.items() if not k.startswith("notebook:"))
     if bench:
@@ -95,11 +122,12 @@ def print_plan(budget: dict, phases: list[str], notebooks: list[str], factor: in
     steps = plan_steps(budget, phases, notebooks)
     total = sum(limit for _, limit in steps)
     scale = f" x {factor} (rehearsal)" if factor != 1 else ""
-    print(f"gpu-session: planned budget{scale}, {budget['call_limit_s']} s call, "
-          f"{budget['spare_s']} s kept spare:")
+    print(f"gpu-session: planned budget{scale} for {planned_gpus(budget)} GPU(s), "
+          f"{budget['call_limit_s']} s call, {budget['spare_s']} s kept spare:")
     for name, limit in steps:
-        print(f"  {name:<28} {limit:>5.0f} s" + (f"  -> {limit * factor:.0f} s" if scale else ""))
-    print(f"  {'total':<28} {total:>5.0f} s (at most {budget['call_limit_s'] - budget['spare_s']} s)"
+        print(f"  {name:<48} {limit:>5.0f} s" + (f"  -> {limit * factor:.0f} s" if scale else ""))
+    most = budget["call_limit_s"] - budget["spare_s"]
+    print(f"  {'total':<48} {total:>5.0f} s (at most {most} s)"
           + (f"  -> {total * factor:.0f} s" if scale else ""))
     return total
 
@@ -130,7 +158,9 @@ def markdown_table(budget: dict) -> str:
         lines.append(row("bench", plan["bench"], None))
     lines.append(row("tests", plan["tests"], None))
     for name, entry in plan["notebooks"].items():
-        lines.append(row(f"notebook {name}", entry, measured.get(f"notebook:{name}")))
+        need = needs_more_gpus(budget, name, planned_gpus(budget))
+        label = f"notebook {name}" + (f" (skipped with fewer than {need} GPUs)" if need else "")
+        lines.append(row(label, entry, measured.get(f"notebook:{name}")))
     lines.append(row("tars", plan["tars"], None))
     return "\n".join(lines)
 
@@ -144,7 +174,6 @@ def incompatible(python: str, env: dict | None = None) -> str:
     """What the image lacks or has in a version gpudl cannot use ("" if nothing), as
     ``python`` sees it (with the environment ``env``)."""
     code = r"""
-from importlib import metadata
 def version(name):
     try:
         return metadata.version(name)
@@ -165,6 +194,17 @@ print("; ".join(found))
     if done.returncode != 0:
         return f"no working {python} ({done.stderr.strip()[-200:]})"
     return done.stdout.strip()
+
+
+def count_gpus() -> int | None:
+    """The GPUs ``nvidia-smi -L`` lists (None where it cannot be run)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return None
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
 
 
 class Session:
@@ -303,7 +343,8 @@ def parse(argv: list[str]) -> dict:
         try:
             opts["factor"] = float(opts["factor"])
         except ValueError:
-            raise SystemExit(f"gpu-session: --factor must be a number, got {opts['factor']!r}")
+            raise SystemExit(
+                f"gpu-session: --factor must be a number, got {opts['factor']!r}") from None
         if not (opts["rehearse"] and 0 < opts["factor"] < math.inf):
             raise SystemExit("gpu-session: --factor needs --rehearse and a number > 0")
     return opts
@@ -435,18 +476,29 @@ def main(argv: list[str]) -> int:
                     "(see logs/info.txt)")
         session.pack()
         return 3
-    session.say(f"info: backend {backend} in {seconds:.0f} s")
+    gpus = count_gpus() if not opts["rehearse"] else None
+    gpus = planned_gpus(budget) if gpus is None else gpus
+    session.say(f"info: backend {backend}, {gpus} GPU(s) in {seconds:.0f} s")
     session.pack()
 
     plan = budget["plan"]
     for phase in opts["phases"]:
         if phase == "bench":
             topics = opts["topics"].split(",") if opts["topics"] else ["all"]
+            began = time.time()
             for topic in topics:
                 session.step(f"bench {topic}" if topic != "all" else "bench",
                              [python, "-m", "gpudl", "bench", topic],
                              plan["bench"]["limit_s"] / len(topics),
                              f"bench-{topic}.txt" if topic != "all" else "bench.txt")
+            wanted = measured_topics(budget) if topics == ["all"] else topics
+            backend_name = "simulator" if opts["rehearse"] else "cuda"
+            stored = {t: root / "results" / f"{t}-{backend_name}.json" for t in wanted}
+            missing = [t for t, path in stored.items()
+                       if not path.exists() or path.stat().st_mtime < began]
+            if missing:
+                session.say(f"bench: not stored: {', '.join(missing)} (the next call: "
+                            f"--topics {','.join(missing)})")
         elif phase == "tests":
             session.step("tests", [python, "-m", "pytest", "-q", "-rfE", "-m", "gpu", "-p",
                                    "no:cacheprovider", "-p", "no:nbval", "--timeout=60",
@@ -454,12 +506,17 @@ def main(argv: list[str]) -> int:
                          plan["tests"]["limit_s"], "tests.txt")
         else:
             for name in names:
+                need = needs_more_gpus(budget, name, gpus)
+                if need:
+                    session.say(f"notebook {name}: skipped: its GPU cells need {need} GPUs, "
+                                f"this machine has {gpus}; its stored outputs kept")
+                    continue
                 session.step(f"notebook {name}", [python, "-m", "gpudl", "notebooks", name],
                              plan["notebooks"][name]["limit_s"], f"notebook-{name}.txt")
     total = time.monotonic() - session.start
+    verdict = "all steps ok" if not session.failed else "not ok: " + ", ".join(session.failed)
     session.say(f"total: {total:.0f} s of "
-                f"{factor * (budget['call_limit_s'] - budget['spare_s']):.0f} s"
-                f"; {'all steps ok' if not session.failed else 'not ok: ' + ', '.join(session.failed)}")
+                f"{factor * (budget['call_limit_s'] - budget['spare_s']):.0f} s; {verdict}")
     session.pack()
     if opts["rehearse"]:
         with tarfile.open(session.out / "gpu.tar") as tar:
