@@ -174,6 +174,7 @@ def incompatible(python: str, env: dict | None = None) -> str:
     """What the image lacks or has in a version gpudl cannot use ("" if nothing), as
     ``python`` sees it (with the environment ``env``)."""
     code = r"""
+from importlib import metadata
 def version(name):
     try:
         return metadata.version(name)
