@@ -44,10 +44,10 @@ from numba import cuda
 __all__ = ["Timing", "POLICY", "time_cuda", "time_cpu", "time_interleaved", "choose_inner",
            "spread", "stable", "hold_kernel", "row_kind", "gbps", "gflops", "fp32_matmuls"]
 
-#: The fair-timing policy: the least warm-up calls and calls per sample, the seconds a sample
-#: should fill, and when sampling stops (:func:`stable`): at least ``min_repeats`` samples,
-#: then as soon as their :func:`spread` is at most ``spread`` or they have taken ``row_s``
-#: seconds, and at ``max_repeats`` samples at the latest.
+#: The fair-timing policy, in numbers. It holds the least warm-up calls and calls per sample,
+#: the seconds a sample should fill, and when sampling stops (:func:`stable`), which is after
+#: at least ``min_repeats`` samples, as soon as their :func:`spread` is at most ``spread`` or
+#: they have taken ``row_s`` seconds, and at ``max_repeats`` samples at the latest.
 POLICY = {"warmup": 3, "inner": 3, "sample_s": 1e-3, "min_repeats": 5, "max_repeats": 50,
           "spread": 0.02, "row_s": 0.5}
 _MAX_INNER = 1000
