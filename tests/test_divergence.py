@@ -39,7 +39,7 @@ def test_the_two_modes_take_different_paths_for_the_same_thread():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n": 10, "mode": "lanes"}, r"mode must be one of \('parity', 'warp'\)"),
+        ({"n": 10, "mode": "lanes"}, r"mode must be one of \['parity', 'warp'\], got 'lanes'"),
         ({"n": 0, "mode": "warp"}, "n must be >= 1, got 0"),
         ({"n": 10, "mode": "warp", "work": 0}, "work must be >= 1"),
         ({"n": 10, "mode": "warp", "threads_per_block": 33}, "multiple of 32"),
