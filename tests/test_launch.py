@@ -44,6 +44,12 @@ def die_on_rank_1(rank, world_size):
     dist.barrier()
 
 
+def environment_and_modules(rank, world_size, name):
+    import sys
+
+    return os.environ.get(name), "gpudl.parallel.zero" in sys.modules, os.getpid()
+
+
 def sleep_long(rank, world_size):
     time.sleep(300)
 
@@ -173,3 +179,19 @@ def test_rank0_print_prints_on_rank_0_only(monkeypatch, capsys):
     monkeypatch.setenv("RANK", "1")
     rank0_print("from rank 1")
     assert capsys.readouterr().out == "from rank 0\n"
+
+
+def test_ranks_see_the_environment_of_the_spawn_and_are_new_processes(monkeypatch):
+    # the ranks are forked from a server started at the first spawn: what the parent sets
+    # later must still reach them, and nothing the parent imported since (a strategy's
+    # module) is in them before their worker imports it
+    first = spawn(environment_and_modules, 2, "GPUDL_TEST_MARK")
+    assert [value for value, _, _ in first] == [None, None]
+    import gpudl.parallel.zero  # noqa: F401  (imported here, not preloaded there)
+
+    monkeypatch.setenv("GPUDL_TEST_MARK", "set after the first spawn")
+    second = spawn(environment_and_modules, 2, "GPUDL_TEST_MARK")
+    assert [value for value, _, _ in second] == ["set after the first spawn"] * 2
+    assert not any(loaded for _, loaded, _ in second)
+    pids = {pid for _, _, pid in first + second}
+    assert len(pids) == 4 and os.getpid() not in pids
