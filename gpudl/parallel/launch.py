@@ -227,6 +227,30 @@ def _child(
         conn.close()
 
 
+#: Seconds the other ranks get, after one reports an error, to show whether one of them died.
+_ECHO_GRACE_S = 1.0
+
+
+def _read(ready: list, rank_of: dict, world_size: int, results: dict[int, Any]) -> list[tuple]:
+    """Each ready rank's message: a result into ``results``; the errors returned, as (time,
+    rank, summary, traceback); a rank whose pipe closed without one died, and is raised."""
+    errors = []
+    for conn in ready:
+        rank = rank_of[conn]
+        try:
+            message = pickle.loads(conn.recv_bytes())
+        except EOFError:
+            raise WorkerError(
+                rank, f"rank {rank} of {world_size} died without reporting a result "
+                "(killed, out of memory, or a crash in native code)"
+            ) from None
+        if message[0] == "ok":
+            results[rank] = message[1]
+        else:
+            errors.append((message[3], rank, message[1], message[2]))
+    return errors
+
+
 def _collect(conns: list[Connection], world_size: int, timeout: float) -> list[Any]:
     """Wait for one message per rank; raise on the first error, or on the deadline."""
     deadline = time.monotonic() + timeout
@@ -242,21 +266,15 @@ def _collect(conns: list[Connection], world_size: int, timeout: float) -> list[A
                 f"spawn: rank(s) {ranks} of world size {world_size} had not finished after "
                 f"{timeout:g} s; all workers were stopped (raise timeout= if they need longer)"
             )
-        errors = []
-        for conn in ready:
-            rank = rank_of[conn]
-            try:
-                message = pickle.loads(conn.recv_bytes())
-            except EOFError:
-                raise WorkerError(
-                    rank, f"rank {rank} of {world_size} died without reporting a result "
-                    "(killed, out of memory, or a crash in native code)"
-                ) from None
-            if message[0] == "ok":
-                results[rank] = message[1]
-            else:
-                errors.append((message[3], rank, message[1], message[2]))
-        if errors:  # the earliest error is the cause; later ones are usually its echoes
+        errors = _read(ready, rank_of, world_size, results)
+        if errors:
+            # a rank that died is the cause of its peers' errors ("connection closed by peer"),
+            # which can arrive first: the others get a moment to report or to be seen dead
+            others = [conn for conn in pending if conn not in ready]
+            if others:
+                errors += _read(wait(others, timeout=_ECHO_GRACE_S), rank_of, world_size,
+                                results)
+            # the earliest error is the cause; later ones are usually its echoes
             _, rank, summary, text = min(errors)
             raise WorkerError(
                 rank, f"rank {rank} of {world_size} failed with {summary}\n\n"
