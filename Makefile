@@ -12,11 +12,11 @@ TORCH_PIP_ARGS ?=
 # The Chinese edition (CONTRIBUTING.md, "Translations"): Sphinx with the root conf.py, tag zh_CN
 ZH      := zh_CN
 SPHINX  := $(BIN)/sphinx-build -q
-# the figures are drawn once, by the English build (book/_generated/): both editions show them
+# the figures are drawn once (`make figures`, or by the English build): both editions show them
 NO_FIGURES = $(if $(wildcard book/_generated/*.png),-D gpudl_model_figures=0)
 PO_TOOL := $(BIN)/python book/_ext/gpudl_po.py
 
-.PHONY: help env book book-en book-zh test lint pytest notebooks bench gpu-wheels serve clean \
+.PHONY: help env book book-en book-zh figures test lint pytest notebooks bench gpu-wheels serve clean \
 	pot po i18n-check
 
 help:
@@ -27,6 +27,7 @@ help:
 	@echo "make env        only create $(VENV) and install (also done by the targets above)"
 	@echo "make lint       ruff;  make pytest: the tests and nbval, without the book build"
 	@echo "make notebooks  re-execute every notebook in place on the current backend"
+	@echo "make figures    draw the book's model figures (English and Chinese) into book/_generated"
 	@echo "make bench      run the benchmarks and write JSON to results/"
 	@echo "make gpu-wheels download into .whl/ the wheels a lent GPU machine needs"
 	@echo "                (CONTRIBUTING.md, GPU runs; fails if they pass 40 MB)"
@@ -38,24 +39,36 @@ help:
 	@echo "make clean      remove _build and $(VENV)"
 
 # constraints.txt: the exact versions CI proves together (pyproject.toml holds the ranges)
+# --no-compile: Python compiles each module when it is first imported, not all of torch's at
+# install (a fresh 2-core machine: 76 s instead of 109 s)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt torch==2.13.0 \
+	    $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 env: $(STAMP)
 
-book: book-en
-	@$(MAKE) --no-print-directory book-zh
+# the figures once, then both editions side by side (each build runs on one core)
+book: figures
+	@GPUDL_MODEL_FIGURES=0 $(MAKE) --no-print-directory -j2 --output-sync=target book-en book-zh
 	@echo "The book is built: open $(CURDIR)/_build/html/index.html (or run: make serve)"
 
+# every model figure, in English and in Chinese, into book/_generated
+figures: $(STAMP)
+	$(BIN)/python book/_ext/gpudl_figures.py
+
+# each edition removes only what it writes (the Chinese one: _build/html/$(ZH) and the
+# executed notebooks beside it), so that the two can build at once
 book-en: $(STAMP)
-	rm -rf _build/html _build/.doctrees _build/jupyter_execute
+	rm -rf _build/.doctrees _build/jupyter_execute
+	[ ! -d _build/html ] || find _build/html -mindepth 1 -maxdepth 1 ! -name $(ZH) \
+	    ! -name jupyter_execute -exec rm -rf {} +
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 book-zh: $(STAMP)
-	rm -rf _build/html/$(ZH) _build/.doctrees-$(ZH)
+	rm -rf _build/html/$(ZH) _build/html/jupyter_execute _build/.doctrees-$(ZH)
 	$(SPHINX) -b html -t $(ZH) -W -n --keep-going $(NO_FIGURES) -d _build/.doctrees-$(ZH) \
 	    . _build/html/$(ZH)
 
@@ -68,6 +81,7 @@ po: pot
 	$(BIN)/sphinx-intl update -p _build/gettext -l $(ZH) -d locales
 	$(PO_TOOL) memory
 	$(PO_TOOL) notebooks
+	$(PO_TOOL) figures
 
 i18n-check: pot
 	$(PO_TOOL) check --pot _build/gettext

@@ -141,6 +141,78 @@ def test_moved_paragraphs_keep_their_translation(tmp_path, monkeypatch):
     assert [m.id for m in gpudl_po.read(memory) if m.id] == [moved]
 
 
+# --- the words inside the figures ------------------------------------------------------------
+
+
+def test_a_figure_is_translated_word_by_word_and_its_numbers_stay():
+    """Titles, axis labels, legends, annotations and the names on a categorical axis go into
+    Chinese; numeric ticks stay; the inverted axis stays inverted; a text with no translation
+    is named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from gpudl_figure_text import cjk_family, translate, words
+
+    fig, (left, right) = plt.subplots(1, 2)
+    left.barh(["stride 1", "stride 32"], [4, 32], label="sectors")
+    left.invert_yaxis()
+    left.set(xlabel="sectors per request", title="One warp")
+    left.legend()
+    right.plot([1, 10], [1, 100])
+    right.set(xscale="log", ylabel="$10^{6}$ flops")
+    right.text(2, 50, "not in the catalogue")
+    assert sorted(words(fig)) == sorted(["stride 1", "stride 32", "One warp", "sectors",
+                                         "sectors per request", "$10^{6}$ flops",
+                                         "not in the catalogue"])
+    zh = {"stride 1": "步长 1", "stride 32": "步长 32", "sectors": "扇区",
+          "sectors per request": "每个请求的扇区数", "One warp": "一个线程束",
+          "$10^{6}$ flops": "$10^{6}$ 次浮点运算"}
+    family = cjk_family() or "DejaVu Sans"
+    assert translate(fig, zh, family) == ["not in the catalogue"]
+    fig.canvas.draw()
+    assert [t.get_text() for t in left.get_yticklabels()] == ["步长 1", "步长 32"]
+    assert left.yaxis_inverted() and left.get_title() == "一个线程束"
+    assert left.get_legend().get_texts()[0].get_text() == "扇区"
+    assert right.get_ylabel() == "$10^{6}$ 次浮点运算"
+    assert all(not any(c.isalpha() for c in t.get_text().replace("$", "").replace("^", ""))
+               or "10" in t.get_text() for t in right.get_xticklabels())
+    assert words(fig) == ["not in the catalogue"]
+    plt.close(fig)
+
+
+def test_without_a_cjk_font_no_chinese_figure_is_saved(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import gpudl_figure_text
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(gpudl_figure_text, "cjk_family", lambda: None)
+    fig, ax = plt.subplots()
+    ax.set_title("One warp")
+    assert gpudl_figure_text.save_chinese(fig, tmp_path / "a.png", {"One warp": "一个线程束"}) is None
+    assert ax.get_title() == "One warp" and not list(tmp_path.iterdir())
+    plt.close(fig)
+    assert gpudl_figure_text.localized(tmp_path / "a.png").name == "a.zh_CN.png"
+
+
+def test_the_figures_catalogue_check_finds_fuzzy_untranslated_and_changed_numbers(tmp_path):
+    from babel.messages.catalog import Catalog
+
+    catalog = Catalog(locale="zh_CN")
+    catalog.add("4 sectors", "4 个扇区")
+    catalog.add("stride 2", "步长 3")
+    catalog.add("rank", "")
+    catalog.add("time (ms)", "时间（ms）", flags=["fuzzy"])
+    gpudl_po.write(tmp_path / "figures.po", catalog)
+    problems = gpudl_po.figure_problems(tmp_path / "figures.po")
+    assert len(problems) == 3
+    assert "numbers ['2']" in problems[0] and "'stride 2'" in problems[0]
+    assert "untranslated: 'rank'" in problems[1] and "fuzzy: 'time (ms)'" in problems[2]
+    assert "run `make po`" in gpudl_po.figure_problems(tmp_path / "none.po")[0]
+
+
 # --- the Chinese labs -------------------------------------------------------------------------
 
 
@@ -293,6 +365,31 @@ def test_the_landing_page_offers_both_editions(built):
     assert links == ["book/preface.html", "zh_CN/book/preface.html"]
     assert all((built / link).exists() for link in links)
     assert "深度学习如何在 GPU 上运行" in (built / ZH / "book" / "preface.html").read_text()
+
+
+def _images(page: Path) -> list[str]:
+    return re.findall(r'<img[^>]* src="([^"]+)"', page.read_text())
+
+
+def test_the_chinese_edition_shows_every_model_figure_in_chinese(built):
+    """Each figure of book/_generated is drawn in both languages; a page of the Chinese edition
+    shows the Chinese drawing (Sphinx's figure_language_filename), the English page the
+    English one. Where no CJK font is installed the Chinese edition keeps the English figures
+    (as the English build logs)."""
+    from gpudl_figure_text import cjk_family
+
+    if cjk_family() is None:
+        pytest.skip("no CJK font installed: the Chinese edition shows the English figures")
+    generated = sorted(p.name for p in (ROOT / "book" / "_generated").glob("*.png")
+                       if ".zh_CN." not in p.name and not p.name.startswith("measured-"))
+    assert len(generated) >= 20
+    english = [Path(src).name for page in pages(built) for src in _images(page)]
+    chinese = [Path(src).name for page in pages(built / ZH) for src in _images(page)]
+    for name in generated:
+        stem = name.removesuffix(".png")
+        assert name in english, name
+        assert f"{stem}.zh_CN.png" in chinese and name not in chinese, name
+    assert not [n for n in english if ".zh_CN." in n]
 
 
 def test_a_chinese_lab_downloads_as_the_chinese_notebook(built):

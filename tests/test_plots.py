@@ -132,9 +132,9 @@ def test_every_book_figure_has_readable_text_and_fits_the_page():
     from gpudl.plots._style import MAX_WIDTH_IN, MIN_FONT_PT, font_sizes
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
-    import gpudl_sphinx
+    import gpudl_figures
 
-    figures = gpudl_sphinx._model_figures()
+    figures = gpudl_figures._model_figures()
     assert len(figures) >= 17
     for name, draw in figures.items():
         fig = draw()

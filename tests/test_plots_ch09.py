@@ -57,9 +57,9 @@ def test_batching_timeline_draws_the_simulation():
 def test_every_chapter_9_figure_is_readable_fits_the_page_and_is_shown():
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "book" / "_ext"))
-    import gpudl_sphinx
+    import gpudl_figures
 
-    figures = gpudl_sphinx._ch09_figures()
+    figures = gpudl_figures._ch09_figures()
     text = (root / "book" / "ch09-inference.md").read_text()
     assert text.count("```{figure}") >= 3
     assert all(f"_generated/{name}" in text for name in figures)

@@ -3,11 +3,13 @@
     python book/_ext/gpudl_po.py check [--pot _build/gettext]   # `make i18n-check`
     python book/_ext/gpudl_po.py memory                         # part of `make po`
     python book/_ext/gpudl_po.py notebooks                      # part of `make po`
+    python book/_ext/gpudl_po.py figures                        # part of `make po`
 
 ``check`` prints, per catalogue, how many of its messages are translated, and fails on: a
 fuzzy entry; an obsolete entry (``#~``) that keeps a translation; a translation that loses
 what `gpudl_po_checks` says it must keep; an untranslated message of a page that
-``locales/zh_CN/pending.txt`` does not list; a glossary term rendered otherwise; a Chinese lab
+``locales/zh_CN/pending.txt`` does not list; a figure's text untranslated, fuzzy or with a
+number changed (``locales/zh_CN/figures.po``); a glossary term rendered otherwise; a Chinese lab
 out of sync with its English notebook and catalogue. With ``--pot`` it also compares every
 catalogue with the templates `make pot` wrote: a message missing from a catalogue is
 untranslated, a translated one no template has is obsolete.
@@ -22,7 +24,9 @@ catalogues."""
 import argparse
 import difflib
 import json
+import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import gpudl_labs
@@ -33,6 +37,9 @@ from gpudl_i18n import CATALOGUES, LANGUAGE, ROOT, is_pending
 from gpudl_po_checks import entry_problems, exempt_terms, term_problems
 
 MEMORY = ROOT / "locales" / LANGUAGE / "memory.po"
+#: The words inside the figures (`gpudl_figure_text`; not a page's catalogue: never compiled).
+FIGURES = ROOT / "locales" / LANGUAGE / "figures.po"
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 #: Pages that are not held to the glossary's terms: the glossary itself, the bibliography.
 NOT_TERM_CHECKED = ("book/appendix-glossary", "book/appendix-references")
 #: How close an English message must be to one in the memory to reuse its translation (fuzzy),
@@ -105,6 +112,22 @@ def check_catalogue(docname: str, catalog: Catalog, template: set[str] | None) -
     return problems, untranslated, total
 
 
+def figure_problems(path: Path) -> list[str]:
+    """What is wrong with the figures' catalogue (`gpudl_figure_text`): a fuzzy or untranslated
+    text, or a translation that drops or changes one of its numbers."""
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    if not path.exists():
+        return [f"{shown}: missing: run `make po`"]
+    problems = []
+    for m in messages(read(path)):
+        where = f"{shown}: line {m.lineno}"
+        if m.fuzzy or not m.string:
+            problems.append(f"{where}: {'fuzzy' if m.fuzzy else 'untranslated'}: {m.id!r}")
+        elif lost := Counter(NUMBER.findall(m.id)) - Counter(NUMBER.findall(m.string)):
+            problems.append(f"{where}: drops or changes the numbers {sorted(lost)}: {m.id!r}")
+    return problems
+
+
 def templates(pot: Path) -> dict[str, set[str]]:
     return {str(p.relative_to(pot).with_suffix("")): {m.id for m in messages(read(p))}
             for p in sorted(pot.rglob("*.pot"))}
@@ -132,6 +155,7 @@ def report(pot: Path | None = None) -> tuple[list[str], list[str]]:
         lines.append(f"{docname:40} {count - missing:5} of {count:5} translated ({state})")
     for english in sorted(gpudl_labs.NOTEBOOKS.glob("*.ipynb")):
         problems += lab_problems(english)
+    problems += figure_problems(FIGURES)
     lines.append(f"{total - untranslated} of {total} messages translated, {untranslated} "
                  "untranslated" + ("" if pot else " (the catalogues as they are; "
                                    "`make i18n-check` first compares them with the pages)"))
@@ -201,6 +225,24 @@ def notebooks() -> None:
         (gpudl_labs.ZH_NOTEBOOKS / english.name).write_text(gpudl_labs.dumps(zh_lab(english)[0]))
 
 
+def figures() -> None:
+    """Draw every model figure and bring locales/zh_CN/figures.po up to their words."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import gpudl_figure_text as figure_text
+    import matplotlib.pyplot as plt
+    from gpudl_figures import figures as book_figures
+
+    texts = {}
+    for name, draw in book_figures().items():
+        fig = draw()
+        texts[name] = figure_text.words(fig)
+        plt.close(fig)
+    total, todo = figure_text.update(texts)
+    print(f"{figure_text.CATALOGUE.relative_to(ROOT)}: {total} messages, {todo} to translate")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -208,10 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     check_parser.add_argument("--pot", type=Path, help="the templates (`make pot`)")
     commands.add_parser("memory", help="reuse translations of moved messages")
     commands.add_parser("notebooks", help="write notebooks/zh_CN/*.ipynb")
+    commands.add_parser("figures", help="update locales/zh_CN/figures.po from the figures")
     args = parser.parse_args(argv)
     if args.command == "check":
         return 1 if check(args.pot) else 0
-    memory() if args.command == "memory" else notebooks()
+    {"memory": memory, "notebooks": notebooks, "figures": figures}[args.command]()
     return 0
 
 

@@ -1,8 +1,8 @@
 """Local Sphinx extension for the book.
 
 - puts the repository on sys.path, for autodoc and for the figures below;
-- draws the prose's model figures (deterministic, from `gpudl.plots`) into book/_generated/
-  when the build starts, so a figure in the text is always the package's current answer;
+- draws the prose's model figures (`gpudl_figures`) into book/_generated/ when the build
+  starts, so a figure in the text is always the package's current answer;
 - the ``{gpudl-specs}`` directive renders `gpudl.hardware.SPECS` as two tables (core facts;
   rates and power);
 - ``{literalinclude}`` takes one more flag, ``:no-checks:``, which shows a function's teaching
@@ -23,6 +23,7 @@
   so that `-n` (nitpicky) warns only about the book's own broken references."""
 
 import ast
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -43,8 +44,6 @@ EXTERNAL_TARGET_PREFIXES = (
     "argparse"
 )
 
-
-GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
 #: The widest listing line (characters) that the code box holds at a window 1280 px wide:
 #: measured in headless Chromium with book/_static/gpudl.css, 100 characters of DejaVu Sans
@@ -122,174 +121,12 @@ class Listing(LiteralInclude):
         return result
 
 
-def _model_figures() -> dict:
-    from gpudl import plots
-    from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
-    from gpudl.hardware import SPECS, peak_flops
-    from gpudl.optim import traffic_table
-    from gpudl.plots._style import finish
-    from gpudl.trace import on_simulator
-
-    h100 = SPECS["H100 SXM"]
-    a100 = "A100 80GB SXM"
-    return {
-        # Chapter 1
-        "sm-cc90.png": lambda: plots.sm_diagram((9, 0)),
-        "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
-        # Chapter 2 (the Hopper whitepaper's 50 MB of L2, cited in the chapter's table)
-        "memory-levels-h100.png": lambda: plots.memory_levels("H100 SXM", l2_mb=50),
-        "warp-sectors.png": lambda: plots.warp_sectors(on_simulator(plots.copy_requests)),
-        "bank-conflicts.png": lambda: plots.bank_conflicts(
-            on_simulator(plots.tile_load_requests)),
-        "roofline-h100.png": lambda: plots.roofline(
-            h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
-            {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
-            "Roofline, FP32, H100 SXM (datasheet)",
-        ),
-        # Chapter 3
-        "matmul-tiling.png": plots.matmul_tiling,
-        "linear-dataflow.png": lambda: plots.linear_dataflow(32, 64, 32),
-        # Chapter 4: two parameter tensors are enough, the counts are per parameter
-        "adam-traffic.png": lambda: plots.optimizer_traffic(
-            on_simulator(traffic_table, (40, 13))),
-        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
-        # Chapter 5 (the model's and the timeline's inputs are assumptions, stated in the
-        # captions)
-        "ring-model.png": lambda: plots.ring_allreduce_model(
-            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
-        ),
-        "ring-steps.png": lambda: plots.ring_steps(4),
-        "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
-        # Chapter 6
-        "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
-        "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
-        "zero-partition.png": lambda: plots.zero_partition(4),
-        # Chapter 7
-        "training-time-cost.png": lambda: plots.training_time_and_cost(
-            training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
-        "zero-memory.png": lambda: plots.memory_by_zero_stage(
-            {"1B parameters, 4 GPUs": [model_state_memory(1e9, n_gpus=4, zero_stage=s) / 1e9
-                                       for s in range(4)],
-             "7.5B parameters, 64 GPUs": [model_state_memory(7.5e9, n_gpus=64, zero_stage=s)
-                                          / 1e9 for s in range(4)]},
-            {name: SPECS[name].memory_gb for name in ("V100 SXM2 32GB", "RTX A6000", a100)}),
-    }
-
-
-def _ch08_figures() -> dict:
-    """Chapter 8's figures: the roofline with the BF16 roof, the tiles of online softmax, the
-    mma fragment layout and the bytes of the attention variants (formula, proven equal to the
-    traced counts by tests/test_attention.py)."""
-    from gpudl import plots
-    from gpudl.hardware import SPECS
-    from gpudl.kernels import attention, mma
-    from gpudl.kernels import matmul as mm
-    from gpudl.solutions.ch03 import tile_intensity
-
-    h100 = SPECS["H100 SXM"]
-    s_long, heads, d = 4096, 16, 64
-
-    def attention_intensity(variant: str) -> float:
-        flops = 4 * heads * d * s_long**2
-        return flops / sum(attention.traffic(variant, heads, s_long, d).values())
-
-    points = {
-        "v1/v2 naive matmul": (0.25, "FP32"),
-        "v3 tiled": (tile_intensity(mm.TILE, mm.TILE), "FP32"),
-        "v4 1-D registers": (tile_intensity(mm.V4_BM, mm.V4_BN), "FP32"),
-        "v5 2-D registers": (tile_intensity(mm.V5_BM, mm.V5_BN), "FP32"),
-        "attention v1, s=4096": (attention_intensity("v1_three_kernels"), "FP32"),
-        "attention v2 fused, s=4096": (attention_intensity("v2_fused"), "FP32"),
-        # a 64 x 64 tile of bf16 words per 16 of K: 2 * 64 * 64 * 16 flops, 2 * 128 * 16 B
-        "tensor-core v2 tile (bf16)": (2 * 64 * 64 / (2 * 128), "BF16"),
-    }
-    s_values = [2**p for p in range(7, 15)]
-    return {
-        "roofline-bf16-h100.png": lambda: plots.roofline_precisions(
-            {"FP32": h100.fp32_tflops * 1e12, "TF32": h100.tf32_tflops * 1e12,
-             "BF16": h100.bf16_tflops * 1e12}, h100.memory_bandwidth_gbs * 1e9, points,
-            "Roofline, H100 SXM (datasheet): FP32, TF32 and BF16 roofs"),
-        "online-softmax-tiles.png": lambda: plots.online_softmax_tiles(
-            100, attention.TILE, causal=True),
-        "mma-fragments.png": lambda: plots.mma_fragments(
-            {"A (16 x 16, bf16)": mma.lanes("a"), "B (16 x 8, bf16)": mma.lanes("b"),
-             "C and D (16 x 8, fp32)": mma.lanes("c")}),
-        "attention-bytes.png": lambda: plots.attention_bytes(
-            s_values, {v: [sum(attention.traffic(v, heads, s, d).values()) for s in s_values]
-                       for v in attention.VARIANTS},
-            title=f"Attention, {heads} heads of d = {d}, FP32: bytes per variant"),
-    }
-
-
-def _ch09_figures() -> dict:
-    """Chapter 9's figures, all from deterministic models: the roofline of prefill and
-    decode, the KV cache against a GPU's memory, the blocks each decode variant launches,
-    the paged cache's waste and batching on the seeded stream the lab replays (whose
-    numbers the chapter glues from the lab)."""
-    from gpudl import plots
-    from gpudl.estimate import (
-        MODELS,
-        POLICIES,
-        StepCost,
-        decode_intensity,
-        kv_cache_bytes,
-        prefill_intensity,
-        request_stream,
-        simulate,
-    )
-    from gpudl.hardware import SPECS
-    from gpudl.kernels import decode, paged
-
-    h100, llama7, llama70 = SPECS["H100 SXM"], MODELS["Llama 2 7B"], MODELS["Llama 2 70B"]
-    peak, bandwidth = h100.bf16_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9
-    kv7 = llama7.kv_bytes_per_token()
-    points = {f"decode b={b}": (decode_intensity(7e9, b), "BF16") for b in (1, 16, 256)}
-    points["decode b=16, 1,024 tokens cached"] = (
-        decode_intensity(7e9, 16, 16 * 1024, kv7), "BF16")
-    points["decode b=1, int8 weights"] = (decode_intensity(7e9, 1, bytes_per_param=1), "BF16")
-    points["prefill s=512"] = (prefill_intensity(7e9, 512, kv7), "BF16")
-    tokens = [2**p for p in range(10, 21)]
-    caches = {f"{m.name} ({m.kv_heads} KV heads)": [kv_cache_bytes(
-        m.layers, m.kv_heads, m.head_dim, t) for t in tokens] for m in (llama7, llama70)}
-    caches["Llama 2 70B with 64 KV heads"] = [kv_cache_bytes(80, 64, 128, t) for t in tokens]
-    lengths = [2**p for p in range(7, 18)]
-    blocks = {"v1_one_block_per_head": [32] * len(lengths),
-              "v2_split_kv": [32 * -(-s // decode.GPU_SPLIT_SIZE) for s in lengths]}
-    requests = request_stream(200, 32.0, seed=0)
-    block_sizes = (8, 16, 32, 64)
-    waste = [paged.measure_waste(requests, b, 2048, 0.02) for b in block_sizes]
-    cost = StepCost(7e9, peak, bandwidth, kv7)
-    return {
-        "roofline-decode-h100.png": lambda: plots.roofline_precisions(
-            {"BF16": peak}, bandwidth, points,
-            "A 7B model in bf16 on an H100 SXM (datasheet roofline)"),
-        "kv-cache-llama2.png": lambda: plots.kv_cache_growth(
-            tokens, caches, {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9},
-            "The KV cache in fp16, all sequences together"),
-        "decode-blocks.png": lambda: plots.decode_blocks(
-            lengths, blocks, h100.sm_count, "Decode attention, batch 1, 32 heads"),
-        "paged-waste.png": lambda: plots.paged_waste(
-            block_sizes, [w["paged_waste"] for w in waste], waste[0]["contiguous_waste"],
-            "KV-cache positions reserved but empty, 200 requests"),
-        "batching.png": lambda: plots.batching_timeline(
-            [simulate(requests, cost, 32, p) for p in POLICIES], 32,
-            "200 requests at 32 per second, batches of at most 32 (cost model)"),
-    }
-
-
 def _draw_figures(app) -> None:
-    if not app.config.gpudl_model_figures:
-        return
-    import matplotlib
+    if app.config.gpudl_model_figures:
+        from gpudl_figures import draw
+        from sphinx.util import logging
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    GENERATED.mkdir(exist_ok=True)
-    for name, draw in {**_model_figures(), **_ch08_figures(), **_ch09_figures()}.items():
-        fig = draw()
-        fig.savefig(GENERATED / name, dpi=110)
-        plt.close(fig)
+        draw(logging.getLogger(__name__))
 
 
 def _defining_name(name: str) -> str | None:
@@ -478,7 +315,9 @@ class LabTimes(SphinxDirective):
 
 def setup(app):
     app.add_config_value("gpudl_results", str(ROOT / "results"), "env")
-    app.add_config_value("gpudl_model_figures", True, "env")
+    # `make book` draws the figures once (`make figures`), then builds both editions at once
+    app.add_config_value("gpudl_model_figures", os.environ.get("GPUDL_MODEL_FIGURES") != "0",
+                         "env")
     app.connect("config-inited", _buttons_from_repository)
     app.add_directive("literalinclude", Listing, override=True)
     app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))

@@ -1,0 +1,212 @@
+"""The book's model figures: what draws each one (deterministic, from `gpudl.plots` and the
+package's models), drawn into book/_generated/ in English and in Chinese (`gpudl_figure_text`).
+
+The Sphinx extension (`gpudl_sphinx`) draws them when a build starts; `make book` draws them
+once, before building both editions side by side:
+
+    python book/_ext/gpudl_figures.py          # `make figures`
+
+A figure's text with no Chinese translation is a warning of the build (an error of the
+command): run `make po`, then translate it in locales/zh_CN/figures.po."""
+
+import logging
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GENERATED = Path(__file__).resolve().parents[1] / "_generated"
+
+
+def _model_figures() -> dict:
+    from gpudl import plots
+    from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
+    from gpudl.hardware import SPECS, peak_flops
+    from gpudl.optim import traffic_table
+    from gpudl.plots._style import finish
+    from gpudl.trace import on_simulator
+
+    h100 = SPECS["H100 SXM"]
+    a100 = "A100 80GB SXM"
+    return {
+        # Chapter 1
+        "sm-cc90.png": lambda: plots.sm_diagram((9, 0)),
+        "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
+        # Chapter 2 (the Hopper whitepaper's 50 MB of L2, cited in the chapter's table)
+        "memory-levels-h100.png": lambda: plots.memory_levels("H100 SXM", l2_mb=50),
+        "warp-sectors.png": lambda: plots.warp_sectors(on_simulator(plots.copy_requests)),
+        "bank-conflicts.png": lambda: plots.bank_conflicts(
+            on_simulator(plots.tile_load_requests)),
+        "roofline-h100.png": lambda: plots.roofline(
+            h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
+            {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
+            "Roofline, FP32, H100 SXM (datasheet)",
+        ),
+        # Chapter 3
+        "matmul-tiling.png": plots.matmul_tiling,
+        "linear-dataflow.png": lambda: plots.linear_dataflow(32, 64, 32),
+        # Chapter 4: two parameter tensors are enough, the counts are per parameter
+        "adam-traffic.png": lambda: plots.optimizer_traffic(
+            on_simulator(traffic_table, (40, 13))),
+        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        # Chapter 5 (the model's and the timeline's inputs are assumptions, stated in the
+        # captions)
+        "ring-model.png": lambda: plots.ring_allreduce_model(
+            1e9, 400, 10e-6, [2, 4, 8, 16, 32, 64, 128, 256]
+        ),
+        "ring-steps.png": lambda: plots.ring_steps(4),
+        "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
+        # Chapter 6
+        "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
+        "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
+        "zero-partition.png": lambda: plots.zero_partition(4),
+        # Chapter 7
+        "training-time-cost.png": lambda: plots.training_time_and_cost(
+            training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
+        "zero-memory.png": lambda: plots.memory_by_zero_stage(
+            {"1B parameters, 4 GPUs": [model_state_memory(1e9, n_gpus=4, zero_stage=s) / 1e9
+                                       for s in range(4)],
+             "7.5B parameters, 64 GPUs": [model_state_memory(7.5e9, n_gpus=64, zero_stage=s)
+                                          / 1e9 for s in range(4)]},
+            {name: SPECS[name].memory_gb for name in ("V100 SXM2 32GB", "RTX A6000", a100)}),
+    }
+
+
+def _ch08_figures() -> dict:
+    """Chapter 8's figures: the roofline with the BF16 roof, the tiles of online softmax, the
+    mma fragment layout and the bytes of the attention variants (formula, proven equal to the
+    traced counts by tests/test_attention.py)."""
+    from gpudl import plots
+    from gpudl.hardware import SPECS
+    from gpudl.kernels import attention, mma
+    from gpudl.kernels import matmul as mm
+    from gpudl.solutions.ch03 import tile_intensity
+
+    h100 = SPECS["H100 SXM"]
+    s_long, heads, d = 4096, 16, 64
+
+    def attention_intensity(variant: str) -> float:
+        flops = 4 * heads * d * s_long**2
+        return flops / sum(attention.traffic(variant, heads, s_long, d).values())
+
+    points = {
+        "v1/v2 naive matmul": (0.25, "FP32"),
+        "v3 tiled": (tile_intensity(mm.TILE, mm.TILE), "FP32"),
+        "v4 1-D registers": (tile_intensity(mm.V4_BM, mm.V4_BN), "FP32"),
+        "v5 2-D registers": (tile_intensity(mm.V5_BM, mm.V5_BN), "FP32"),
+        "attention v1, s=4096": (attention_intensity("v1_three_kernels"), "FP32"),
+        "attention v2 fused, s=4096": (attention_intensity("v2_fused"), "FP32"),
+        # a 64 x 64 tile of bf16 words per 16 of K: 2 * 64 * 64 * 16 flops, 2 * 128 * 16 B
+        "tensor-core v2 tile (bf16)": (2 * 64 * 64 / (2 * 128), "BF16"),
+    }
+    s_values = [2**p for p in range(7, 15)]
+    return {
+        "roofline-bf16-h100.png": lambda: plots.roofline_precisions(
+            {"FP32": h100.fp32_tflops * 1e12, "TF32": h100.tf32_tflops * 1e12,
+             "BF16": h100.bf16_tflops * 1e12}, h100.memory_bandwidth_gbs * 1e9, points,
+            "Roofline, H100 SXM (datasheet): FP32, TF32 and BF16 roofs"),
+        "online-softmax-tiles.png": lambda: plots.online_softmax_tiles(
+            100, attention.TILE, causal=True),
+        "mma-fragments.png": lambda: plots.mma_fragments(
+            {"A (16 x 16, bf16)": mma.lanes("a"), "B (16 x 8, bf16)": mma.lanes("b"),
+             "C and D (16 x 8, fp32)": mma.lanes("c")}),
+        "attention-bytes.png": lambda: plots.attention_bytes(
+            s_values, {v: [sum(attention.traffic(v, heads, s, d).values()) for s in s_values]
+                       for v in attention.VARIANTS},
+            title=f"Attention, {heads} heads of d = {d}, FP32: bytes per variant"),
+    }
+
+
+def _ch09_figures() -> dict:
+    """Chapter 9's figures, all from deterministic models: the roofline of prefill and
+    decode, the KV cache against a GPU's memory, the blocks each decode variant launches,
+    the paged cache's waste and batching on the seeded stream the lab replays (whose
+    numbers the chapter glues from the lab)."""
+    from gpudl import plots
+    from gpudl.estimate import (
+        MODELS,
+        POLICIES,
+        StepCost,
+        decode_intensity,
+        kv_cache_bytes,
+        prefill_intensity,
+        request_stream,
+        simulate,
+    )
+    from gpudl.hardware import SPECS
+    from gpudl.kernels import decode, paged
+
+    h100, llama7, llama70 = SPECS["H100 SXM"], MODELS["Llama 2 7B"], MODELS["Llama 2 70B"]
+    peak, bandwidth = h100.bf16_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9
+    kv7 = llama7.kv_bytes_per_token()
+    points = {f"decode b={b}": (decode_intensity(7e9, b), "BF16") for b in (1, 16, 256)}
+    points["decode b=16, 1,024 tokens cached"] = (
+        decode_intensity(7e9, 16, 16 * 1024, kv7), "BF16")
+    points["decode b=1, int8 weights"] = (decode_intensity(7e9, 1, bytes_per_param=1), "BF16")
+    points["prefill s=512"] = (prefill_intensity(7e9, 512, kv7), "BF16")
+    tokens = [2**p for p in range(10, 21)]
+    caches = {f"{m.name} ({m.kv_heads} KV heads)": [kv_cache_bytes(
+        m.layers, m.kv_heads, m.head_dim, t) for t in tokens] for m in (llama7, llama70)}
+    caches["Llama 2 70B with 64 KV heads"] = [kv_cache_bytes(80, 64, 128, t) for t in tokens]
+    lengths = [2**p for p in range(7, 18)]
+    blocks = {"v1_one_block_per_head": [32] * len(lengths),
+              "v2_split_kv": [32 * -(-s // decode.GPU_SPLIT_SIZE) for s in lengths]}
+    requests = request_stream(200, 32.0, seed=0)
+    block_sizes = (8, 16, 32, 64)
+    waste = [paged.measure_waste(requests, b, 2048, 0.02) for b in block_sizes]
+    cost = StepCost(7e9, peak, bandwidth, kv7)
+    return {
+        "roofline-decode-h100.png": lambda: plots.roofline_precisions(
+            {"BF16": peak}, bandwidth, points,
+            "A 7B model in bf16 on an H100 SXM (datasheet roofline)"),
+        "kv-cache-llama2.png": lambda: plots.kv_cache_growth(
+            tokens, caches, {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9},
+            "The KV cache in fp16, all sequences together"),
+        "decode-blocks.png": lambda: plots.decode_blocks(
+            lengths, blocks, h100.sm_count, "Decode attention, batch 1, 32 heads"),
+        "paged-waste.png": lambda: plots.paged_waste(
+            block_sizes, [w["paged_waste"] for w in waste], waste[0]["contiguous_waste"],
+            "KV-cache positions reserved but empty, 200 requests"),
+        "batching.png": lambda: plots.batching_timeline(
+            [simulate(requests, cost, 32, p) for p in POLICIES], 32,
+            "200 requests at 32 per second, batches of at most 32 (cost model)"),
+    }
+
+
+def figures() -> dict:
+    """Every model figure of the book: its file name in book/_generated -> what draws it."""
+    return {**_model_figures(), **_ch08_figures(), **_ch09_figures()}
+
+
+def draw(logger: logging.Logger | logging.LoggerAdapter) -> int:
+    """Draw every model figure in English and in Chinese; warn (on ``logger``) for each figure
+    with texts that have no Chinese translation. Returns the number of such figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import gpudl_figure_text as figure_text
+    import matplotlib.pyplot as plt
+
+    GENERATED.mkdir(exist_ok=True)
+    translations = figure_text.load()
+    untranslated = 0
+    for name, draw_figure in figures().items():
+        fig = draw_figure()
+        fig.savefig(GENERATED / name, dpi=110)
+        missing = figure_text.save_chinese(fig, GENERATED / name, translations)
+        plt.close(fig)
+        if missing is None:
+            logger.info("no CJK font: the Chinese edition shows the English figures")
+        elif missing:
+            untranslated += 1
+            logger.warning(f"figure {name}: {len(missing)} text(s) without a Chinese "
+                           f"translation in {figure_text.CATALOGUE.relative_to(ROOT)} (run "
+                           f"`make po`, then translate them): {missing}")
+    return untranslated
+
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
+    sys.exit(1 if draw(logging.getLogger("gpudl_figures")) else 0)
