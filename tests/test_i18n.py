@@ -191,7 +191,8 @@ def test_without_a_cjk_font_no_chinese_figure_is_saved(tmp_path, monkeypatch):
     monkeypatch.setattr(gpudl_figure_text, "cjk_family", lambda: None)
     fig, ax = plt.subplots()
     ax.set_title("One warp")
-    assert gpudl_figure_text.save_chinese(fig, tmp_path / "a.png", {"One warp": "一个线程束"}) is None
+    zh = {"One warp": "一个线程束"}
+    assert gpudl_figure_text.save_chinese(fig, tmp_path / "a.png", zh) is None
     assert ax.get_title() == "One warp" and not list(tmp_path.iterdir())
     plt.close(fig)
     assert gpudl_figure_text.localized(tmp_path / "a.png").name == "a.zh_CN.png"
