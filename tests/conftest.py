@@ -1,12 +1,17 @@
-"""Shared test set-up: decide the backend before anything imports numba, and skip the tests
-marked ``gpu`` unless a real GPU is in use."""
+"""Shared test set-up: decide the backend before anything imports numba, give torch one
+thread, and skip the tests marked ``gpu`` unless a real GPU is in use."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+# One torch (OpenMP) thread in each pytest worker and in what it starts (the labs' kernels,
+# torchrun): two workers share two cores, and a second thread per worker only spins. Set
+# before torch is imported; a machine that sets it itself keeps its value.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 import gpudl  # noqa: F401  (gpudl.backend must run before the first `import numba`)
 from gpudl import backend
@@ -51,17 +56,6 @@ def pytest_collection_modifyitems(config, items):
             for item in items:
                 if marker in item.keywords:
                     item.add_marker(pytest.mark.skip(reason=reason))
-
-
-@pytest.fixture(scope="module")
-def fast_thread_switching():
-    """The simulator runs each GPU thread as a Python thread; switching between them more
-    often makes syncthreads and shuffles cheaper (a tiled matmul runs about twice as fast).
-    Kernel-heavy test modules opt in with ``pytest.mark.usefixtures``."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(5e-4)
-    yield
-    sys.setswitchinterval(before)
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,6 @@ from gpudl import ptx
 from gpudl.kernels import attention, attention_error
 
 VARIANTS = list(attention.VARIANTS)
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def qkv(heads: int, s: int, d: int, seed: int, scale: float = 1.0) -> list[np.ndarray]:

@@ -14,8 +14,6 @@ from gpudl.bench import find_bar, load_or_run
 from gpudl.bench import tensorcores as tensorcore_bench
 from gpudl.hardware import peak_flops
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
-
 ROW_KEYS = {"name", "median_s", "min_s", "max_s", "runs", "method", "meaningful", "bytes",
             "gbps", "flops", "tflops"}
 BAR_KEYS = {"name", "what", "numerator", "denominator", "rate", "ratio", "compare",

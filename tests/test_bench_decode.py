@@ -9,8 +9,6 @@ import gpudl  # noqa: F401  (first: chooses GPU or simulator before numba is imp
 from gpudl.bench import decode as decode_bench
 from gpudl.bench import load_or_run
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
-
 
 @pytest.mark.simulator_only
 def test_decode_rows_and_bars_on_the_simulator():

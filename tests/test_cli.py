@@ -81,7 +81,7 @@ def test_a_topic_that_raises_does_not_stop_the_others(tmp_path, monkeypatch, cap
     assert not (tmp_path / f"elementwise-{backend.name()}.json").exists()
 
 
-def test_bench_memory_checks_and_records_every_kernel(tmp_path, fast_thread_switching):
+def test_bench_memory_checks_and_records_every_kernel(tmp_path):
     from gpudl.bench import memory, write_results
 
     path = write_results("memory", memory.run(n=300), directory=tmp_path)

@@ -17,7 +17,6 @@ from gpudl.kernels import decode, decode_error, decode_reads, paged
 from gpudl.kernels.arrays import poisoned
 
 VARIANTS = list(decode.VARIANTS)
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def batch_of(lengths, heads, kv_heads, d, seed, max_len=None, fill=np.nan):

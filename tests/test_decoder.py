@@ -13,7 +13,7 @@ from gpudl.kernels import decode
 from gpudl.models import decoder as dec
 from gpudl.models import graphs
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching", "one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PROMPT, NEW = [3, 17, 5], 5
 

@@ -19,7 +19,6 @@ from gpudl.kernels import optim
 VARIANTS = list(optim.VARIANTS)
 few = settings(max_examples=4, deadline=None, database=None)
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 # The tracer that counts bytes and launches runs kernels on the simulator only.
 
 # Adam hyperparameters as hypothesis draws them: betas across [0, 1), both lerp branches.

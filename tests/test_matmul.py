@@ -25,7 +25,6 @@ dims = st.integers(min_value=1, max_value=40)
 few = settings(max_examples=3, deadline=None, database=None)
 
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def random_matrix(shape: tuple[int, int], seed: int) -> np.ndarray:

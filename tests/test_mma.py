@@ -17,7 +17,6 @@ from gpudl import ptx
 from gpudl.kernels import mma, tensor_core_matmul
 
 VARIANTS = list(tensor_core_matmul.VARIANTS)
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def random(shape: tuple[int, int], seed: int, scale: float = 1.0) -> np.ndarray:

@@ -19,7 +19,6 @@ from gpudl import optim
 from gpudl.interop import tensor_device
 from gpudl.kernels import optim as optim_kernels
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 DEVICE = tensor_device()
 VARIANTS = list(optim_kernels.VARIANTS)
 

@@ -21,7 +21,6 @@ from gpudl.interop import tensor_device
 from gpudl.kernels import optim as optim_kernels
 from gpudl.optim import adam as adam_module
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 DEVICE = tensor_device()
 
 

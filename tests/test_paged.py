@@ -9,8 +9,6 @@ import pytest
 from gpudl.estimate.batching import Request, request_stream
 from gpudl.kernels import decode, decode_error, paged
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
-
 
 def test_blocks_are_taken_only_when_the_last_one_is_full():
     allocator = paged.BlockAllocator(num_blocks=4, block_size=4)

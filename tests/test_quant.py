@@ -14,7 +14,6 @@ from numba import cuda
 from gpudl.kernels import quant
 
 VARIANTS = list(quant.VARIANTS)
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def weights(out_features, in_features, seed, scale=1.0):

@@ -25,7 +25,6 @@ EDGE_SIZES = [0, 1, 31, 33, 255, 257, 1000, 2999]  # 2999 is prime
 KINDS = ("normal", "positive", "wide")
 
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 
 
 def make_data(n: int, seed: int, kind: str = "normal") -> np.ndarray:

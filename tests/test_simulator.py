@@ -233,3 +233,55 @@ def _ask_together(kernelapi) -> None:
         for t in threads:
             t.join()
         assert len({id(a) for a in got}) == 1
+
+
+# --- the block barrier (syncthreads without polling) ------------------------------------------
+
+
+@cuda.jit
+def _reverse_in_shared_kernel(out, stop):
+    tile = cuda.shared.array(64, np.float32)
+    i = cuda.threadIdx.x
+    if i >= stop:  # these threads leave before the barrier: the others must not wait for them
+        return
+    tile[i] = i
+    cuda.syncthreads()
+    out[cuda.blockIdx.x, i] = tile[stop - 1 - i]
+    cuda.syncthreads()
+    tile[i] = -1.0
+
+
+@pytest.mark.simulator_only
+@pytest.mark.timeout(60)
+def test_syncthreads_waits_for_every_live_thread_and_not_for_those_that_returned():
+    for stop in (64, 40, 1):
+        out = np.full((3, 64), np.nan, dtype=np.float32)
+        before = sys.getswitchinterval()
+        _reverse_in_shared_kernel[3, 64](out, stop)
+        assert sys.getswitchinterval() == before  # the block's interval is restored
+        expected = np.full(64, np.nan, dtype=np.float32)
+        expected[:stop] = np.arange(stop)[::-1]
+        np.testing.assert_array_equal(out, np.broadcast_to(expected, (3, 64)))
+
+
+@cuda.jit
+def _one_thread_fails_kernel(out):
+    i = cuda.threadIdx.x
+    if i == 7:
+        out[10**6] = 1.0  # out of bounds: an IndexError in this thread only
+    cuda.syncthreads()
+    out[i] = i
+
+
+@pytest.mark.simulator_only
+@pytest.mark.timeout(60)
+def test_a_thread_that_raises_stops_the_block_with_its_own_error():
+    """The threads waiting at the barrier are aborted and the launch raises the failing
+    thread's error (its thread and block named), not the abort of the others, and no hang."""
+    before = sys.getswitchinterval()
+    with pytest.raises(IndexError, match=r"tid=\[7, 0, 0\] ctaid=\[0, 0, 0\]"):
+        _one_thread_fails_kernel[1, 32](np.zeros(32, dtype=np.float32))
+    assert sys.getswitchinterval() == before
+    out = np.zeros(32, dtype=np.float32)  # the next launch is unaffected
+    _reverse_in_shared_kernel[1, 32](out.reshape(1, 32), 32)
+    np.testing.assert_array_equal(out, np.arange(32)[::-1])

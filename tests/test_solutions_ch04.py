@@ -11,7 +11,6 @@ from gpudl import optim
 from gpudl.kernels import optim as optim_kernels
 from gpudl.solutions import ch04
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
 N = 24
 # The tracer that counts bytes and launches runs kernels on the simulator only.
 

@@ -15,8 +15,6 @@ from gpudl.kernels import attention as attention_kernels
 from gpudl.kernels import mma
 from gpudl.solutions import ch08
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
-
 
 def torch_grads(q, k, v, do, causal):
     tensors = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v)]

@@ -12,8 +12,6 @@ from gpudl.estimate import MODELS, critical_batch
 from gpudl.kernels import quant
 from gpudl.solutions import ch09
 
-pytestmark = pytest.mark.usefixtures("fast_thread_switching")
-
 
 @settings(max_examples=20, deadline=None, database=None)
 @given(rows=st.integers(1, 5), cols=st.integers(1, 19), seed=st.integers(0, 2**32 - 1))
