@@ -30,6 +30,23 @@ def test_a_box_from_a_stored_run_shows_the_gpu_the_commit_and_the_goals(tmp_path
     assert gpudl_measured.NOT_MEASURED not in text
 
 
+def test_the_chinese_edition_draws_its_own_file_with_the_catalogues_words(tmp_path,
+                                                                          fake_cuda_record):
+    """The two editions build at once: the Chinese one writes only ``<name>.zh_CN.png`` (which
+    Sphinx shows there), with the axis words of locales/zh_CN/figures.po where it has them."""
+    from PIL import Image
+
+    lines = gpudl_measured.box_markdown("elementwise", "bandwidth", fake_cuda_record(),
+                                        tmp_path, language="zh_CN")
+    assert "```{image} _generated/measured-elementwise-bandwidth.png" in "\n".join(lines)
+    assert [p.name for p in tmp_path.iterdir()] == ["measured-elementwise-bandwidth.zh_CN.png"]
+    gpudl_measured.box_markdown("elementwise", "bandwidth", fake_cuda_record(), tmp_path)
+    english, chinese = (Image.open(tmp_path / f"measured-elementwise-bandwidth{s}.png")
+                        for s in ("", ".zh_CN"))
+    assert english.size == chinese.size
+    assert english.tobytes() != chinese.tobytes()  # drawn in another font
+
+
 def test_a_box_without_a_stored_run_says_not_yet_measured(tmp_path):
     text = "\n".join(gpudl_measured.box_markdown("memory", "copies", None, tmp_path))
     assert text.startswith("**Not yet measured**")

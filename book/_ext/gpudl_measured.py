@@ -14,6 +14,7 @@ notebook's metadata by ``python -m gpudl notebooks``).
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 from collections.abc import Callable
@@ -110,11 +111,24 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
 
 
+#: The edition a box is drawn for: the Chinese build saves its figures as ``<name>.zh_CN.png``
+#: with the words that ``locales/zh_CN/figures.po`` has in Chinese (the others, a kernel's name
+#: or a measured number, as they are), so the two editions never write one file.
+_LANGUAGE: contextvars.ContextVar[str] = contextvars.ContextVar("language", default="en")
+
+
 def _figure(fig: object, path: Path, alt: str) -> list[str]:
+    import gpudl_figure_text as figure_text
     import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    if _LANGUAGE.get() == figure_text.LANGUAGE:
+        family = figure_text.cjk_family()
+        if family is not None:
+            figure_text.translate(fig, figure_text.load(), family)
+        fig.savefig(figure_text.localized(path), dpi=110)
+    else:
+        fig.savefig(path, dpi=110)
     plt.close(fig)
     return [f"```{{image}} _generated/{path.name}", f":alt: {alt}", "```"]
 
@@ -367,10 +381,12 @@ def provenance(record: dict, source: str) -> str:
 
 
 def box_markdown(topic: str | None, view: str | None, record: dict | None,
-                 generated: Path, measured_by: str | None = None) -> list[str]:
+                 generated: Path, measured_by: str | None = None,
+                 language: str = "en") -> list[str]:
     """The measured part of a box: ``view`` of ``topic``'s stored ``record`` (figures into
-    ``generated``), or *not yet measured* when there is no record. A box with no topic says
-    what would measure it (``measured_by``), or that nothing in the book does yet."""
+    ``generated``, as ``<name>.zh_CN.png`` in Chinese where ``language`` is ``"zh_CN"``), or
+    *not yet measured* when there is no record. A box with no topic says what would measure
+    it (``measured_by``), or that nothing in the book does yet."""
     source = f"results/{topic}-cuda.json"
     if topic is None:
         return [f"{NOT_MEASURED}: {measured_by or 'no benchmark of the book measures it yet'}; "
@@ -385,7 +401,11 @@ def box_markdown(topic: str | None, view: str | None, record: dict | None,
     trail = _Trail()
     tracked = _tracked(record, "", trail)
     try:
-        lines = draw(tracked, generated / f"measured-{topic}-{view}.png")
+        edition = _LANGUAGE.set(language)
+        try:
+            lines = draw(tracked, generated / f"measured-{topic}-{view}.png")
+        finally:
+            _LANGUAGE.reset(edition)
         goals = _goals(tracked, bars)
         note = provenance(tracked, source)
     except Exception as err:  # any record the view cannot draw: name the file and the field

@@ -282,7 +282,8 @@ class MeasuredBox(SphinxDirective):
             # figures beside the page: its _generated/ folder (book/_generated for the book)
             page = Path(self.env.doc2path(self.env.docname)).parent
             measured = box_markdown(topic, view, record, page / "_generated",
-                                    self.options.get("measured-by"))
+                                    self.options.get("measured-by"),
+                                    self.config.language or "en")
         except Exception as err:  # noqa: BLE001  (any stored file the book cannot show is an
             # error of the build, naming the file and the field, never a crash of Sphinx)
             raise self.error(f"gpudl-measured {topic} {view}: {err}") from None
