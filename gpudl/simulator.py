@@ -27,17 +27,17 @@ import numpy as np
 
 from gpudl.backend import WARP_SIZE
 
-__all__ = ["SIMULATED_INTRINSICS", "BlockBarrier", "Rendezvous", "WarpDivergenceError", "install",
-           "rendezvous"]
+__all__ = ["SIMULATED_INTRINSICS", "SWITCH_INTERVAL_S", "BlockBarrier", "Rendezvous",
+           "WarpDivergenceError", "install", "rendezvous"]
 
 _FULL_MASK = 0xFFFFFFFF
 _POLL_S = 0.002
-#: The interpreter's thread switch interval while a block runs (Python's default: 5 ms). A
-#: simulated thread runs until it waits (a barrier, a warp intrinsic) or returns; a longer
-#: slice spares the hundreds of threads of a block most of their forced switches. Measured on
-#: 2 cores, tests/test_matmul.py, test_reduction.py and test_attention.py together: 105 s
-#: (132 s of CPU) with the simulator's polling manager, 58 s (61 s of CPU) with
-#: :class:`BlockBarrier` and this interval, 61 s at 5 ms, 72 s at 0.5 ms.
+#: The interpreter's thread switch interval, in seconds, while a block runs (Python's default
+#: is 5 ms). A simulated thread runs until it waits (a barrier, a warp intrinsic) or returns;
+#: a longer slice spares the hundreds of threads of a block most of their forced switches.
+#: Measured on 2 cores, tests/test_matmul.py, test_reduction.py and test_attention.py
+#: together took 105 s (132 s of CPU) with the simulator's polling manager, and 58 s (61 s
+#: of CPU) with :class:`BlockBarrier` and this interval (61 s at 5 ms, 72 s at 0.5 ms).
 SWITCH_INTERVAL_S = 0.05
 _switching = {"blocks": 0, "before": 0.0}
 _switching_lock = threading.Lock()
