@@ -129,6 +129,10 @@ none("gpudl.simulator.rendezvous", "called by the simulated warp intrinsics, ins
 none("gpudl.simulator.Rendezvous", "made by rendezvous(), inside a simulated kernel")
 none("gpudl.simulator.Rendezvous.exchange", "called by the simulated warp intrinsics")
 none("gpudl.simulator.WarpDivergenceError", EXCEPTION)
+none("gpudl.simulator.BlockBarrier", "made by the simulator's block manager, one per block")
+none("gpudl.simulator.BlockBarrier.run", "called by the simulator's block manager")
+none("gpudl.simulator.BlockBarrier.wait", "called by syncthreads, inside a simulated kernel")
+none("gpudl.simulator.BlockBarrier.finished", "called by each simulated thread as it ends")
 
 # ------------------------------------------------------------------------------------------
 # gpudl.interop, gpudl.trace, gpudl.ptx
