@@ -39,12 +39,16 @@ help:
 	@echo "make clean      remove _build and $(VENV)"
 
 # constraints.txt: the exact versions CI proves together (pyproject.toml holds the ranges)
-# (pip compiles every module at install: keep it; where PYTHONDONTWRITEBYTECODE is set, as on
-# this project's machines, a --no-compile install compiles torch again in every process)
+# Every module must be compiled at install: where PYTHONDONTWRITEBYTECODE is set, as on this
+# project's machines, an uncompiled torch is compiled again in every process. pip compiles on
+# one core; compileall on all of them (like pip, it goes on past the few files of torch's test
+# helpers written for a newer Python, and reports them: hence the `|| true`).
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt torch==2.13.0 \
+	    $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -90,7 +94,7 @@ lint: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
-	    --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 300 tests notebooks
+	    --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 300 notebooks tests
 
 test: lint book pytest
 

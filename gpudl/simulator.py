@@ -1,6 +1,5 @@
-"""What Numba's CUDA simulator lacks, supplied: warp intrinsics, thread-safe shared arrays, a
-block barrier that waits instead of polling, and the launch guard against one memory passed
-twice.
+"""What Numba's CUDA simulator lacks, supplied: warp intrinsics, thread-safe shared arrays,
+blocks run by reused threads, and the launch guard against one memory passed twice.
 
 Book section: *appendix D, "Two backends, one code path"*.
 
@@ -10,9 +9,9 @@ a real GPU). It supplies the warp-level intrinsics the simulator lacks (``shfl_s
 ``any_sync``, ``ballot_sync``) with real per-warp semantics: the threads of a warp meet at a
 :class:`Rendezvous`, exchange values, and a lane that has exited while others wait for it
 raises :class:`WarpDivergenceError` instead of hanging. It makes ``cuda.shared.array``
-thread-safe (the simulator's own lookup races), runs each block with a :class:`BlockBarrier`
-(the simulator's own block manager polls every thread of the block in a loop until all have
-finished, holding the interpreter's lock against the threads it waits for), and it refuses
+thread-safe (the simulator's own lookup races), runs each block with
+:mod:`gpudl.simulated_blocks` (a pool of reused threads and a barrier that sleeps, where the
+simulator starts a thread per simulated thread and polls them), and it refuses
 a launch that passes one memory as two arguments of a kernel that writes one of them
 (:mod:`gpudl.aliasing`): the simulator copies each NumPy argument in and out, where a GPU
 sees one memory.
@@ -25,22 +24,13 @@ import threading
 
 import numpy as np
 
+from gpudl import simulated_blocks
 from gpudl.backend import WARP_SIZE
 
-__all__ = ["SIMULATED_INTRINSICS", "SWITCH_INTERVAL_S", "BlockBarrier", "Rendezvous",
-           "WarpDivergenceError", "install", "rendezvous"]
+__all__ = ["SIMULATED_INTRINSICS", "Rendezvous", "WarpDivergenceError", "install", "rendezvous"]
 
 _FULL_MASK = 0xFFFFFFFF
 _POLL_S = 0.002
-#: The interpreter's thread switch interval, in seconds, while a block runs (Python's default
-#: is 5 ms). A simulated thread runs until it waits (a barrier, a warp intrinsic) or returns;
-#: a longer slice spares the hundreds of threads of a block most of their forced switches.
-#: Measured on 2 cores, tests/test_matmul.py, test_reduction.py and test_attention.py
-#: together took 105 s (132 s of CPU) with the simulator's polling manager, and 58 s (61 s
-#: of CPU) with :class:`BlockBarrier` and this interval (61 s at 5 ms, 72 s at 0.5 ms).
-SWITCH_INTERVAL_S = 0.05
-_switching = {"blocks": 0, "before": 0.0}
-_switching_lock = threading.Lock()
 
 
 class WarpDivergenceError(RuntimeError):
@@ -71,10 +61,16 @@ class Rendezvous:
             slots[lane] = value
             self.arrived[key] = self.arrived.get(key, 0) + 1
             self.cond.notify_all()
-            while self.arrived[key] < len(participants):
-                self.cond.wait(_POLL_S)
-                if self.arrived[key] < len(participants):
-                    _check_waiting(self.manager, self.warp, participants, slots)
+            if self.arrived[key] < len(participants):
+                block = self.manager._gpudl_block  # type: ignore[attr-defined]
+                block.blocking()  # the lanes not started yet must get a worker
+                try:
+                    while self.arrived[key] < len(participants):
+                        self.cond.wait(_POLL_S)
+                        if self.arrived[key] < len(participants):
+                            _check_waiting(self.manager, self.warp, participants, slots)
+                finally:
+                    block.unblocked()
             values = dict(slots)
             self.left[key] = self.left.get(key, 0) + 1
             if self.left[key] == len(participants):
@@ -84,8 +80,7 @@ class Rendezvous:
 
 def _exited(manager: object, thread_id: int) -> bool:
     """True if the simulated thread ``thread_id`` of this block has started and finished."""
-    thread = manager.__dict__.get("_gpudl_threads", {}).get(thread_id)
-    return thread is not None and thread._started.is_set() and not thread.is_alive()
+    return manager._gpudl_block.exited(thread_id)  # type: ignore[attr-defined]
 
 
 def _lanes_in_block(manager: object, warp: int) -> set[int]:
@@ -238,110 +233,6 @@ def _sim_shared_array(self, shape, dtype, alignment=None):
     return array
 
 
-class BlockBarrier:
-    """``syncthreads`` for one simulated block, with the same rule as the simulator's own
-    manager (every thread of the block that has not finished is waiting: all go on) but
-    without polling: each thread that waits, or finishes, checks the rule under one lock, and
-    the block's launch sleeps until every thread has finished or one has failed."""
-
-    def __init__(self, n_threads: int) -> None:
-        self.lock = threading.Lock()
-        self.released = threading.Condition(self.lock)  # the waiting threads
-        self.settled = threading.Condition(self.lock)  # the launch
-        self.alive, self.waiting, self.generation = n_threads, 0, 0
-        self.failed: object = None  # the first thread that raised
-
-    def _release_if_all_wait(self) -> None:  # with the lock held
-        if self.waiting and self.waiting == self.alive:
-            self.waiting, self.generation = 0, self.generation + 1
-            self.released.notify_all()
-
-    def wait(self, thread: object) -> None:
-        """The calling thread's ``syncthreads``: wait until every live thread of the block
-        has reached it (``RuntimeError`` once another thread has failed, as the simulator)."""
-        if thread.abort:  # type: ignore[attr-defined]
-            raise RuntimeError("abort flag set on syncthreads call")
-        with self.lock:
-            generation = self.generation
-            self.waiting += 1
-            self._release_if_all_wait()
-            while self.generation == generation and not thread.abort:  # type: ignore[attr-defined]
-                self.released.wait()
-        if thread.abort:  # type: ignore[attr-defined]
-            raise RuntimeError("abort flag set on syncthreads clear")
-
-    def finished(self, thread: object) -> None:
-        """``thread`` has returned or raised (its ``exception`` set, as the simulator does)."""
-        with self.lock:
-            self.alive -= 1
-            if thread.exception and self.failed is None:  # type: ignore[attr-defined]
-                self.failed = thread
-            self._release_if_all_wait()
-            if self.failed is not None or not self.alive:
-                self.settled.notify_all()
-
-    def run(self, threads: list) -> None:
-        """Start ``threads`` and wait until all have finished, or one has failed: then abort
-        the others and raise its exception. The interpreter switches threads every
-        :data:`SWITCH_INTERVAL_S` meanwhile (restored when the last running block ends)."""
-        with _switching_lock:
-            if not _switching["blocks"]:
-                _switching["before"] = sys.getswitchinterval()
-                sys.setswitchinterval(SWITCH_INTERVAL_S)
-            _switching["blocks"] += 1
-        try:
-            self._run(threads)
-        finally:
-            with _switching_lock:
-                _switching["blocks"] -= 1
-                if not _switching["blocks"]:
-                    sys.setswitchinterval(_switching["before"])
-
-    def _run(self, threads: list) -> None:
-        for thread in threads:
-            thread.start()
-        with self.lock:
-            while self.alive and self.failed is None:
-                self.settled.wait()
-            failed = self.failed
-            if failed is not None:
-                for thread in threads:
-                    thread.abort = True
-                self.released.notify_all()
-        if failed is not None:
-            raise failed.exception[0].with_traceback(failed.exception[1])
-        for thread in threads:
-            thread.join()
-
-
-def _install_block_barrier(kernel: object) -> None:
-    original_run = kernel.BlockThread.run
-
-    def run(self) -> None:
-        try:
-            original_run(self)  # records the exception, as the simulator does
-        finally:
-            self._manager._gpudl_barrier.finished(self)
-
-    def syncthreads(self) -> None:
-        self._manager._gpudl_barrier.wait(self)
-
-    def run_block(self, grid_point, *args) -> None:
-        n_threads = int(np.prod(self._block_dim))
-        self._gpudl_barrier = BlockBarrier(n_threads)
-
-        def target():
-            self._f(*args)
-
-        self._gpudl_barrier.run([
-            kernel.BlockThread(target, self, grid_point, block_point, self._debug)
-            for block_point in np.ndindex(*self._block_dim)])
-
-    kernel.BlockThread.run = run
-    kernel.BlockThread.syncthreads = syncthreads
-    kernel.BlockManager.run = run_block
-
-
 def install() -> None:
     """Install the intrinsics, the thread-safe shared arrays and the launch guard into the
     simulator (once, from :mod:`gpudl`, before any kernel is defined)."""
@@ -350,17 +241,7 @@ def install() -> None:
     for attr, fn in SIMULATED_INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, attr, fn)
     kernelapi.FakeCUDAShared.array = _sim_shared_array
-    _install_block_barrier(kernel)
-
-    # Each simulated thread registers with its block, so that a rendezvous can tell a lane
-    # that has not started yet from one that has already returned.
-    original_init = kernel.BlockThread.__init__
-
-    def registering_init(self, f, manager, blockIdx, threadIdx, debug):
-        original_init(self, f, manager, blockIdx, threadIdx, debug)
-        manager.__dict__.setdefault("_gpudl_threads", {})[self.thread_id] = self
-
-    kernel.BlockThread.__init__ = registering_init
+    simulated_blocks.install(kernel)
 
     # Refuse, before it runs, a launch that passes one memory twice where the kernel writes
     # it: the simulator copies each NumPy argument in and out, a GPU would not (gpudl.aliasing).

@@ -129,10 +129,23 @@ none("gpudl.simulator.rendezvous", "called by the simulated warp intrinsics, ins
 none("gpudl.simulator.Rendezvous", "made by rendezvous(), inside a simulated kernel")
 none("gpudl.simulator.Rendezvous.exchange", "called by the simulated warp intrinsics")
 none("gpudl.simulator.WarpDivergenceError", EXCEPTION)
-none("gpudl.simulator.BlockBarrier", "made by the simulator's block manager, one per block")
-none("gpudl.simulator.BlockBarrier.run", "called by the simulator's block manager")
-none("gpudl.simulator.BlockBarrier.wait", "called by syncthreads, inside a simulated kernel")
-none("gpudl.simulator.BlockBarrier.finished", "called by each simulated thread as it ends")
+none("gpudl.simulated_blocks.install", "called by gpudl.simulator.install")
+none("gpudl.simulated_blocks.worker_count", NO_ARGUMENT)
+_BLOCKS = "gpudl.simulated_blocks"
+none(f"{_BLOCKS}.SimulatedBlock", "made by the simulator's block manager, one per block")
+for _name, _why in (("run", "called by the simulator's block manager"),
+                    ("serve", "called by a worker given the block"),
+                    ("wait", "called by syncthreads, inside a simulated kernel"),
+                    ("finished", "called by a worker as each task ends"),
+                    ("blocking", "called by a simulated thread about to wait for others"),
+                    ("unblocked", "called by a simulated thread that waits no more"),
+                    ("exited", "called by the simulated warp intrinsics")):
+    none(f"{_BLOCKS}.SimulatedBlock.{_name}", _why)
+none(f"{_BLOCKS}.Worker", "made by the pool, started once and reused")
+for _name in ("give", "run", "run_task"):
+    none(f"{_BLOCKS}.Worker.{_name}", "called by the pool and the blocks it serves")
+for _name in ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or"):
+    none(f"{_BLOCKS}.Worker.{_name}", "called by the kernel API, inside a simulated kernel")
 
 # ------------------------------------------------------------------------------------------
 # gpudl.interop, gpudl.trace, gpudl.ptx

@@ -2,6 +2,7 @@
 simulator."""
 
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -285,3 +286,40 @@ def test_a_thread_that_raises_stops_the_block_with_its_own_error():
     out = np.zeros(32, dtype=np.float32)  # the next launch is unaffected
     _reverse_in_shared_kernel[1, 32](out.reshape(1, 32), 32)
     np.testing.assert_array_equal(out, np.arange(32)[::-1])
+
+
+# --- the pool of reused threads (gpudl.simulated_blocks) ---------------------------------------
+
+
+_RAN_ON: set = set()  # the interpreter threads that ran _index_kernel's simulated threads
+
+
+@cuda.jit
+def _index_kernel(out):
+    import threading  # the simulator runs the kernel as Python: it may record its thread
+
+    _RAN_ON.add(threading.get_ident())
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = i
+
+
+@pytest.mark.simulator_only
+@pytest.mark.timeout(60)
+def test_blocks_reuse_the_pool_s_threads_and_a_kernel_that_never_waits_needs_one():
+    from gpudl import simulated_blocks
+
+    out = np.full(1000, -1, dtype=np.int64)
+    _index_kernel[4, 256](out)  # warm: the pool has a worker
+    _reverse_in_shared_kernel[1, 64](np.zeros((1, 64), dtype=np.float32), 64)
+    before = simulated_blocks.worker_count()
+    _RAN_ON.clear()
+    _index_kernel[4, 256](out)  # 1024 simulated threads that never wait
+    np.testing.assert_array_equal(out, np.arange(1000))
+    assert len(_RAN_ON) <= 4 and threading.get_ident() not in _RAN_ON  # one per block at most
+    for stop in (64, 40):  # 64 threads meeting at barriers: the pool's workers, reused
+        tile = np.full((2, 64), np.nan, dtype=np.float32)
+        _reverse_in_shared_kernel[2, 64](tile, stop)
+        np.testing.assert_array_equal(tile[:, :stop], np.broadcast_to(
+            np.arange(stop, dtype=np.float32)[::-1], (2, stop)))
+    assert simulated_blocks.worker_count() == before
