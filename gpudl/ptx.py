@@ -5,13 +5,13 @@ stores in its PTX),
 and Chapter 8, "A warp-level mma from Numba" (the ``mma.sync`` instruction in a kernel's PTX).
 
 ``python -m gpudl ptx KERNEL`` prints the PTX that numba-cuda generates for one of the kernels
-in :data:`KERNELS` (``--list`` names them), for compute capability 9.0 (an H100 or H200) or the
-one given with ``--cc``. PTX is the GPU's virtual instruction set: the loads (``ld.global``),
-stores (``st.global``), their width (``.f32``, ``.v4.f32``) and the index arithmetic can be
-read there before any GPU runs the kernel. ``--memory`` keeps only the loads, stores and
-atomics, ``--body`` only the instructions. PTX is not what the GPU runs: the assembler
-``ptxas`` turns it into the machine code (SASS) and schedules it anew; ``--sass`` prints that
-too, where ``ptxas`` and ``nvdisasm`` are installed.
+registered in :mod:`gpudl.registry` (``--list`` names them), for compute capability 9.0 (an
+H100 or H200) or the one given with ``--cc``. PTX is the GPU's virtual instruction set: the
+loads (``ld.global``), stores (``st.global``), their width (``.f32``, ``.v4.f32``) and the
+index arithmetic can be read there before any GPU runs the kernel. ``--memory`` keeps only the
+loads, stores and atomics, ``--body`` only the instructions. PTX is not what the GPU runs:
+the assembler ``ptxas`` turns it into the machine code (SASS) and schedules it anew; ``--sass``
+prints that too, where ``ptxas`` and ``nvdisasm`` are installed.
 
 Compiling needs numba's real CUDA target and the CUDA compiler pieces (NVVM and libdevice, from
 a CUDA toolkit or the ``nvidia-*`` wheels that ``pip install -e '.[gpu]'`` brings), but no GPU
@@ -21,7 +21,8 @@ through libraries a compile does not need (the architectures NVRTC supports, and
 found through the NVRTC search) fall back to the toolkit's own files when those libraries are
 missing. Without NVVM or libdevice the command says so and exits with status 2.
 
-From Python, :func:`ptx` and :func:`ptx_many` compile kernels of :data:`KERNELS` by name;
+From Python, :func:`ptx` and :func:`ptx_many` compile registered kernels by name (their first
+signature);
 :func:`compile_ptx` and :func:`compile_many` any kernel, given its module, name and signature
 (and, for a kernel built by a factory, the factory's arguments); :func:`ptxas` assembles PTX to
 report registers, shared memory and spills.
@@ -40,87 +41,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpudl import backend
+from gpudl import backend, registry
 from gpudl.checks import (
     OneLineArgumentParser,
     check_compute_capability,
     check_positive,
 )
 
-__all__ = ["KERNELS", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
-           "find_tool", "available", "compile_ptx", "compile_many", "ptx", "ptx_many", "ptxas",
-           "sass", "body", "memory_instructions", "main"]
+__all__ = ["kernels", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
+           "find_tool", "available", "compile_ptx", "compile_many", "compile_for_targets", "ptx",
+           "ptx_many", "ptxas", "sass", "body", "memory_instructions", "main"]
 
-#: A compile job: the kernel's module, its name, its signature, and the arguments of the
-#: factory that builds it (None for a kernel defined at module level).
-Job = tuple[str, str, str, "tuple | None"]
-
-_F1 = "float32[::1]"
-_F2 = "float32[:, ::1]"
-_ADAM_SCALARS = "boolean, " + ", ".join(["float32"] * 8)
-_F3, _F4, _I1 = "float32[:, :, ::1]", "float32[:, :, :, ::1]", "int32[::1]"
-
-#: Kernel name -> (module, function, signature) of every kernel ``python -m gpudl ptx`` knows.
-KERNELS: dict[str, tuple[str, str, str]] = {
-    "copy_v1": ("gpudl.kernels.memory", "copy_kernel", f"void({_F1}, {_F1})"),
-    "copy_v2_k_loads": ("gpudl.kernels.memory", "copy_k_loads", f"void({_F1}, {_F1})"),
-    "copy_v3_vector4": ("gpudl.kernels.memory", "copy_vector4", f"void({_F1}, {_F1})"),
-    "vector_add_v1": ("gpudl.kernels.elementwise", "v1_naive", f"void({_F1}, {_F1}, {_F1})"),
-    "vector_add_v2": ("gpudl.kernels.elementwise", "v2_grid_stride",
-                      f"void({_F1}, {_F1}, {_F1})"),
-    "vector_add_v3_k_loads": ("gpudl.kernels.elementwise", "v3_k_loads",
-                              f"void({_F1}, {_F1}, {_F1})"),
-    "vector_add_v4_vector4": ("gpudl.kernels.elementwise", "v4_vector4",
-                              f"void({_F1}, {_F1}, {_F1})"),
-    "saxpy_v1": ("gpudl.kernels.elementwise", "saxpy_kernel",
-                 f"void(float32, {_F1}, {_F1}, {_F1})"),
-    "saxpy_v2_k_loads": ("gpudl.kernels.elementwise", "saxpy_k_loads",
-                         f"void(float32, {_F1}, {_F1}, {_F1})"),
-    "transpose_padded": ("gpudl.kernels.transpose", "v3_padded", f"void({_F2}, {_F2})"),
-    "transpose_padded_loads_first": ("gpudl.kernels.transpose", "v4_padded_loads_first",
-                                     f"void({_F2}, {_F2})"),
-    "reduce_v6": ("gpudl.kernels.reduction", "v6_one_pass_atomic", f"void({_F1}, {_F1})"),
-    "reduce_v7_last_block": ("gpudl.kernels.reduction", "v7_last_block",
-                             f"void({_F1}, {_F1}, {_F1}, int32[::1])"),
-    "adam_fused": ("gpudl.kernels.optim.adam", "v2_fused",
-                   f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
-    "adam_multi_tensor": ("gpudl.kernels.optim.adam", "v4_multi_tensor",
-                          f"void({_F1}, {_F1}, {_F1}, {_F1}, {_ADAM_SCALARS})"),
-    "timing_hold": ("gpudl.bench.timing", "hold_kernel", "void(int64)"),
-    "warp_mma": ("gpudl.kernels.mma", "warp_mma",
-                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1])"),
-    # Chapter 9
-    "decode_v1_one_block_per_head": ("gpudl.kernels.decode", "v1_one_block_per_head",
-                                     f"void({_F3}, {_F4}, {_F4}, {_I1}, {_F3}, float32)"),
-    "decode_v2_split_kv": ("gpudl.kernels.decode", "v2_split_kv",
-                           f"void({_F3}, {_F4}, {_F4}, {_I1}, {_F3}, {_F3}, {_F4}, int32, "
-                           "float32)"),
-    "decode_v2_combine_splits": ("gpudl.kernels.decode", "v2_combine_splits",
-                                 f"void({_F3}, {_F3}, {_F4}, {_I1}, {_F3}, int32)"),
-    "paged_v1_paged": ("gpudl.kernels.paged", "v1_paged",
-                       f"void({_F3}, {_F4}, {_F4}, int32[:, ::1], {_I1}, {_F3}, float32)"),
-    "paged_v1_scatter_tokens": ("gpudl.kernels.paged", "v1_scatter_tokens",
-                                f"void({_F3}, {_F3}, {_I1}, {_F4}, {_F4})"),
-    "quant_v1_dequantize": ("gpudl.kernels.quant", "v1_dequantize",
-                            f"void(int8[:, ::1], {_F1}, {_F2})"),
-    "quant_v1_gemv": ("gpudl.kernels.quant", "v1_gemv", f"void({_F2}, {_F2}, {_F2})"),
-    "quant_v2_dequantize_in_registers": ("gpudl.kernels.quant", "v2_dequantize_in_registers",
-                                         f"void({_F2}, int8[:, ::1], {_F1}, {_F2})"),
-    "decoder_v1_embed": ("gpudl.kernels.decoder_layers", "v1_embed",
-                         f"void({_I1}, {_I1}, {_F2}, {_F2}, {_F2}, {_I1})"),
-    "decoder_v1_linear": ("gpudl.kernels.decoder_layers", "v1_linear",
-                          f"void({_F2}, {_F2}, {_F1}, {_F2}, boolean)"),
-    "decoder_v1_add_layernorm": ("gpudl.kernels.decoder_layers", "v1_add_layernorm",
-                                 f"void({_F2}, {_F2}, {_F1}, {_F1}, {_F2}, float32)"),
-    "decoder_v1_append_kv": ("gpudl.kernels.decoder_layers", "v1_append_kv",
-                             f"void({_F2}, {_F2}, {_I1}, {_F4}, {_F4})"),
-    "decoder_v1_argmax_next": ("gpudl.kernels.decoder_layers", "v1_argmax_next",
-                               f"void({_F2}, {_I1}, {_I1}, {_I1})"),
-    "ch09_gemv_int4": ("gpudl.solutions.ch09", "gemv_int4_kernel",
-                       f"void({_F2}, uint8[:, ::1], {_F1}, {_F2})"),
-    "decode_bench_bump": ("gpudl.bench.decode", "bump_kernel", f"void({_F1})"),
-    "decode_bench_rewind": ("gpudl.bench.decode", "rewind_kernel", f"void({_I1})"),
-}
+#: A compile job: the kernel's module, its name, its signature, the arguments of the factory
+#: that builds it (None for a kernel defined at module level) and, optionally, which of the
+#: kernels the factory returns (an index, where it returns several; None otherwise).
+Job = tuple
 
 _DEFAULT_CC = (9, 0)
 # The targets CUDA 13's NVVM compiles for, used when NVRTC (which numba-cuda asks) is absent.
@@ -220,36 +155,48 @@ def _compile(job: Job, cc: tuple[int, int]) -> str:
 
     if backend.name() == "compile":  # no driver to ask which device device functions target
         dispatcher.get_current_device = lambda: CompileTarget(cc)
-    module, function, signature, args = job
+    module, function, signature, args, item = job
     kernel = getattr(importlib.import_module(module), function)
     if args is not None:
         kernel = kernel(*args)
+    if item is not None:
+        kernel = kernel[item]
     text, _ = cuda.compile_ptx(kernel.py_func, signature, cc=cc)
     return text
 
 
 def compile_many(jobs: list[Job], cc: tuple[int, int] = _DEFAULT_CC,
                  timeout: float = 600) -> list[str]:
-    """The PTX of each ``(module, name, signature, factory arguments)`` job for compute
+    """The PTX of each ``(module, name, signature, factory arguments[, item])`` job for compute
     capability ``cc``. On the simulator one child process compiles them all, on numba's
     real CUDA target. ``ToolkitMissing`` without NVVM or libdevice."""
-    cc = check_compute_capability("cc", cc)
+    return compile_for_targets(jobs, [cc], timeout)[check_compute_capability("cc", cc)]
+
+
+def compile_for_targets(jobs: list[Job], ccs: list[tuple[int, int]],
+                        timeout: float = 600) -> dict[tuple[int, int], list[str]]:
+    """:func:`compile_many` for each compute capability of ``ccs`` (in one child process on
+    the simulator): ``{cc: [PTX of each job]}``."""
+    if not isinstance(ccs, list | tuple) or not ccs:
+        raise TypeError(f"ccs must be a non-empty list of compute capabilities, got {ccs!r}")
+    ccs = [check_compute_capability(f"ccs[{i}]", cc) for i, cc in enumerate(ccs)]
     check_positive("timeout", timeout)
-    jobs = [(m, n, s, None if a is None else tuple(a)) for m, n, s, a in jobs]
+    jobs = [(job[0], job[1], job[2], None if job[3] is None else tuple(job[3]),
+             job[4] if len(job) > 4 else None) for job in jobs]
     if not backend.is_simulator():
         prepare_compiler()
-        return [_compile(job, cc) for job in jobs]
+        return {cc: [_compile(job, cc) for job in jobs] for cc in ccs}
     env = {**os.environ, "GPUDL_BACKEND": "compile"}
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-m", "gpudl.ptx", "--jobs", json.dumps(jobs),
-                           "--cc", f"{cc[0]}.{cc[1]}"], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                           "--cc", ",".join(f"{c[0]}.{c[1]}" for c in ccs)],
+                          capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode == 2:
         raise ToolkitMissing(done.stderr.strip().splitlines()[-1])
     if done.returncode:
         raise RuntimeError(f"compiling to PTX failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
+    return dict(zip(ccs, json.loads(done.stdout), strict=True))
 
 
 def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = _DEFAULT_CC,
@@ -259,28 +206,40 @@ def compile_ptx(module: str, name: str, signature: str, cc: tuple[int, int] = _D
     return compile_many([(module, name, signature, args)], cc)[0]
 
 
+def kernels() -> dict[str, registry.Kernel]:
+    """Every registered kernel (:func:`gpudl.registry.load_all`), by name."""
+    return registry.load_all()
+
+
+def _first_job(name: str) -> Job:
+    entry = kernels()[name]
+    args, signature = entry.builds[0]
+    return entry.module, entry.function, signature, args, entry.item
+
+
 def _check_kernel(argument: str, name: object) -> None:
     if not isinstance(name, str):
         raise TypeError(f"{argument} must be a kernel's name (a str), got {name!r}")
-    if name not in KERNELS:
-        raise ValueError(f"unknown kernel {name!r} ({argument}); choose from {sorted(KERNELS)}")
+    if name not in kernels():
+        raise ValueError(f"unknown kernel {name!r} ({argument}); choose from "
+                         f"{sorted(kernels())}")
 
 
 def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
              timeout: float = 600) -> dict[str, str]:
-    """The PTX of each kernel in ``names`` (keys of :data:`KERNELS`) for ``cc``."""
+    """The PTX of each registered kernel in ``names`` (its first signature) for ``cc``."""
     check_compute_capability("cc", cc)
     check_positive("timeout", timeout)
     if not isinstance(names, list | tuple):
         raise TypeError(f"names must be a list of kernel names, got {names!r}")
     for i, name in enumerate(names):
         _check_kernel(f"names[{i}]", name)
-    texts = compile_many([(*KERNELS[name], None) for name in names], cc, timeout)
+    texts = compile_many([_first_job(name) for name in names], cc, timeout)
     return dict(zip(names, texts, strict=True))
 
 
 def ptx(name: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
-    """The PTX of the kernel ``name`` (a key of :data:`KERNELS`) for ``cc``."""
+    """The PTX of the registered kernel ``name`` for ``cc``."""
     _check_kernel("name", name)
     return ptx_many([name], cc)[name]
 
@@ -325,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gpudl ptx``: print a kernel's PTX (or, with ``--json``, several as JSON)."""
     parser = OneLineArgumentParser(prog="python -m gpudl ptx",
                                      description="Print a kernel's PTX, compiled without a GPU.")
-    parser.add_argument("kernels", nargs="*", help=f"one of: {', '.join(KERNELS)}")
+    parser.add_argument("kernels", nargs="*", help="registered kernels (--list names them)")
     parser.add_argument("--cc", default="9.0", help="compute capability (default 9.0)")
     parser.add_argument("--list", action="store_true", help="list the kernels and exit")
     shown = parser.add_mutually_exclusive_group()
@@ -338,22 +297,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", help=argparse.SUPPRESS)  # compile_many's child: JSON out
     opts = parser.parse_args(argv)
     if opts.list:
-        for name, (module, function, signature) in KERNELS.items():
-            print(f"{name:32} {module}.{function}  {signature}")
+        for name, entry in kernels().items():
+            print(f"{name:36} {entry.module}.{entry.function}  {entry.signatures[0]}")
         return 0
     if not opts.kernels and not opts.jobs:
         parser.error("name a kernel (--list lists them)")
+    if opts.jobs:  # the child of compile_for_targets: --cc lists the targets
+        targets = [tuple(int(p) for p in cc.split(".")) for cc in opts.cc.split(",")]
+        try:
+            texts = compile_for_targets(json.loads(opts.jobs), targets)
+        except ToolkitMissing as error:
+            print(f"cannot compile to PTX: {error}", file=sys.stderr)
+            return 2
+        print(json.dumps([texts[cc] for cc in targets]))
+        return 0
     try:
         major, minor = (int(part) for part in opts.cc.split("."))
     except ValueError:
         parser.error(f"--cc must be MAJOR.MINOR, such as 9.0, got {opts.cc!r}")
-    if opts.jobs:
-        try:
-            print(json.dumps(compile_many(json.loads(opts.jobs), (major, minor))))
-        except ToolkitMissing as error:
-            print(f"cannot compile to PTX: {error}", file=sys.stderr)
-            return 2
-        return 0
     try:
         texts = ptx_many(opts.kernels, (major, minor))
     except ToolkitMissing as error:

@@ -220,6 +220,28 @@ add("gpudl.ptx.sass", lambda: dict(text=".version 8.0"), cc=_CC)
 none("gpudl.ptx.body", "text: PTX, any str (a text without a kernel has no body)")
 none("gpudl.ptx.memory_instructions", "text: PTX, any str")
 none("gpudl.ptx.main", CLI)
+add("gpudl.ptx.compile_for_targets", lambda: dict(jobs=[], ccs=[(9, 0)]), timeout=TIMEOUT,
+    ccs=Kind("a list of compute capabilities", ((9, 0), None, [9.0]), ([(-1, 0)],)))
+none("gpudl.ptx.kernels", NO_ARGUMENT)
+
+# gpudl.registry, gpudl.resources
+_DECORATOR = ("a decorator: what it registers is checked when it registers a kernel "
+              "(tests/test_kernels_compile.py)")
+none("gpudl.registry.Kernel", RECORD)
+none("gpudl.registry.kernel", _DECORATOR)
+none("gpudl.registry.factory", _DECORATOR)
+none("gpudl.registry.kernel_modules", NO_ARGUMENT)
+none("gpudl.registry.load_all", NO_ARGUMENT)
+none("gpudl.registry.module_section", "module: a module's name, any str (None if not imported)")
+none("gpudl.resources.Report", RECORD)
+none("gpudl.resources.parse", "text: ptxas's report, any str (ValueError without an entry)")
+none("gpudl.resources.assemble_many", "texts and ccs: one compute capability per PTX text, "
+     "each checked by gpudl.ptx.ptxas")
+none("gpudl.resources.version", NO_ARGUMENT)
+none("gpudl.resources.jobs", NO_ARGUMENT)
+none("gpudl.resources.table", "reports: the tests' own compile, or None to compile")
+none("gpudl.resources.load", NO_ARGUMENT)
+none("gpudl.resources.main", CLI)
 
 # ------------------------------------------------------------------------------------------
 # gpudl.hardware

@@ -81,10 +81,10 @@ def test_kernels_and_workers_import_nothing_that_measures(name):
 
 #: The floors of the package, lowest first: a module imports from its own floor and those below.
 FLOORS = [
-    ("gpudl.backend", "gpudl.checks"),
+    ("gpudl.backend", "gpudl.checks", "gpudl.registry"),
     ("gpudl", "gpudl.aliasing", "gpudl.launches", "gpudl.simulator",
      "gpudl.simulated_blocks", "gpudl.interop",
-     "gpudl.trace", "gpudl.ptx", "gpudl.hardware"),
+     "gpudl.trace", "gpudl.ptx", "gpudl.resources", "gpudl.hardware"),
     ("gpudl.estimate", "gpudl.kernels"),
     ("gpudl.models", "gpudl.optim"),
     ("gpudl.parallel",),

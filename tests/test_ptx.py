@@ -23,7 +23,7 @@ NEW = ["copy_v2_k_loads", "copy_v3_vector4", "vector_add_v3_k_loads", "vector_ad
 OLD = ["copy_v1", "vector_add_v2", "reduce_v6"]
 OTHERS = ["timing_hold", "adam_multi_tensor"]  # compiled for sm_90 too (the simulator checks
 # no types): the GPU-only sleep of gpudl.bench.timing, and the optimizer's one launch
-CH09 = [name for name in ptx.KERNELS  # Chapter 9's kernels (the graph's two run on GPUs only)
+CH09 = [name for name in ptx.kernels()  # Chapter 9's kernels (the graph's two run on GPUs only)
         if name.startswith(("decode_", "paged_", "quant_", "decoder_", "ch09_"))]
 
 

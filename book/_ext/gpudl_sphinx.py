@@ -3,11 +3,12 @@
 - puts the repository on sys.path, for autodoc and for the figures below;
 - draws the prose's model figures (`gpudl_figures`) into book/_generated/ when the build
   starts, so a figure in the text is always the package's current answer;
-- the ``{gpudl-specs}`` directive renders `gpudl.hardware.SPECS` as two tables (core facts;
-  rates and power);
-- ``{literalinclude}`` takes one more flag, ``:no-checks:``, which shows a function's teaching
-  core: its input checks (``if ...: raise`` blocks and ``check_*`` calls) become one comment
-  line, and stay in the source;
+- the ``{gpudl-specs}`` and ``{gpudl-kernel-registers}`` directives render tables from the
+  package (`gpudl_tables`);
+- ``{literalinclude}`` drops the kernel registry's decorators (``@registry.kernel``), and
+  takes one more flag, ``:no-checks:``, which shows a function's teaching core: its input
+  checks (``if ...: raise`` blocks and ``check_*`` calls) become one comment line, and stay
+  in the source;
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search page's
   snippets without TeX (book/_static/gpudl-search.js), and shows the repository and launch
@@ -38,6 +39,8 @@ from sphinx.util.docutils import SphinxDirective
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from gpudl_tables import KernelRegisters, SpecsTable  # noqa: E402  (book/_ext, beside this file)
 
 EXTERNAL_TARGET_PREFIXES = (
     "numpy", "np.", "torch", "numba", "matplotlib", "pathlib", "concurrent", "collections.abc",
@@ -99,25 +102,44 @@ def strip_checks(code: str) -> str:
     return "\n".join(lines) + ("\n" if code.endswith("\n") else "")
 
 
+def strip_registration(code: str) -> str:
+    """``code`` without its ``@registry.kernel(...)`` and ``@registry.factory(...)``
+    decorators: the kernel registry's bookkeeping (names, signatures), not what a listing
+    teaches."""
+    lines, kept, depth = code.split("\n"), [], 0
+    for line in lines:
+        if depth == 0 and line.lstrip().startswith(("@registry.kernel(", "@registry.factory(")):
+            depth = line.count("(") - line.count(")")
+            continue
+        if depth > 0:
+            depth += line.count("(") - line.count(")")
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def listing_text(path: Path, options: dict) -> str:
     """The text a ``{literalinclude}`` of ``path`` with ``options`` shows (for the tests)."""
     reader = LiteralIncludeReader(str(path), options, SimpleNamespace(source_encoding="utf-8"))
     text, _ = reader.read()
+    text = strip_registration(text)
     return strip_checks(text) if "no-checks" in options else text
 
 
 class Listing(LiteralInclude):
-    """``{literalinclude}`` with a ``:no-checks:`` flag (see :func:`strip_checks`)."""
+    """``{literalinclude}`` without the kernel registry's decorators
+    (:func:`strip_registration`), and with a ``:no-checks:`` flag (see :func:`strip_checks`)."""
 
     option_spec = {**LiteralInclude.option_spec, "no-checks": directives.flag}
 
     def run(self):
         result = super().run()
-        if "no-checks" in self.options:
-            for block in result[0].findall(nodes.literal_block):
-                text = strip_checks(block.astext())
-                block.rawsource = text
-                block.children = [nodes.Text(text)]
+        for block in result[0].findall(nodes.literal_block):
+            text = strip_registration(block.astext())
+            if "no-checks" in self.options:
+                text = strip_checks(text)
+            block.rawsource = text
+            block.children = [nodes.Text(text)]
         return result
 
 
@@ -188,55 +210,6 @@ def _ignore_external(app, env, node, contnode):
 
 
 #: The specs tables' headers in the Chinese edition (the glossary's terms).
-SPECS_HEADERS_ZH = {
-    "year": "年份", "compute capability": "计算能力", "SMs": "SM 数",
-    "FP32 cores per SM": "每个 SM 的 FP32 核心数", "CUDA cores": "CUDA 核心数", "memory": "显存",
-    "bandwidth (GB/s)": "带宽（GB/s）", "FP32 (TFLOP/s)": "FP32（TFLOP/s）",
-    "FP16 tensor, dense": "FP16 张量核心，稠密", "BF16 tensor, dense": "BF16 张量核心，稠密",
-    "TDP (W)": "热设计功耗（W）", "source": "来源",
-}
-
-
-class SpecsTable(SphinxDirective):
-    """``{gpudl-specs} core`` or ``{gpudl-specs} rates``: the table of real GPUs, rendered from
-    ``gpudl.hardware.SPECS`` so that the prose cannot drift from the package. ``core`` gives
-    the chip (year, compute capability, SMs, cores, memory), ``rates`` its bandwidth, peak
-    rates and power: two tables of seven columns, each readable at 1280 px."""
-
-    has_content = False
-    required_arguments = 1
-
-    def run(self):
-        from gpudl.hardware import SPECS, datasheet_number
-
-        part = self.arguments[0]
-        columns = {
-            "core": ("GPU", "year", "compute capability", "SMs", "FP32 cores per SM",
-                     "CUDA cores", "memory"),
-            "rates": ("GPU", "bandwidth (GB/s)", "FP32 (TFLOP/s)", "FP16 tensor, dense",
-                      "BF16 tensor, dense", "TDP (W)", "source"),
-        }
-        if part not in columns:
-            raise self.error(f"gpudl-specs takes one of {list(columns)}, got {part!r}")
-        header = columns[part]
-        if self.config.language == "zh_CN":  # the Chinese edition's headers; the cells are data
-            header = tuple(SPECS_HEADERS_ZH.get(h, h) for h in header)
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for s in SPECS.values():
-            if part == "core":
-                cc = f"{s.compute_capability[0]}.{s.compute_capability[1]}"
-                cells = (s.name, s.year, cc, s.sm_count, s.fp32_cores_per_sm,
-                         f"{s.cuda_cores:,}", f"{s.memory_gb:g} GB {s.memory_type}")
-            else:
-                rates = (s.memory_bandwidth_gbs, s.fp32_tflops, s.fp16_tensor_tflops,
-                         s.bf16_tflops, s.tdp_watts)
-                cells = (s.name, *map(datasheet_number, rates), f"{{cite:p}}`{s.source}`")
-            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        container = nodes.container()
-        self.state.nested_parse(StringList(lines, source="gpudl.hardware.SPECS"), 0, container)
-        return container.children
-
-
 def _buttons_from_repository(app, config) -> None:
     """Repository, issue and launch buttons only when ``repository.url`` is set: a book built
     from a fork that has not set it links to nothing it does not own. Only the book's theme
@@ -326,6 +299,7 @@ def setup(app):
     app.add_js_file("gpudl-search.js")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
+    app.add_directive("gpudl-kernel-registers", KernelRegisters)
     app.add_directive("gpudl-lab-times", LabTimes)
     app.connect("builder-inited", _draw_figures)
     app.connect("missing-reference", _resolve_reexported)

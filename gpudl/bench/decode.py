@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from numba import cuda
 
+from gpudl import registry
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
 from gpudl.checks import check_bool, check_int
@@ -139,12 +140,14 @@ def _gemv_rows(n: int, timed: dict) -> list[dict]:
     return rows
 
 
+@registry.kernel("decode_bench_rewind", "void(int32[::1])")
 @cuda.jit
 def rewind_kernel(positions):
     """Set the first sequence's position back to 0 (a timed step never fills the cache)."""
     positions[0] = 0
 
 
+@registry.kernel("decode_bench_bump", "void(float32[::1])")
 @cuda.jit
 def bump_kernel(x):
     """Add 1 to every element of ``x``: the tiny kernel of the graph goal's step."""

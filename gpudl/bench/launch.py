@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from numba import cuda
 
-from gpudl import interop
+from gpudl import interop, registry
 from gpudl.bench import ROOT, row
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_choice, check_int
@@ -62,21 +62,27 @@ __all__ = ["BARS", "CASES", "KINDS", "run", "measure_launches", "measure_optimiz
 # The kernels do nothing: what is timed is the launch.
 
 
+@registry.kernel("launch_empty", "void()")
 @cuda.jit
 def _empty():
     pass
 
 
+@registry.kernel("launch_two", "void(float32[::1], float32[::1])")
 @cuda.jit
 def _two(a, b):
     pass
 
 
+@registry.kernel("launch_four", "void(float32[::1], float32[::1], float32[::1], float32[::1])")
 @cuda.jit
 def _four(a, b, c, d):
     pass
 
 
+@registry.kernel("launch_thirteen",
+                 "void(float32[::1], float32[::1], float32[::1], float32[::1], boolean, "
+                 "float32, float32, float32, float32, float32, float32, float32, float32)")
 @cuda.jit
 def _thirteen(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2_sqrt, eps):
     pass

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudl import backend
+from gpudl import backend, registry
 from gpudl.checks import check_choice, check_int, check_positive, check_real, check_reals
 
 # isort: split
@@ -131,6 +131,7 @@ def _wall_clock(fn: Callable, args: tuple, warmup: int, repeats: int, inner: int
     return samples
 
 
+@registry.kernel("timing_hold", "void(int64)", precision="integer")
 @cuda.jit
 def hold_kernel(rounds):
     """Keep the GPU busy for about ``rounds`` microseconds (one thread sleeping)."""

@@ -42,6 +42,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import (
     check_array,
     check_bool,
@@ -113,6 +114,9 @@ def weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
 # v1_scores: S = q k^T / sqrt(d), masked, one 16 x 16 tile of S per block (Chapter 3's v3
 # tiling, with k's rows in place of B's columns: both tiles are read row by row, coalesced).
 # k's tile has a padding column, so that the 16 lanes reading k_tile[tx, c] hit 16 banks.
+@registry.kernel("attention_v1_scores",
+                 "void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], float32, "
+                 "boolean)")
 @cuda.jit
 def v1_scores(q, k, scores, scale, causal):
     q_tile = cuda.shared.array((TILE, TILE), float32)
@@ -140,6 +144,8 @@ def v1_scores(q, k, scores, scale, causal):
 # lane reads all 32, a broadcast) so that every lane holds the row's maximum and sum.
 # Subtracting the maximum keeps exp from overflowing; masked scores (-inf) give exactly 0. A
 # NaN is never the maximum, but it makes the sum NaN, and so the whole row.
+@registry.kernel("attention_v1_softmax",
+                 "void(float32[:, :, ::1], float32[:, :, ::1], float32[:, ::1])")
 @cuda.jit
 def v1_softmax(scores, probs, lse):
     partial = cuda.shared.array(WARP, float32)
@@ -173,6 +179,8 @@ def v1_softmax(scores, probs, lse):
 # v1_pv: o = P v, one 16 x 16 tile of o per block, walking along the keys a tile at a time
 # (Chapter 3's v3 again). When causal, a row adds no term for the keys it does not see (their
 # weight is 0, but 0 times a NaN value would be NaN).
+@registry.kernel("attention_v1_pv",
+                 "void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], boolean)")
 @cuda.jit
 def v1_pv(probs, v, o, causal):
     p_tile = cuda.shared.array((TILE, TILE), float32)
@@ -201,6 +209,14 @@ def v1_pv(probs, v, o, causal):
 # ------------------------------------------------------------------------------------------
 
 
+_FUSED_SIGNATURE = ("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], "
+                    "float32[:, :, ::1], float32[:, ::1], float32)")
+
+
+@registry.factory("attention_v2_fused",
+                  [((d, causal), _FUSED_SIGNATURE) for d, causal in ((16, False), (64, True),
+                                                                      (128, True))],
+                  threads_per_block=TILE * TILE)
 @functools.cache
 def fused_kernel(d: int, causal: bool) -> Any:
     """The fused kernel for head size ``d``, causal or not, compiled once per pair: shared

@@ -24,6 +24,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
+from gpudl import registry
 from gpudl.checks import (
     check_array,
     check_choice,
@@ -98,6 +99,7 @@ def reference_unpack(bucket: np.ndarray, sizes: Sequence[int]) -> list[np.ndarra
 # and stores are coalesced; but a model has many small tensors (a bias has a few hundred
 # elements), and each launch costs several microseconds of CPU time and a grid of its own,
 # mostly idle threads: for small tensors the launches, not the bytes, set the time.
+@registry.kernel("buckets_pack_one", "void(float32[::1], float32[::1], int64, float32)")
 @cuda.jit
 def _pack_one(grad, bucket, start, scale):
     i = cuda.grid(1)
@@ -105,6 +107,7 @@ def _pack_one(grad, bucket, start, scale):
         bucket[start + i] = grad[i] * scale
 
 
+@registry.kernel("buckets_unpack_one", "void(float32[::1], float32[::1], int64)")
 @cuda.jit
 def _unpack_one(bucket, grad, start):
     i = cuda.grid(1)
@@ -148,6 +151,13 @@ def _tensor_of(starts, j):
 # for 32 tensors). Consecutive threads take consecutive elements, so loads and stores stay
 # coalesced across tensor boundaries. One launch instead of one per tensor: for a bucket of
 # many small tensors the launch overhead, which dominates v1, is paid once.
+@registry.kernel("buckets_pack_multi",
+                 "void(UniTuple(float32[::1], 1), UniTuple(int64, 2), float32[::1], float32)",
+                 "void(UniTuple(float32[::1], 2), UniTuple(int64, 3), float32[::1], float32)",
+                 "void(UniTuple(float32[::1], 32), UniTuple(int64, 33), float32[::1], float32)",
+                 "void(UniTuple(float32[::1], 4), UniTuple(int64, 5), float32[::1], float32)",
+                 "void(UniTuple(float32[::1], 5), UniTuple(int64, 6), float32[::1], float32)",
+                 "void(UniTuple(float32[::1], 7), UniTuple(int64, 8), float32[::1], float32)")
 @cuda.jit
 def _pack_multi(grads, starts, bucket, scale):
     first = starts[0]
@@ -157,6 +167,12 @@ def _pack_multi(grads, starts, bucket, scale):
         bucket[j] = grad[j - starts[t]] * scale
 
 
+@registry.kernel("buckets_unpack_multi",
+                 "void(float32[::1], UniTuple(int64, 2), UniTuple(float32[::1], 1))",
+                 "void(float32[::1], UniTuple(int64, 3), UniTuple(float32[::1], 2))",
+                 "void(float32[::1], UniTuple(int64, 5), UniTuple(float32[::1], 4))",
+                 "void(float32[::1], UniTuple(int64, 6), UniTuple(float32[::1], 5))",
+                 "void(float32[::1], UniTuple(int64, 8), UniTuple(float32[::1], 7))")
 @cuda.jit
 def _unpack_multi(bucket, starts, grads):
     first = starts[0]

@@ -41,6 +41,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import check_array, check_callable, check_choice, check_int, check_kernel_array
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
 
@@ -204,6 +205,9 @@ def store_row(row, acc, divisor):
 # Chapter 8's v2_fused) and thread t its output columns. The loop stops at the sequence's
 # length: no position past it is read. One pass over the keys per head, but only
 # batch x heads blocks: at batch 1 too few to keep a large GPU's SMs busy.
+@registry.kernel("decode_v1_one_block_per_head",
+                 "void(float32[:, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
+                 "int32[::1], float32[:, :, ::1], float32)", threads_per_block=TILE)
 @cuda.jit
 def v1_one_block_per_head(q, k_cache, v_cache, lengths, o, scale):
     partial = cuda.shared.array((TILE, TILE_PADDED), float32)
@@ -229,6 +233,10 @@ def v1_one_block_per_head(q, k_cache, v_cache, lengths, o, scale):
 # the length returns at once and writes nothing. At batch 1 and s = 8,192 a model's heads
 # become 32 times more blocks (split_size 256), enough to fill every SM; the price is the
 # partials' bytes and a second launch.
+@registry.kernel("decode_v2_split_kv",
+                 "void(float32[:, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
+                 "int32[::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1], "
+                 "int32, float32)", threads_per_block=TILE)
 @cuda.jit
 def v2_split_kv(q, k_cache, v_cache, lengths, part_m, part_l, part_acc, split_size, scale):
     partial = cuda.shared.array((TILE, TILE_PADDED), float32)
@@ -253,6 +261,9 @@ def v2_split_kv(q, k_cache, v_cache, lengths, part_m, part_l, part_acc, split_si
 # ceil(length / split_size); the others' partials are never read) with the online-softmax
 # rule: M = max_s m_s, o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s. Thread t
 # writes output columns t, t + 32, ...
+@registry.kernel("decode_v2_combine_splits",
+                 "void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1], int32[::1], "
+                 "float32[:, :, ::1], int32)")
 @cuda.jit
 def v2_combine_splits(part_m, part_l, part_acc, lengths, o, split_size):
     h, b, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x

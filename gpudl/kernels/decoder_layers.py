@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from gpudl import backend
+from gpudl import backend, registry
 
 # isort: split
 from numba import cuda, float32, int32
@@ -34,6 +34,9 @@ _NEG_INF = float32(-math.inf)
 
 # v1_embed: block b, thread t: x[b, c] = tok_emb[tokens[b], c] + pos_emb[positions[b], c]
 # for c = t, t + 32, ...; thread 0 also writes the length the step attends over.
+@registry.kernel("decoder_v1_embed",
+                 "void(int32[::1], int32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], "
+                 "int32[::1])")
 @cuda.jit
 def v1_embed(tokens, positions, tok_emb, pos_emb, x, lengths):
     b, t = cuda.blockIdx.x, cuda.threadIdx.x
@@ -49,6 +52,8 @@ def v1_embed(tokens, positions, tok_emb, pos_emb, x, lengths):
 # block read 32 consecutive words of a row of w_t (coalesced) and x[b, i] is one word for
 # all of them (a broadcast). Every weight is read once per sequence: a decode step's
 # product, two flops per four bytes.
+@registry.kernel("decoder_v1_linear",
+                 "void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], boolean)")
 @cuda.jit
 def v1_linear(x, w_t, bias, y, gelu):
     o = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
@@ -81,6 +86,9 @@ def row_sum(sums, value):
 # t, t + 32, ... into out, the block sums them for the mean, then the squares of z - mean for
 # the variance (two passes: no cancellation), and each thread writes
 # (z - mean) / sqrt(var + eps) * gamma + beta.
+@registry.kernel("decoder_v1_add_layernorm",
+                 "void(float32[:, ::1], float32[:, ::1], float32[::1], float32[::1], float32[:, "
+                 "::1], float32)")
 @cuda.jit
 def v1_add_layernorm(x, residual, gamma, beta, out, eps):
     sums = cuda.shared.array(THREADS, float32)
@@ -102,6 +110,9 @@ def v1_add_layernorm(x, residual, gamma, beta, out, eps):
 
 # v1_append_kv: the step's key and value rows, (batch, kv_heads * d) from the projections,
 # into position positions[b] of each cache head: k_cache[b, g, positions[b], c].
+@registry.kernel("decoder_v1_append_kv",
+                 "void(float32[:, ::1], float32[:, ::1], int32[::1], float32[:, :, :, ::1], "
+                 "float32[:, :, :, ::1])")
 @cuda.jit
 def v1_append_kv(k_new, v_new, positions, k_cache, v_cache):
     b, t = cuda.blockIdx.x, cuda.threadIdx.x
@@ -115,6 +126,8 @@ def v1_append_kv(k_new, v_new, positions, k_cache, v_cache):
 # v1_argmax_next: block b finds the largest logit of row b (the lowest index among equals, as
 # torch.argmax): each thread its own over columns t, t + 32, ..., thread 0 the best of the
 # 32; it writes the token and the next position (the step's length).
+@registry.kernel("decoder_v1_argmax_next",
+                 "void(float32[:, ::1], int32[::1], int32[::1], int32[::1])")
 @cuda.jit
 def v1_argmax_next(logits, tokens, positions, lengths):
     best_v = cuda.shared.array(THREADS, float32)

@@ -11,7 +11,7 @@ time them.
 
 from __future__ import annotations
 
-from gpudl import backend
+from gpudl import backend, registry
 from gpudl.checks import check_choice, check_int
 from gpudl.kernels.arrays import Array
 from gpudl.kernels.grid import blocks_to_cover, check_threads_per_block
@@ -42,6 +42,7 @@ DEFAULT_WORK = backend.pick(gpu=2048, sim=16)
 # lanes masked off, costing c0 + c1. With "warp" each warp's 32 threads agree: half the
 # warps cost c0 and half c1, (c0 + c1) / 2 on average. When issuing instructions is the
 # bottleneck (the loops touch no memory), parity mode takes about twice as long.
+@registry.kernel("divergence_paths", "void(int64[::1], boolean, int64)")
 @cuda.jit
 def _divergence_kernel(out, by_warp, work):
     i = cuda.grid(1)
@@ -62,6 +63,7 @@ def _divergence_kernel(out, by_warp, work):
         out[i] = x
 
 
+@registry.kernel("divergence_branch_ids", "void(int32[::1], boolean)")
 @cuda.jit
 def _branch_ids_kernel(ids, by_warp):
     i = cuda.grid(1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 
-from gpudl import backend
+from gpudl import backend, registry
 from gpudl.checks import check_int
 from gpudl.launches import MAX_THREADS_PER_BLOCK
 
@@ -33,6 +33,7 @@ __all__ = [
 
 #: The columns of :func:`thread_ids`.
 THREAD_ID_COLUMNS = ("blockIdx.x", "threadIdx.x", "grid index", "warp", "lane")
+@registry.kernel("grid_thread_ids", "void(int64[:, ::1])")
 @cuda.jit
 def _thread_ids_kernel(out):
     i = cuda.grid(1)

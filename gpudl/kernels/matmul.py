@@ -37,6 +37,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint32
 
+from gpudl import registry
 from gpudl.checks import check_array, check_choice, check_equal, check_float32_array, check_int
 from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
 from gpudl.launches import check_launch
@@ -101,6 +102,8 @@ def flops(m: int, k: int, n: int) -> int:
 # b[k, col] (a broadcast), and finally write a column of C (32 sectors again). Every input
 # is read from global memory (or the caches) once per output that uses it: 2 K loads per
 # 2 K flops.
+@registry.kernel("matmul_v1_naive", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=NAIVE_X * NAIVE_Y)
 @cuda.jit
 def v1_naive(a, b, c):
     row = cuda.blockIdx.x * NAIVE_X + cuda.threadIdx.x
@@ -117,6 +120,8 @@ def v1_naive(a, b, c):
 # broadcast), b[k, col:col + 32] is 128 consecutive bytes (4 sectors, all used) and so is the
 # write of C. The same loads in far fewer sectors: v1 fetched a 32-byte sector for every 4
 # useful bytes of A and of C; v2 uses every byte it fetches.
+@registry.kernel("matmul_v2_coalesced", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=NAIVE_X * NAIVE_Y)
 @cuda.jit
 def v2_coalesced(a, b, c):
     row = cuda.blockIdx.y * NAIVE_Y + cuda.threadIdx.y
@@ -148,6 +153,8 @@ def _load_tile(tile, src, row0, col0, t, threads):
 # shared memory. Each element loaded from global memory now serves TILE outputs instead of
 # one; the cost is two syncthreads per slab and two shared loads per FMA.
 # Partial tiles at the edges are zero-filled, so M, N and K need not be multiples of TILE.
+@registry.kernel("matmul_v3_tiled", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=TILE * TILE)
 @cuda.jit
 def v3_tiled(a, b, c):
     a_tile = cuda.shared.array((TILE, TILE), float32)
@@ -173,6 +180,9 @@ def v3_tiled(a, b, c):
 # whole warp reads the same A word: a broadcast). Shared loads per FMA fall from 2 to 9/8
 # (in Boehm's profile v3's time goes to its shared loads), and each global load now serves
 # 64 outputs instead of 16.
+@registry.kernel("matmul_v4_register_1d",
+                 "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=V4_THREADS)
 @cuda.jit
 def v4_register_1d(a, b, c):
     a_tile = cuda.shared.array((V4_BM, V4_BK), float32)
@@ -210,6 +220,9 @@ def v4_register_1d(a, b, c):
 # the indices built from it are never negative and drops Python's negative-index wraparound
 # and floor-division sign fixes, which otherwise keep one address per shared load in
 # registers (ptxas 12.9, sm_90: 157 registers instead of 126: one block per SM, not two).
+@registry.kernel("matmul_v5_register_2d",
+                 "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=V5_THREADS)
 @cuda.jit
 def v5_register_2d(a, b, c):
     a_tile = cuda.shared.array((V5_BM, V5_BK), float32)

@@ -26,6 +26,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint64
 
+from gpudl import registry
 from gpudl.checks import check_array, check_choice, check_float32_array, check_int, check_ints
 from gpudl.kernels.arrays import launch_into_poisoned
 from gpudl.kernels.elementwise import VECTORS, K
@@ -84,6 +85,7 @@ def reference_copy_offset(x: np.ndarray, offset: int) -> np.ndarray:
 # starts on a 128-byte boundary (the allocation is 256-byte aligned and each warp starts at a
 # multiple of 32 words), so a warp's read is one request for 4 sectors of 32 bytes, all used.
 # Every other copy here moves the same bytes out and is measured against this one.
+@registry.kernel("copy_v1", "void(float32[::1], float32[::1])", threads_per_block=THREADS_PER_BLOCK)
 @cuda.jit
 def copy_kernel(x, out):
     i = cuda.grid(1)
@@ -96,6 +98,8 @@ def copy_kernel(x, out):
 # has one 4-byte load outstanding (Little's law: bandwidth = bytes in flight / latency).
 # Unsigned indices against an unsigned size (as in elementwise.v3_k_loads); only the last
 # block tests each element.
+@registry.kernel("copy_v2_k_loads", "void(float32[::1], float32[::1])",
+                 threads_per_block=THREADS_PER_BLOCK)
 @cuda.jit
 def copy_k_loads(x, out):
     n = uint64(out.size)
@@ -117,6 +121,8 @@ def copy_k_loads(x, out):
 # copy_vector4 (copy v3): the same bytes in flight with 16-byte loads and stores
 # (gpudl.kernels.wide): VECTORS vectors of 4 floats per thread, then a scalar tail of the
 # last n % 4 elements. Both arrays must start on a 16-byte boundary.
+@registry.kernel("copy_v3_vector4", "void(float32[::1], float32[::1])",
+                 threads_per_block=THREADS_PER_BLOCK)
 @cuda.jit
 def copy_vector4(x, out):
     n = uint64(out.size)
@@ -142,6 +148,7 @@ def copy_vector4(x, out):
 # apart: stride 2 spreads them over 8 sectors (half of each sector wasted), stride 8 or more
 # puts every lane in a sector of its own (32 sectors, 28 of every 32 bytes fetched for
 # nothing). The writes stay coalesced, so the slowdown is the price of uncoalesced reads.
+@registry.kernel("copy_strided", "void(float32[::1], float32[::1], int64)")
 @cuda.jit
 def copy_strided_kernel(x, out, stride):
     i = cuda.grid(1)
@@ -153,6 +160,9 @@ def copy_strided_kernel(x, out, stride):
 # starts offset words past a sector boundary, so unless offset is a multiple of 8 words the
 # warp's 128 bytes straddle 5 sectors instead of 4. At most one extra sector per request:
 # misalignment costs far less than striding.
+@registry.kernel("copy_offset",
+                 "void(float32[::1], float32[::1], int32)",
+                 "void(float32[::1], float32[::1], int64)")
 @cuda.jit
 def copy_offset_kernel(x, out, offset):
     i = cuda.grid(1)

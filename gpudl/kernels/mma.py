@@ -43,6 +43,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
+from gpudl import registry
 from gpudl.checks import (
     check_array,
     check_choice,
@@ -244,6 +245,8 @@ def check_tensor_cores() -> None:
 # warp_mma: one warp, one instruction. Lane (g, t) loads its registers from A's and B's words
 # and C by the layout of the module docstring, and stores its four values of D in the same
 # places of C's layout.
+@registry.kernel("warp_mma",
+                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1])")
 @cuda.jit
 def warp_mma(a_words, b_words, c, d):
     lane = cuda.threadIdx.x

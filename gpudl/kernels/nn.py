@@ -31,6 +31,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import (
     check_bool,
     check_equal,
@@ -124,6 +125,7 @@ def _matmul(a: Array, b: Array) -> Array:
 
 
 # Grid-stride over the elements of y (row-major): y[i, j] += b[j].
+@registry.kernel("nn_add_bias", "void(float32[:, ::1], float32[::1])")
 @cuda.jit
 def _add_bias_kernel(y, b):
     for idx in range(cuda.grid(1), y.size, cuda.gridsize(1)):
@@ -133,6 +135,7 @@ def _add_bias_kernel(y, b):
 
 # One thread per column: neighbouring threads read neighbouring words of each row (coalesced)
 # and walk down the batch, so no two threads write the same output and no atomics are needed.
+@registry.kernel("nn_column_sum", "void(float32[:, ::1], float32[::1])")
 @cuda.jit
 def _column_sum_kernel(dy, db):
     j = cuda.grid(1)
@@ -145,6 +148,7 @@ def _column_sum_kernel(dy, db):
 
 # Zero where x < 0, x itself elsewhere: a NaN stays NaN, as torch.relu keeps it (the test
 # "x > 0" would be False for NaN and turn it into 0, hiding it).
+@registry.kernel("nn_relu", "void(float32[:, ::1], float32[:, ::1])")
 @cuda.jit
 def _relu_kernel(x, out):
     for idx in range(cuda.grid(1), x.size, cuda.gridsize(1)):
@@ -154,6 +158,7 @@ def _relu_kernel(x, out):
 
 # The derivative of relu is 0 where x <= 0 (0 at x = 0, as in torch) and 1 elsewhere: the
 # gradient passes where x is NaN, as torch's does (it tests "x <= 0", False for NaN).
+@registry.kernel("nn_relu_backward", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])")
 @cuda.jit
 def _relu_backward_kernel(x, dy, dx):
     for idx in range(cuda.grid(1), x.size, cuda.gridsize(1)):
@@ -166,6 +171,10 @@ def _relu_backward_kernel(x, dy, dx):
 # at least 1, so its log is safe: loss = log(s) - (z_y - m), softmax_j = exp(z_j - m) / s.
 # The exponentials are parked in dlogits between the two passes. Each row adds its loss to
 # one accumulator.
+@registry.kernel("nn_softmax_xent",
+                 "void(float32[:, ::1], int32[::1], float32, float32[:, ::1], float32[::1])",
+                 "void(float32[:, ::1], int64[::1], float32, float32[:, ::1], float32[::1])",
+                 "void(float32[:, ::1], uint8[::1], float32, float32[:, ::1], float32[::1])")
 @cuda.jit
 def _softmax_xent_kernel(logits, labels, inv_batch, dlogits, loss_sum):
     row = cuda.grid(1)
@@ -189,6 +198,7 @@ def _softmax_xent_kernel(logits, labels, inv_batch, dlogits, loss_sum):
         cuda.atomic.add(loss_sum, 0, math.log(s) - (logits[row, label] - m))
 
 
+@registry.kernel("nn_sgd", "void(float32[::1], float32[::1], float32)")
 @cuda.jit
 def _sgd_kernel(param, grad, lr):
     for i in range(cuda.grid(1), param.size, cuda.gridsize(1)):

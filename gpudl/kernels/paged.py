@@ -31,6 +31,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import check_callable, check_instance, check_int, check_ints, check_positive
 from gpudl.estimate.batching import Request, check_requests
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
@@ -132,6 +133,9 @@ class BlockAllocator:
 # v1_scatter_tokens: one thread per value of the appended keys (and values): token i's row
 # goes to block slots[i] // block_size, position slots[i] % block_size. Consecutive threads
 # take consecutive columns: reads and writes of a row are coalesced.
+@registry.kernel("paged_v1_scatter_tokens",
+                 "void(float32[:, :, ::1], float32[:, :, ::1], int32[::1], float32[:, :, :, ::1], "
+                 "float32[:, :, :, ::1])")
 @cuda.jit
 def v1_scatter_tokens(k, v, slots, k_blocks, v_blocks):
     e = cuda.grid(1)
@@ -226,6 +230,9 @@ def paged_values(acc, w_s, v_blocks, table, b, g, j0, keys, d, alpha):
 # v1_paged: v1_one_block_per_head reading each key's row through the block table: one
 # more load (the table entry) per key and thread, and rows of one tile that may lie in two
 # blocks. What it gains is not speed but memory: the cache holds only filled blocks.
+@registry.kernel("paged_v1_paged",
+                 "void(float32[:, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], int32[:, "
+                 "::1], int32[::1], float32[:, :, ::1], float32)")
 @cuda.jit
 def v1_paged(q, k_blocks, v_blocks, table, lengths, o, scale):
     partial = cuda.shared.array((TILE, TILE_PADDED), float32)

@@ -38,6 +38,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import (
     check_array,
     check_choice,
@@ -138,6 +139,7 @@ def weight_bytes(variant: str, out_features: int, in_features: int) -> int:
 
 # v1_dequantize: W~[o, i] = q[o, i] * scale[o], one element per thread in a grid-stride loop
 # (consecutive threads, consecutive bytes in and words out).
+@registry.kernel("quant_v1_dequantize", "void(int8[:, ::1], float32[::1], float32[:, ::1])")
 @cuda.jit
 def v1_dequantize(q, scale, w):
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -166,6 +168,7 @@ def warp_sum(sums, acc):
 # w[o, l], w[o, l + 32], ... (128 consecutive bytes per warp request), adds its products,
 # and lane 0 adds the 32 lanes' sums from shared memory. A decode step's product at batch 1:
 # every weight is read once for two flops.
+@registry.kernel("quant_v1_gemv", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])")
 @cuda.jit
 def v1_gemv(x, w, y):
     sums = cuda.shared.array(WARP, float32)
@@ -188,6 +191,8 @@ def v1_gemv(x, w, y):
 # converted to float32 in a register, the row's sum is multiplied by scale[o] once, and W~
 # never exists in memory. A warp request is 32 consecutive bytes: the kernel moves a
 # quarter of the bytes of a float32 product and none of v1's float32 W~.
+@registry.kernel("quant_v2_dequantize_in_registers",
+                 "void(float32[:, ::1], int8[:, ::1], float32[::1], float32[:, ::1])")
 @cuda.jit
 def v2_dequantize_in_registers(x, q, scale, y):
     sums = cuda.shared.array(WARP, float32)

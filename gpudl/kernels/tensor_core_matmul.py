@@ -37,6 +37,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, uint32
 
+from gpudl import registry
 from gpudl.checks import (
     check_array,
     check_bool,
@@ -93,6 +94,7 @@ def error_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # zero past the end of x's rows. Each float32 (as its bits) becomes the nearest bf16, ties to
 # even: add 0x7FFF plus the lowest bit that stays, keep the high 16 bits; a NaN stays a quiet
 # NaN.
+@registry.kernel("tensor_core_pack_bf16", "void(uint32[:, ::1], uint32[:, ::1], boolean)")
 @cuda.jit
 def pack_bf16(x_bits, words, transpose):
     w, r = cuda.grid(2)
@@ -137,6 +139,8 @@ def packed(x: Array, transpose: bool = False) -> Array:
 # and of row g of B^T (zero outside the matrices) and passes them to the mma with its four
 # running sums. A warp whose tile lies wholly outside C skips the loop as one (every lane of
 # a warp must take part in an mma).
+@registry.kernel("tensor_core_v1_warp_tiles",
+                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1])", threads_per_block=THREADS)
 @cuda.jit
 def v1_warp_tiles(a, bt, c):
     lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
@@ -171,6 +175,8 @@ def v1_warp_tiles(a, bt, c):
 # thread 4 words of each, 8 consecutive threads reading one 32-byte row: coalesced). A lane
 # reads word t (or t + 4) of row g (or g + 8) of a slab: 8 words per row, so the 32 lanes hit
 # 32 different banks. Each A fragment serves four mmas, each B fragment two.
+@registry.kernel("tensor_core_v2_shared_tiles",
+                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1])", threads_per_block=THREADS)
 @cuda.jit
 def v2_shared_tiles(a, bt, c):
     a_s = cuda.shared.array((BM, WORDS), uint32)

@@ -20,6 +20,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import check_array, check_choice, check_float32_array, check_int, check_ints
 from gpudl.kernels.arrays import Array, launch_into_poisoned
 
@@ -62,6 +63,8 @@ def reference_transpose(x: np.ndarray) -> np.ndarray:
 # v1_naive: thread (row, col) reads x[row, col] and writes out[col, row]. A warp reads 32
 # consecutive words of a row of x (coalesced: 4 sectors) and writes them down a column of
 # out, rows x.shape[0] * 4 bytes apart: 32 sectors per request, each 1/8 used.
+@registry.kernel("transpose_v1_naive", "void(float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=TILE * BLOCK_ROWS)
 @cuda.jit
 def v1_naive(x, out):
     col = cuda.blockIdx.x * TILE + cuda.threadIdx.x
@@ -76,6 +79,8 @@ def v1_naive(x, out):
 # lane t reads tile[t, c]. Both global sides now take 4 sectors per request. But shared memory
 # has 32 banks of 4-byte words, bank = word index % 32, and tile[t, c] is word 32 t + c: all
 # 32 lanes hit bank c, a 32-way bank conflict that serialises the read into 32 steps.
+@registry.kernel("transpose_v2_shared", "void(float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=TILE * BLOCK_ROWS)
 @cuda.jit
 def v2_shared(x, out):
     tile = cuda.shared.array((TILE, TILE), float32)
@@ -94,6 +99,8 @@ def v2_shared(x, out):
 # 33 t + c, in bank (t + c) % 32: the 32 lanes of the column read hit 32 different banks, so
 # the read is conflict-free, and the row-wise write stays conflict-free. This is the
 # transpose that should run at close to copy bandwidth.
+@registry.kernel("transpose_padded", "void(float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=TILE * BLOCK_ROWS)
 @cuda.jit
 def v3_padded(x, out):
     tile = cuda.shared.array((TILE, PADDED), float32)
@@ -117,6 +124,8 @@ LOADS_ROWS = 4
 _ROWS_PER_THREAD = TILE // LOADS_ROWS  # a named constant: a local array's shape is literal
 
 
+@registry.kernel("transpose_padded_loads_first", "void(float32[:, ::1], float32[:, ::1])",
+                 threads_per_block=TILE * BLOCK_ROWS)
 @cuda.jit
 def v4_padded_loads_first(x, out):
     tile = cuda.shared.array((TILE, PADDED), float32)

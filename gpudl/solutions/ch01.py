@@ -1,4 +1,7 @@
-"""Solutions to the exercises of Chapter 1, GPU hardware and SIMT."""
+"""Solutions to the exercises of Chapter 1, GPU hardware and SIMT.
+
+Book section: Chapter 1, "Exercises".
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,12 @@ from gpudl import backend
 import numpy as np
 from numba import cuda
 
+from gpudl import registry
 from gpudl.hardware import Occupancy, occupancy
 
 
+@registry.kernel("ch01_fma_grid_stride",
+                 "void(float32[::1], float32[::1], float32[::1], float32[::1])")
 @cuda.jit
 def fma_grid_stride(a, b, c, out):
     start = cuda.grid(1)

@@ -12,6 +12,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import check_float32_array, check_int
 from gpudl.estimate import ridge_point, roofline
 from gpudl.hardware import SPECS
@@ -37,6 +38,7 @@ def warp_reduce_sum(value):
     return value
 
 
+@registry.kernel("ch02_warp_sums", "void(float32[::1], float32[::1])")
 @cuda.jit
 def _warp_sums_kernel(x, lane_totals):
     i = cuda.grid(1)
@@ -63,6 +65,7 @@ def warp_sums(x: np.ndarray, every_lane: bool = False) -> np.ndarray:
     return per_lane if every_lane else per_lane[:, 0].copy()
 
 
+@registry.kernel("ch02_column_read", "void(float32[::1], int64)")
 @cuda.jit
 def _column_read_kernel(out, width):
     tile = cuda.shared.array(0, float32)  # a 32 x width tile, row-major, in dynamic shared memory

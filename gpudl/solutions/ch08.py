@@ -25,6 +25,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import check_bool, check_float32_array
 from gpudl.estimate import ridge_point
 from gpudl.hardware import spec
@@ -40,6 +41,7 @@ TILE = attention_kernels.TILE
 
 
 # _row_dots: delta[z, i] = do[z, i] . o[z, i], one thread per row.
+@registry.kernel("ch08_row_dots", "void(float32[:, :, ::1], float32[:, :, ::1], float32[:, ::1])")
 @cuda.jit
 def _row_dots(o, do, delta):
     i, z = cuda.grid(1), cuda.blockIdx.y
@@ -50,6 +52,13 @@ def _row_dots(o, do, delta):
         delta[z, i] = total
 
 
+_BACKWARD = "float32[:, :, ::1], " * 4 + "float32[:, ::1], float32[:, ::1], float32[:, :, ::1]"
+_BUILDS = ((16, False), (16, True), (64, True))
+
+
+@registry.factory("ch08_dq", [(b, f"void({_BACKWARD}, float32)") for b in _BUILDS], item=0)
+@registry.factory("ch08_dkdv", [(b, f"void({_BACKWARD}, float32[:, :, ::1], float32)")
+                                for b in _BUILDS], item=1)
 @functools.cache
 def backward_kernels(d: int, causal: bool) -> tuple[Any, Any]:
     """The ``dQ`` kernel and the ``dK``/``dV`` kernel for head size ``d`` (shared arrays

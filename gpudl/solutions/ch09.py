@@ -21,6 +21,7 @@ from gpudl import backend
 import numpy as np
 from numba import cuda, float32, int32
 
+from gpudl import registry
 from gpudl.checks import check_float32_array, check_int, check_kernel_array, check_positive
 from gpudl.estimate import MODELS, decode_tokens_per_second, tokens_per_price
 from gpudl.hardware import SPECS
@@ -72,6 +73,8 @@ def unpack_int4(packed: np.ndarray, in_features: int) -> np.ndarray:
 # gemv_int4_kernel: quant.v2_dequantize_in_registers with two weights per byte: lane l takes
 # bytes l, l + 32, ... of row o (32 consecutive bytes per warp request, 64 weights), splits
 # each into its two signed nibbles and multiplies them by x[2j] and x[2j + 1].
+@registry.kernel("ch09_gemv_int4",
+                 "void(float32[:, ::1], uint8[:, ::1], float32[::1], float32[:, ::1])")
 @cuda.jit
 def gemv_int4_kernel(x, packed, scale, y):
     sums = cuda.shared.array(WARP, float32)

@@ -33,6 +33,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32
 
+from gpudl import registry
 from gpudl.checks import check_choice, check_float32_array
 from gpudl.kernels.arrays import Array, launch_in_place
 from gpudl.kernels.grid import grid_stride_blocks
@@ -82,6 +83,7 @@ def adam_element(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, 
 # fixed cost, which dominates for small tensors.
 
 
+@registry.kernel("adam_neg_into", "void(float32[::1], float32[::1])")
 @cuda.jit
 def _neg_into(x, out):
     i = cuda.grid(1)
@@ -89,6 +91,7 @@ def _neg_into(x, out):
         out[i] = -x[i]
 
 
+@registry.kernel("adam_add_scaled_into", "void(float32[::1], float32[::1], float32, float32[::1])")
 @cuda.jit
 def _add_scaled_into(x, y, a, out):  # out = x + a y  (torch: grad.add(param, alpha=wd))
     i = cuda.grid(1)
@@ -96,6 +99,7 @@ def _add_scaled_into(x, y, a, out):  # out = x + a y  (torch: grad.add(param, al
         out[i] = x[i] + a * y[i]
 
 
+@registry.kernel("adam_scale", "void(float32[::1], float32)")
 @cuda.jit
 def _scale(x, a):  # x *= a  (torch: mul_)
     i = cuda.grid(1)
@@ -103,6 +107,7 @@ def _scale(x, a):  # x *= a  (torch: mul_)
         x[i] = x[i] * a
 
 
+@registry.kernel("adam_lerp", "void(float32[::1], float32[::1], float32)")
 @cuda.jit
 def _lerp_(x, y, w):  # x = lerp(x, y, w)  (torch: lerp_)
     i = cuda.grid(1)
@@ -110,6 +115,7 @@ def _lerp_(x, y, w):  # x = lerp(x, y, w)  (torch: lerp_)
         x[i] = _lerp(x[i], y[i], w)
 
 
+@registry.kernel("adam_add_square", "void(float32[::1], float32[::1], float32)")
 @cuda.jit
 def _add_square(x, y, a):  # x += a y y  (torch: addcmul_(y, y, value=a))
     i = cuda.grid(1)
@@ -118,6 +124,7 @@ def _add_square(x, y, a):  # x += a y y  (torch: addcmul_(y, y, value=a))
         x[i] = x[i] + a * yi * yi
 
 
+@registry.kernel("adam_sqrt_into", "void(float32[::1], float32[::1])")
 @cuda.jit
 def _sqrt_into(x, out):  # out = sqrt(x)  (torch: sqrt, a new tensor)
     i = cuda.grid(1)
@@ -125,6 +132,7 @@ def _sqrt_into(x, out):  # out = sqrt(x)  (torch: sqrt, a new tensor)
         out[i] = float32(math.sqrt(x[i]))
 
 
+@registry.kernel("adam_div_scalar", "void(float32[::1], float32)")
 @cuda.jit
 def _div_scalar(x, a):  # x /= a  (torch: div)
     i = cuda.grid(1)
@@ -132,6 +140,7 @@ def _div_scalar(x, a):  # x /= a  (torch: div)
         x[i] = x[i] / a
 
 
+@registry.kernel("adam_add_scalar", "void(float32[::1], float32)")
 @cuda.jit
 def _add_scalar(x, a):  # x += a  (torch: add_)
     i = cuda.grid(1)
@@ -139,6 +148,7 @@ def _add_scalar(x, a):  # x += a  (torch: add_)
         x[i] = x[i] + a
 
 
+@registry.kernel("adam_addcdiv", "void(float32[::1], float32[::1], float32[::1], float32)")
 @cuda.jit
 def _addcdiv(x, t1, t2, a):  # x += a t1 / t2  (torch: addcdiv_)
     i = cuda.grid(1)
@@ -173,6 +183,11 @@ def v1_unfused(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
 # write p, m, v once. 28 bytes per parameter, the least a step can move with float32 state,
 # and one launch per tensor. Adam is memory-bound (about 12 flops for 28 bytes), so its time
 # should approach the time a copy of the same bytes takes.
+# (threads_per_block: traffic.THREADS on a GPU, 256; the simulator launches 32)
+@registry.kernel("adam_fused",
+                 "void(float32[::1], float32[::1], float32[::1], float32[::1], boolean, float32, "
+                 "float32, float32, float32, float32, float32, float32, float32)",
+                 threads_per_block=256)
 @cuda.jit
 def v2_fused(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2_sqrt, eps):
     i = cuda.grid(1)
@@ -187,6 +202,10 @@ def v2_fused(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2_
 # written to device memory once (the state must be there when the next step begins, and the
 # kernel ends long before), no thread uses a value another thread loaded, and the staging adds
 # 14 shared-memory accesses (56 bytes) and two barriers per element.
+@registry.kernel("adam_v3_shared",
+                 "void(float32[::1], float32[::1], float32[::1], float32[::1], boolean, float32, "
+                 "float32, float32, float32, float32, float32, float32, float32)",
+                 threads_per_block=256)
 @cuda.jit
 def v3_shared(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2_sqrt, eps):
     sp = cuda.shared.array(THREADS, float32)
@@ -217,6 +236,10 @@ def v3_shared(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2
 # them out so), it is one launch per step for the whole model instead of one per tensor: the
 # bytes are v2's, and what it saves is the fixed cost of every launch but one, which is what
 # dominates for models made of many small tensors.
+@registry.kernel("adam_multi_tensor",
+                 "void(float32[::1], float32[::1], float32[::1], float32[::1], boolean, float32, "
+                 "float32, float32, float32, float32, float32, float32, float32)",
+                 threads_per_block=256)
 @cuda.jit
 def v4_multi_tensor(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2_sqrt,
                     eps):

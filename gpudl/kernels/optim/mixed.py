@@ -12,6 +12,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 from numba import cuda, float32, int16, uint16, uint32
 
+from gpudl import registry
 from gpudl.checks import check_float32_array, is_device_array
 from gpudl.kernels.arrays import Array, launch_in_place
 from gpudl.kernels.grid import grid_stride_blocks
@@ -56,6 +57,12 @@ def f32_to_bf16(x):
 # written; the small updates accumulate in the master copy, where float16 or bfloat16 would
 # round many of them away. bfloat16 arrives as int16 bits (NumPy has no bfloat16), converted
 # with bf16_to_f32 and f32_to_bf16; ``bf16`` is the same for every thread.
+@registry.kernel("adam_mixed",
+                 "void(float16[::1], float16[::1], float32[::1], float32[::1], float32[::1], "
+                 "boolean, boolean, float32, float32, float32, float32, float32, float32, float32, "
+                 "float32)",
+                 "void(int16[::1], int16[::1], float32[::1], float32[::1], float32[::1], boolean, "
+                 "boolean, float32, float32, float32, float32, float32, float32, float32, float32)")
 @cuda.jit
 def adam_mixed(p_low, g_low, master, m, v, bf16, maximize, l2, decay, w1, beta2, w2,
                neg_step_size, bc2_sqrt, eps):

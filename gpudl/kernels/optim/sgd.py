@@ -10,6 +10,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 # isort: split
 from numba import cuda
 
+from gpudl import registry
 from gpudl.checks import check_float32_array
 from gpudl.kernels.arrays import Array, launch_in_place
 from gpudl.kernels.optim.hyper import SgdScalars, sgd_scalars
@@ -30,6 +31,7 @@ def _sgd_gradient(g, p, maximize, l2):
 
 # sgd_kernel: torch.optim.SGD's step without momentum, p -= lr * g, in one pass: 12 bytes per
 # parameter (read p, g; write p).
+@registry.kernel("sgd_v1", "void(float32[::1], float32[::1], boolean, float32, float32)")
 @cuda.jit
 def sgd_kernel(p, g, maximize, l2, neg_lr):
     i = cuda.grid(1)
@@ -44,6 +46,9 @@ def sgd_kernel(p, g, maximize, l2, neg_lr):
 # a kernel of its own rather than this one with an unused buffer: handing it the parameter
 # as a stand-in buffer passed one memory twice, which the simulator copies twice
 # (gpudl.aliasing).
+@registry.kernel("sgd_momentum",
+                 "void(float32[::1], float32[::1], float32[::1], boolean, float32, boolean, "
+                 "float32, float32, boolean, float32)")
 @cuda.jit
 def sgd_momentum_kernel(p, g, buf, maximize, l2, first, momentum, w, nesterov, neg_lr):
     i = cuda.grid(1)

@@ -1,0 +1,150 @@
+"""Every kernel of the package is registered (gpudl.registry), and every registered kernel
+compiles for sm_80 and sm_90 in every signature it declares, without a GPU: ptxas accepts it,
+with no local-memory spill, and a float32 kernel's PTX holds no float64 instruction. The
+registers and shared memory ptxas reports are those stored in gpudl/kernel_resources.json
+(which Chapter 1's occupancy section shows), where this machine's CUDA is the one that wrote
+them. One process compiles everything once; skipped, with the reason, where the CUDA compiler
+pieces are missing."""
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpudl import ptx, registry, resources
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gpudl"
+TARGETS = resources.TARGETS
+
+
+def _is_kernel_decorator(node: ast.expr) -> bool:
+    """``@cuda.jit`` or ``@cuda.jit(...)`` without ``device=True``."""
+    call = node if isinstance(node, ast.Call) else None
+    target = call.func if call else node
+    if ast.unparse(target) != "cuda.jit":
+        return False
+    return not (call and any(k.arg == "device" and ast.unparse(k.value) == "True"
+                             for k in call.keywords))
+
+
+def _registers(node: ast.FunctionDef, how: str) -> bool:
+    return any(isinstance(d, ast.Call) and ast.unparse(d.func) == f"registry.{how}"
+               for d in node.decorator_list)
+
+
+def unregistered_kernels() -> list[str]:
+    """``module:function`` of every ``@cuda.jit`` kernel under gpudl/ that is neither
+    registered (``@registry.kernel`` above it) nor built by a registered factory."""
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+
+        where = path.relative_to(PACKAGE.parent)
+
+        def visit(node, in_factory, where=where):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.FunctionDef):
+                    if any(_is_kernel_decorator(d) for d in child.decorator_list) and not (
+                            in_factory or _registers(child, "kernel")):
+                        missing.append(f"{where}:{child.name}")
+                    visit(child, in_factory or _registers(child, "factory"))
+                else:
+                    visit(child, in_factory)
+
+        visit(tree, False)
+    return missing
+
+
+def test_every_kernel_under_gpudl_is_registered():
+    assert unregistered_kernels() == []
+
+
+def test_an_unregistered_kernel_would_be_found(tmp_path, monkeypatch):
+    (tmp_path / "gpudl").mkdir()
+    (tmp_path / "gpudl" / "k.py").write_text(
+        "@registry.kernel('k_v1', 'void(float32[::1])', section='s')\n@cuda.jit\ndef v1(x): pass\n"
+        "@cuda.jit(device=True)\ndef helper(x): pass\n"
+        "@cuda.jit\ndef v2(x): pass\n"
+        "@registry.factory('k_v3', [((1,), 'void()')], section='s')\ndef make(n):\n"
+        "    @cuda.jit\n    def v3(x): pass\n    return v3\n")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "gpudl")
+    assert unregistered_kernels() == ["gpudl/k.py:v2"]
+
+
+def test_the_registry_and_the_ptx_command_list_the_same_kernels():
+    kernels = registry.load_all()
+    assert ptx.kernels() is kernels and len(kernels) >= 90
+    modules = {entry.module for entry in kernels.values()}
+    assert modules == set(registry.kernel_modules())
+    for name, entry in kernels.items():
+        assert entry.builds and entry.section, name
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: registry.kernel("two words", "void()", section="s"), ValueError, "identifier"),
+    (lambda: registry.kernel("k", section="s"), ValueError, "at least one"),
+    (lambda: registry.kernel("k", "float32", section="s"), ValueError, "void"),
+    (lambda: registry.kernel("k", "void()", section=""), ValueError, "section"),
+    (lambda: registry.kernel("k", "void()", section="s", precision="f16"), ValueError,
+     "precision"),
+])
+def test_bad_registrations_are_refused(call, error, match):
+    class FakeKernel:
+        py_func = staticmethod(lambda: None)
+
+    with pytest.raises(error, match=match):
+        decorate = call()
+        decorate(FakeKernel())
+
+
+def test_a_name_is_one_kernel():
+    entry = next(iter(registry.load_all().values()))
+    with pytest.raises(ValueError, match="taken by"):
+        registry.factory(entry.name, [((), "void()")], section="s")(lambda: None)
+
+
+# --- the compile, once for the module ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    """{(name, args, signature, cc): ptxas's report} for every build and target."""
+    kernels = registry.load_all()
+    jobs = resources.jobs()
+    try:
+        texts = ptx.compile_for_targets(
+            [(kernels[n].module, kernels[n].function, s, a, kernels[n].item)
+             for n, a, s in jobs], TARGETS)
+    except ptx.ToolkitMissing as error:
+        pytest.skip(f"the CUDA compiler pieces are not installed: {error}")
+    if ptx.find_tool("ptxas") is None:
+        pytest.skip("ptxas is not installed (the nvidia-cuda-nvcc wheel, or a CUDA toolkit)")
+    reports = resources.assemble_many([text for cc in TARGETS for text in texts[cc]],
+                                      [cc for cc in TARGETS for _ in jobs])
+    return {"texts": texts, "reports": reports, "jobs": jobs}
+
+
+def test_every_build_compiles_for_both_targets_without_spills_or_float64(compiled):
+    kernels = registry.load_all()
+    for i, cc in enumerate(TARGETS):
+        for j, (name, _, signature) in enumerate(compiled["jobs"]):
+            text = compiled["texts"][cc][j]
+            report = compiled["reports"][i * len(compiled["jobs"]) + j]
+            assert f".target sm_{cc[0]}{cc[1]}" in text, name
+            assert report.spill_stores == report.spill_loads == report.local_bytes == 0, (
+                name, cc, signature)
+            if kernels[name].precision == "float32":
+                assert not re.search(r"\.f64\b", text), (name, signature)
+
+
+def test_the_stored_registers_and_shared_memory_are_those_ptxas_reports(compiled):
+    stored = resources.load()
+    version = resources.version()
+    if stored["ptxas"] != version:
+        pytest.skip(f"kernel_resources.json was written by ptxas {stored['ptxas']}, this "
+                    f"machine has {version}: register counts differ between CUDA versions")
+    fresh = resources.table({"jobs": compiled["jobs"], "reports": compiled["reports"]})
+    assert fresh == json.loads(json.dumps(stored)), (
+        "regenerate with: python -m gpudl.resources > gpudl/kernel_resources.json")
