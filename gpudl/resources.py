@@ -86,8 +86,9 @@ def version() -> str:
 
 
 def jobs() -> list[tuple[str, tuple | None, str]]:
-    """``(name, factory arguments or None, signature)`` of every build of every kernel."""
-    return [(name, args, signature) for name, entry in registry.load_all().items()
+    """``(name, factory arguments or None, signature)`` of every build of every kernel, by
+    name (the order in which modules registered them depends on what was imported first)."""
+    return [(name, args, signature) for name, entry in sorted(registry.load_all().items())
             for args, signature in entry.builds]
 
 
