@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", help=argparse.SUPPRESS)  # compile_many's child: JSON out
     opts = parser.parse_args(argv)
     if opts.list:
-        for name, entry in kernels().items():
+        for name, entry in sorted(kernels().items()):
             print(f"{name:36} {entry.module}.{entry.function}  {entry.signatures[0]}")
         return 0
     if not opts.kernels and not opts.jobs:

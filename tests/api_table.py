@@ -43,6 +43,7 @@ from api_kinds import (
     torch_dtype,
     widths,
 )
+from workers import hello
 
 TABLE: dict[str, Entry] = {}
 
@@ -921,7 +922,7 @@ def _spawn(kw: dict) -> Any:
 
 
 add(f"{_PAR}.launch.spawn",
-    lambda: dict(worker=resolve(f"{_PAR}.launch.hello"), world_size=1, timeout=30.0,
+    lambda: dict(worker=hello, world_size=1, timeout=30.0,
                  backend=None, num_threads=1), _spawn,
     worker=_WORKER, world_size=COUNT, timeout=TIMEOUT, num_threads=COUNT,
     backend=choice("gloo", "nccl").allowing_none().more((), ("nccl",)))
@@ -934,7 +935,6 @@ add(f"{_PAR}.launch.Clock", lambda: dict(device=torch.device("cpu")),
 none(f"{_PAR}.launch.Clock.mark", NO_ARGUMENT)
 none(f"{_PAR}.launch.Clock.seconds", "start, mark: marks this clock made (mark())")
 none(f"{_PAR}.launch.WorkerError", EXCEPTION)
-none(f"{_PAR}.launch.hello", "a worker: spawn calls it with its rank and world size")
 none(f"{_PAR}.launch.rank0_print", "prints whatever it is given, as print does")
 none(f"{_PAR}.launch.device_and_sync", NO_ARGUMENT)
 

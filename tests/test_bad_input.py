@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from workers import hello
 
 from gpudl import launches
 from gpudl.kernels import bias_gelu, hierarchy, matmul, nn
@@ -235,7 +236,7 @@ def test_bias_gelu_and_softmax_cross_entropy_propagate_nan_as_torch():
 def test_spawn_refuses_bad_arguments_before_any_process_starts(kwargs, error, name, monkeypatch):
     monkeypatch.setattr(launch.mp, "get_context", lambda *a: pytest.fail("a process started"))
     with pytest.raises(error, match=name):
-        launch.spawn(launch.hello, 2, **kwargs)
+        launch.spawn(hello, 2, **kwargs)
 
 
 def _ignore_sigterm():

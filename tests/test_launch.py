@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import torch.distributed as dist
+from workers import hello
 
 from gpudl.parallel.launch import (
     WorkerError,
     default_backend,
-    hello,
     rank0_print,
     run_under_torchrun,
     spawn,

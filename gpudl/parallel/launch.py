@@ -49,7 +49,6 @@ __all__ = [
     "WorkerError",
     "default_backend",
     "device_and_sync",
-    "hello",
     "rank0_print",
     "run_under_torchrun",
     "spawn",
@@ -92,11 +91,6 @@ def default_backend(world_size: int) -> str:
     ):
         return "nccl"
     return "gloo"
-
-
-def hello(rank: int, world_size: int) -> tuple[int, int, str]:
-    """The smallest worker: each rank says who it is and which backend its group uses."""
-    return rank, world_size, dist.get_backend()
 
 
 def rank0_print(*args: Any, **kwargs: Any) -> None:
