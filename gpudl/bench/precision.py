@@ -19,7 +19,7 @@ import torch
 from gpudl.bench import row
 from gpudl.bench.matmul import MLP_BATCH, MLP_SIZES
 from gpudl.bench.timing import Timing, fp32_matmuls, time_cpu, time_cuda
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_int
 from gpudl.estimate import mfu, training_flops
 
 __all__ = ["BARS", "DTYPES", "matmul_timing", "measured_matmul_flops", "run"]
@@ -38,10 +38,7 @@ def matmul_timing(n: int, dtype: str = "float32", repeats: int = 5) -> Timing:
     of ``repeats`` runs."""
     size = check_int("n", n, 1)
     runs = check_int("repeats", repeats, 1)
-    if not isinstance(dtype, str):
-        raise TypeError(f"dtype must be a str such as 'float32', got {type(dtype).__name__}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    check_choice("dtype", dtype, DTYPES)
     on_gpu = backend.name() == "cuda"
     generator = torch.Generator().manual_seed(size)
     a, b = (torch.randn(size, size, generator=generator).to(DTYPES[dtype])

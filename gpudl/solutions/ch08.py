@@ -26,7 +26,7 @@ import numpy as np
 from numba import cuda, float32
 
 from gpudl import registry
-from gpudl.checks import check_bool, check_float32_array
+from gpudl.checks import check_bool, check_choice, check_float32_array
 from gpudl.estimate import ridge_point
 from gpudl.hardware import spec
 from gpudl.kernels import attention as attention_kernels
@@ -257,9 +257,7 @@ def lane_of(matrix: str, row: int, col: int) -> tuple[int, int, int]:
     "b" 16 x 8, "c" 16 x 8) in an m16n8k16 mma (exercise 2): ``half`` is 0 for the low 16 bits
     of a bf16 pair, 1 for the high; always 0 for C's float registers."""
     shapes = {"a": (16, 16), "b": (16, 8), "c": (16, 8)}
-    if matrix not in shapes:
-        raise ValueError(f"matrix must be one of {list(shapes)}, got {matrix!r}")
-    rows, cols = shapes[matrix]
+    rows, cols = shapes[check_choice("matrix", matrix, shapes)]
     if not (0 <= row < rows and 0 <= col < cols):
         raise ValueError(f"({row}, {col}) is outside {matrix}'s {rows} x {cols}")
     if matrix == "a":  # registers: rows g, g + 8, g, g + 8; columns 2t.., 2t.., 2t+8.., 2t+8..
