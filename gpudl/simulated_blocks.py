@@ -74,8 +74,9 @@ class Worker(threading.Thread):
 
     While it runs a task it carries what the simulator's kernel API asks of the current
     thread: ``blockIdx``, ``threadIdx``, ``thread_id``, ``syncthreads`` (and, through
-    :class:`SimulatedBlock`, ``abort`` and ``exception``). Attributes a task sets on it (a
-    tracer's counters) are removed when the task ends, as if the thread had ended."""
+    :class:`SimulatedBlock`, ``abort`` and ``exception``). State that code running in a task
+    keeps on the current thread under a ``_gpudl_`` name (the tracer's counters) is removed
+    before the next task, as if each simulated thread had a thread of its own."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True, name=f"gpudl-simulated-{_created[0]}")
@@ -85,7 +86,6 @@ class Worker(threading.Thread):
         self.blockIdx = self.threadIdx = None
         self.thread_id = -1
         self.exception: tuple | None = None
-        self._own = set(vars(self)) | {"_own"}
 
     @property
     def abort(self) -> bool:
@@ -118,7 +118,7 @@ class Worker(threading.Thread):
         """Run the simulated thread at ``point`` of ``block`` and record its exception."""
         from numba.cuda.simulator.kernelapi import Dim3
 
-        for key in [k for k in vars(self) if k not in self._own]:
+        for key in [k for k in vars(self) if k.startswith("_gpudl_")]:
             delattr(self, key)
         self.threadIdx = Dim3(*point)
         self.blockIdx = block.block_index
