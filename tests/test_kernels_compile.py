@@ -7,6 +7,7 @@ them. One process compiles everything once; skipped, with the reason, where the 
 pieces are missing."""
 
 import ast
+import importlib
 import json
 import re
 from pathlib import Path
@@ -80,6 +81,16 @@ def test_the_registry_and_the_ptx_command_list_the_same_kernels():
     assert modules == set(registry.kernel_modules())
     for name, entry in kernels.items():
         assert entry.builds and entry.section, name
+
+
+def test_every_reference_a_kernel_names_is_a_function_of_the_package():
+    kernels = registry.load_all()
+    named = {name: entry.reference for name, entry in kernels.items() if entry.reference}
+    assert len(named) >= 40
+    for name, reference in named.items():
+        module, _, function = reference.rpartition(".")
+        assert module.startswith("gpudl.") and callable(
+            getattr(importlib.import_module(module), function)), (name, reference)
 
 
 @pytest.mark.parametrize(("call", "error", "match"), [

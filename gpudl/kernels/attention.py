@@ -216,7 +216,7 @@ _FUSED_SIGNATURE = ("void(float32[:, :, ::1], float32[:, :, ::1], float32[:, :, 
 @registry.factory("attention_v2_fused",
                   [((d, causal), _FUSED_SIGNATURE) for d, causal in ((16, False), (64, True),
                                                                       (128, True))],
-                  threads_per_block=TILE * TILE)
+                  threads_per_block=TILE * TILE, reference="gpudl.kernels.attention.reference")
 @functools.cache
 def fused_kernel(d: int, causal: bool) -> Any:
     """The fused kernel for head size ``d``, causal or not, compiled once per pair: shared

@@ -71,7 +71,8 @@ def reference_backward(dy: np.ndarray, x: np.ndarray, b: np.ndarray) -> np.ndarr
 # One pass, grid-stride over the elements (row-major): each thread reads x[i, j] and b[j],
 # and writes y[i, j]. Neighbouring threads touch neighbouring words (coalesced), and b is a
 # row's worth of words that the cache serves to every row.
-@registry.kernel("bias_gelu_forward", "void(float32[:, ::1], float32[::1], float32[:, ::1])")
+@registry.kernel("bias_gelu_forward", "void(float32[:, ::1], float32[::1], float32[:, ::1])",
+                 reference="gpudl.kernels.bias_gelu.reference")
 @cuda.jit
 def _forward_kernel(x, b, y):
     for idx in range(cuda.grid(1), x.size, cuda.gridsize(1)):
@@ -83,7 +84,8 @@ def _forward_kernel(x, b, y):
 # The backward pass recomputes z = x + b rather than reading a stored copy, and writes
 # dx = dy * (Phi(z) + z phi(z)) in the same single pass.
 @registry.kernel("bias_gelu_backward",
-                 "void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1])")
+                 "void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1])",
+                 reference="gpudl.kernels.bias_gelu.reference_backward")
 @cuda.jit
 def _backward_kernel(dy, x, b, dx):
     for idx in range(cuda.grid(1), x.size, cuda.gridsize(1)):

@@ -99,7 +99,8 @@ def reference_unpack(bucket: np.ndarray, sizes: Sequence[int]) -> list[np.ndarra
 # and stores are coalesced; but a model has many small tensors (a bias has a few hundred
 # elements), and each launch costs several microseconds of CPU time and a grid of its own,
 # mostly idle threads: for small tensors the launches, not the bytes, set the time.
-@registry.kernel("buckets_pack_one", "void(float32[::1], float32[::1], int64, float32)")
+@registry.kernel("buckets_pack_one", "void(float32[::1], float32[::1], int64, float32)",
+                 reference="gpudl.kernels.buckets.reference_pack")
 @cuda.jit
 def _pack_one(grad, bucket, start, scale):
     i = cuda.grid(1)
@@ -107,7 +108,8 @@ def _pack_one(grad, bucket, start, scale):
         bucket[start + i] = grad[i] * scale
 
 
-@registry.kernel("buckets_unpack_one", "void(float32[::1], float32[::1], int64)")
+@registry.kernel("buckets_unpack_one", "void(float32[::1], float32[::1], int64)",
+                 reference="gpudl.kernels.buckets.reference_unpack")
 @cuda.jit
 def _unpack_one(bucket, grad, start):
     i = cuda.grid(1)
@@ -157,7 +159,8 @@ def _tensor_of(starts, j):
                  "void(UniTuple(float32[::1], 32), UniTuple(int64, 33), float32[::1], float32)",
                  "void(UniTuple(float32[::1], 4), UniTuple(int64, 5), float32[::1], float32)",
                  "void(UniTuple(float32[::1], 5), UniTuple(int64, 6), float32[::1], float32)",
-                 "void(UniTuple(float32[::1], 7), UniTuple(int64, 8), float32[::1], float32)")
+                 "void(UniTuple(float32[::1], 7), UniTuple(int64, 8), float32[::1], float32)",
+                 reference="gpudl.kernels.buckets.reference_pack")
 @cuda.jit
 def _pack_multi(grads, starts, bucket, scale):
     first = starts[0]
@@ -172,7 +175,8 @@ def _pack_multi(grads, starts, bucket, scale):
                  "void(float32[::1], UniTuple(int64, 3), UniTuple(float32[::1], 2))",
                  "void(float32[::1], UniTuple(int64, 5), UniTuple(float32[::1], 4))",
                  "void(float32[::1], UniTuple(int64, 6), UniTuple(float32[::1], 5))",
-                 "void(float32[::1], UniTuple(int64, 8), UniTuple(float32[::1], 7))")
+                 "void(float32[::1], UniTuple(int64, 8), UniTuple(float32[::1], 7))",
+                 reference="gpudl.kernels.buckets.reference_unpack")
 @cuda.jit
 def _unpack_multi(bucket, starts, grads):
     first = starts[0]

@@ -207,7 +207,8 @@ def store_row(row, acc, divisor):
 # batch x heads blocks: at batch 1 too few to keep a large GPU's SMs busy.
 @registry.kernel("decode_v1_one_block_per_head",
                  "void(float32[:, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
-                 "int32[::1], float32[:, :, ::1], float32)", threads_per_block=TILE)
+                 "int32[::1], float32[:, :, ::1], float32)", threads_per_block=TILE,
+                 reference="gpudl.kernels.decode.reference")
 @cuda.jit
 def v1_one_block_per_head(q, k_cache, v_cache, lengths, o, scale):
     partial = cuda.shared.array((TILE, TILE_PADDED), float32)
@@ -236,7 +237,8 @@ def v1_one_block_per_head(q, k_cache, v_cache, lengths, o, scale):
 @registry.kernel("decode_v2_split_kv",
                  "void(float32[:, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
                  "int32[::1], float32[:, :, ::1], float32[:, :, ::1], float32[:, :, :, ::1], "
-                 "int32, float32)", threads_per_block=TILE)
+                 "int32, float32)", threads_per_block=TILE,
+                 reference="gpudl.kernels.decode.reference")
 @cuda.jit
 def v2_split_kv(q, k_cache, v_cache, lengths, part_m, part_l, part_acc, split_size, scale):
     partial = cuda.shared.array((TILE, TILE_PADDED), float32)

@@ -42,7 +42,8 @@ DEFAULT_WORK = backend.pick(gpu=2048, sim=16)
 # lanes masked off, costing c0 + c1. With "warp" each warp's 32 threads agree: half the
 # warps cost c0 and half c1, (c0 + c1) / 2 on average. When issuing instructions is the
 # bottleneck (the loops touch no memory), parity mode takes about twice as long.
-@registry.kernel("divergence_paths", "void(int64[::1], boolean, int64)")
+@registry.kernel("divergence_paths", "void(int64[::1], boolean, int64)",
+                 reference="gpudl.kernels.divergence.reference_divergence")
 @cuda.jit
 def _divergence_kernel(out, by_warp, work):
     i = cuda.grid(1)

@@ -70,7 +70,7 @@ def reference_vector_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # threads of the last block that fall past the end must do nothing, hence the bounds check.
 # Neighbouring threads read neighbouring elements, so each warp's loads are coalesced.
 @registry.kernel("vector_add_v1", "void(float32[::1], float32[::1], float32[::1])",
-                 threads_per_block=256)
+                 threads_per_block=256, reference="gpudl.kernels.elementwise.reference_vector_add")
 @cuda.jit
 def v1_naive(a, b, out):
     i = cuda.grid(1)
@@ -86,7 +86,7 @@ def v1_naive(a, b, out):
 # memory-bound kernel cannot beat the copy bandwidth, so the gain is small: v2 should be
 # at least as fast as v1 and close to the bandwidth of a plain copy.
 @registry.kernel("vector_add_v2", "void(float32[::1], float32[::1], float32[::1])",
-                 threads_per_block=256)
+                 threads_per_block=256, reference="gpudl.kernels.elementwise.reference_vector_add")
 @cuda.jit
 def v2_grid_stride(a, b, out):
     start = cuda.grid(1)
@@ -110,7 +110,7 @@ VECTORS = 2
 # bytes in flight. Unsigned indices, compared with an unsigned size, drop the instructions
 # that handle Python's negative indices. Only the last block needs the per-element test.
 @registry.kernel("vector_add_v3_k_loads", "void(float32[::1], float32[::1], float32[::1])",
-                 threads_per_block=256)
+                 threads_per_block=256, reference="gpudl.kernels.elementwise.reference_vector_add")
 @cuda.jit
 def v3_k_loads(a, b, out):
     n = uint64(out.size)
@@ -137,7 +137,7 @@ def v3_k_loads(a, b, out):
 # 16-byte boundary (checked by the launcher); the last n % 4 elements, which do not fill a
 # vector, are added one per thread by the first threads of the grid.
 @registry.kernel("vector_add_v4_vector4", "void(float32[::1], float32[::1], float32[::1])",
-                 threads_per_block=256)
+                 threads_per_block=256, reference="gpudl.kernels.elementwise.reference_vector_add")
 @cuda.jit
 def v4_vector4(a, b, out):
     n = uint64(out.size)
@@ -211,7 +211,7 @@ def reference_saxpy(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 # One thread per element, as in v1_naive, with one multiply more: SAXPY moves the same 12
 # bytes per element as vector add for 2 flops, so its speed is set by memory bandwidth.
 @registry.kernel("saxpy_v1", "void(float32, float32[::1], float32[::1], float32[::1])",
-                 threads_per_block=256)
+                 threads_per_block=256, reference="gpudl.kernels.elementwise.reference_saxpy")
 @cuda.jit
 def saxpy_kernel(alpha, x, y, out):
     i = cuda.grid(1)
@@ -227,7 +227,7 @@ def launch_saxpy(alpha: float, x: Array, y: Array, out: Array, threads_per_block
 
 # saxpy_k_loads: SAXPY with vector add v3's K loads per input in flight per thread.
 @registry.kernel("saxpy_v2_k_loads", "void(float32, float32[::1], float32[::1], float32[::1])",
-                 threads_per_block=256)
+                 threads_per_block=256, reference="gpudl.kernels.elementwise.reference_saxpy")
 @cuda.jit
 def saxpy_k_loads(alpha, x, y, out):
     n = uint64(out.size)

@@ -142,7 +142,8 @@ def _load(x, i):
 # stopped, so repeated launches over the HBM working set keep reaching lines that no earlier
 # launch left in L2. Between two loads there is only the address computation, as in a
 # pointer chase written in CUDA C: a few cycles, part of every hop's time on every level.
-@registry.kernel("hierarchy_chase", "void(int32[::1], int64, int32[::1])")
+@registry.kernel("hierarchy_chase", "void(int32[::1], int64, int32[::1])",
+                 reference="gpudl.kernels.hierarchy.reference_chase")
 @cuda.jit
 def _chase_kernel(chain, steps, pos):
     j = pos[0]
@@ -154,7 +155,8 @@ def _chase_kernel(chain, steps, pos):
 # The same chase inside shared memory: the block first copies the chain into dynamic shared
 # memory (all its threads, coalesced), then thread 0 alone chases it. Shared memory has no
 # lines and no cache in front of it, so every hop costs the same.
-@registry.kernel("hierarchy_shared_chase", "void(int32[::1], int64, int32[::1])")
+@registry.kernel("hierarchy_shared_chase", "void(int32[::1], int64, int32[::1])",
+                 reference="gpudl.kernels.hierarchy.reference_chase")
 @cuda.jit
 def _shared_chase_kernel(chain, steps, pos):
     s = cuda.shared.array(0, dtype=int32)
@@ -246,7 +248,8 @@ def grid_blocks() -> int:
 # repetition thread g takes the part of the array that thread g + B took in the previous one
 # (B: threads per block), so an SM does not find its previous repetition's data in its own
 # L1 and the reads are served by L2.
-@registry.kernel("hierarchy_read", "void(float32[::1], float32[::1], int64)")
+@registry.kernel("hierarchy_read", "void(float32[::1], float32[::1], int64)",
+                 reference="gpudl.kernels.hierarchy.reference_read_sums")
 @cuda.jit
 def _read_kernel(a, out, reps):
     g = cuda.grid(1)
@@ -325,7 +328,8 @@ _PER_THREAD = SHARED_WORDS // THREADS  # words each thread reads per iteration
 # arithmetic between them. The base moves each iteration, or the compiler would load the
 # words once and reuse them from registers; one sum is written per thread so that no load
 # is dead. Launch with exactly THREADS threads per block.
-@registry.kernel("hierarchy_shared_read", "void(float32[::1], float32[::1], int64)")
+@registry.kernel("hierarchy_shared_read", "void(float32[::1], float32[::1], int64)",
+                 reference="gpudl.kernels.hierarchy.reference_shared_sums")
 @cuda.jit
 def _shared_read_kernel(src, out, iters):
     s = cuda.shared.array(_SHARED_ARRAY, dtype=float32)

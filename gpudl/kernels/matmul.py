@@ -103,7 +103,7 @@ def flops(m: int, k: int, n: int) -> int:
 # is read from global memory (or the caches) once per output that uses it: 2 K loads per
 # 2 K flops.
 @registry.kernel("matmul_v1_naive", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
-                 threads_per_block=NAIVE_X * NAIVE_Y)
+                 threads_per_block=NAIVE_X * NAIVE_Y, reference="gpudl.kernels.matmul.reference")
 @cuda.jit
 def v1_naive(a, b, c):
     row = cuda.blockIdx.x * NAIVE_X + cuda.threadIdx.x
@@ -121,7 +121,7 @@ def v1_naive(a, b, c):
 # write of C. The same loads in far fewer sectors: v1 fetched a 32-byte sector for every 4
 # useful bytes of A and of C; v2 uses every byte it fetches.
 @registry.kernel("matmul_v2_coalesced", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
-                 threads_per_block=NAIVE_X * NAIVE_Y)
+                 threads_per_block=NAIVE_X * NAIVE_Y, reference="gpudl.kernels.matmul.reference")
 @cuda.jit
 def v2_coalesced(a, b, c):
     row = cuda.blockIdx.y * NAIVE_Y + cuda.threadIdx.y
@@ -154,7 +154,7 @@ def _load_tile(tile, src, row0, col0, t, threads):
 # one; the cost is two syncthreads per slab and two shared loads per FMA.
 # Partial tiles at the edges are zero-filled, so M, N and K need not be multiples of TILE.
 @registry.kernel("matmul_v3_tiled", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
-                 threads_per_block=TILE * TILE)
+                 threads_per_block=TILE * TILE, reference="gpudl.kernels.matmul.reference")
 @cuda.jit
 def v3_tiled(a, b, c):
     a_tile = cuda.shared.array((TILE, TILE), float32)
@@ -182,7 +182,7 @@ def v3_tiled(a, b, c):
 # 64 outputs instead of 16.
 @registry.kernel("matmul_v4_register_1d",
                  "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
-                 threads_per_block=V4_THREADS)
+                 threads_per_block=V4_THREADS, reference="gpudl.kernels.matmul.reference")
 @cuda.jit
 def v4_register_1d(a, b, c):
     a_tile = cuda.shared.array((V4_BM, V4_BK), float32)
@@ -222,7 +222,7 @@ def v4_register_1d(a, b, c):
 # registers (ptxas 12.9, sm_90: 157 registers instead of 126: one block per SM, not two).
 @registry.kernel("matmul_v5_register_2d",
                  "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
-                 threads_per_block=V5_THREADS)
+                 threads_per_block=V5_THREADS, reference="gpudl.kernels.matmul.reference")
 @cuda.jit
 def v5_register_2d(a, b, c):
     a_tile = cuda.shared.array((V5_BM, V5_BK), float32)

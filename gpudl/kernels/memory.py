@@ -85,7 +85,8 @@ def reference_copy_offset(x: np.ndarray, offset: int) -> np.ndarray:
 # starts on a 128-byte boundary (the allocation is 256-byte aligned and each warp starts at a
 # multiple of 32 words), so a warp's read is one request for 4 sectors of 32 bytes, all used.
 # Every other copy here moves the same bytes out and is measured against this one.
-@registry.kernel("copy_v1", "void(float32[::1], float32[::1])", threads_per_block=THREADS_PER_BLOCK)
+@registry.kernel("copy_v1", "void(float32[::1], float32[::1])", threads_per_block=THREADS_PER_BLOCK,
+                 reference="gpudl.kernels.memory.reference_copy")
 @cuda.jit
 def copy_kernel(x, out):
     i = cuda.grid(1)
@@ -99,7 +100,8 @@ def copy_kernel(x, out):
 # Unsigned indices against an unsigned size (as in elementwise.v3_k_loads); only the last
 # block tests each element.
 @registry.kernel("copy_v2_k_loads", "void(float32[::1], float32[::1])",
-                 threads_per_block=THREADS_PER_BLOCK)
+                 threads_per_block=THREADS_PER_BLOCK,
+                 reference="gpudl.kernels.memory.reference_copy")
 @cuda.jit
 def copy_k_loads(x, out):
     n = uint64(out.size)
@@ -122,7 +124,8 @@ def copy_k_loads(x, out):
 # (gpudl.kernels.wide): VECTORS vectors of 4 floats per thread, then a scalar tail of the
 # last n % 4 elements. Both arrays must start on a 16-byte boundary.
 @registry.kernel("copy_v3_vector4", "void(float32[::1], float32[::1])",
-                 threads_per_block=THREADS_PER_BLOCK)
+                 threads_per_block=THREADS_PER_BLOCK,
+                 reference="gpudl.kernels.memory.reference_copy")
 @cuda.jit
 def copy_vector4(x, out):
     n = uint64(out.size)
@@ -148,7 +151,8 @@ def copy_vector4(x, out):
 # apart: stride 2 spreads them over 8 sectors (half of each sector wasted), stride 8 or more
 # puts every lane in a sector of its own (32 sectors, 28 of every 32 bytes fetched for
 # nothing). The writes stay coalesced, so the slowdown is the price of uncoalesced reads.
-@registry.kernel("copy_strided", "void(float32[::1], float32[::1], int64)")
+@registry.kernel("copy_strided", "void(float32[::1], float32[::1], int64)",
+                 reference="gpudl.kernels.memory.reference_copy_strided")
 @cuda.jit
 def copy_strided_kernel(x, out, stride):
     i = cuda.grid(1)
@@ -162,7 +166,8 @@ def copy_strided_kernel(x, out, stride):
 # misalignment costs far less than striding.
 @registry.kernel("copy_offset",
                  "void(float32[::1], float32[::1], int32)",
-                 "void(float32[::1], float32[::1], int64)")
+                 "void(float32[::1], float32[::1], int64)",
+                 reference="gpudl.kernels.memory.reference_copy_offset")
 @cuda.jit
 def copy_offset_kernel(x, out, offset):
     i = cuda.grid(1)

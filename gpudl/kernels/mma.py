@@ -246,7 +246,8 @@ def check_tensor_cores() -> None:
 # and C by the layout of the module docstring, and stores its four values of D in the same
 # places of C's layout.
 @registry.kernel("warp_mma",
-                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1])")
+                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1], float32[:, ::1])",
+                 reference="gpudl.kernels.mma.reference")
 @cuda.jit
 def warp_mma(a_words, b_words, c, d):
     lane = cuda.threadIdx.x

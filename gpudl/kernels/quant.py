@@ -168,7 +168,8 @@ def warp_sum(sums, acc):
 # w[o, l], w[o, l + 32], ... (128 consecutive bytes per warp request), adds its products,
 # and lane 0 adds the 32 lanes' sums from shared memory. A decode step's product at batch 1:
 # every weight is read once for two flops.
-@registry.kernel("quant_v1_gemv", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])")
+@registry.kernel("quant_v1_gemv", "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])",
+                 reference="gpudl.kernels.quant.reference")
 @cuda.jit
 def v1_gemv(x, w, y):
     sums = cuda.shared.array(WARP, float32)
@@ -192,7 +193,8 @@ def v1_gemv(x, w, y):
 # never exists in memory. A warp request is 32 consecutive bytes: the kernel moves a
 # quarter of the bytes of a float32 product and none of v1's float32 W~.
 @registry.kernel("quant_v2_dequantize_in_registers",
-                 "void(float32[:, ::1], int8[:, ::1], float32[::1], float32[:, ::1])")
+                 "void(float32[:, ::1], int8[:, ::1], float32[::1], float32[:, ::1])",
+                 reference="gpudl.kernels.quant.reference")
 @cuda.jit
 def v2_dequantize_in_registers(x, q, scale, y):
     sums = cuda.shared.array(WARP, float32)

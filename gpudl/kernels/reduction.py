@@ -88,7 +88,8 @@ def reference_sum(x: Array) -> float:
 # v1_atomic: one thread per element, each adding its element straight into one global
 # accumulator. Correct, but every addition is a read-modify-write of the same address, which
 # the memory system serialises: n additions one after another, however many threads wait.
-@registry.kernel("reduce_v1_atomic", "void(float32[::1], float32[::1])", threads_per_block=TPB)
+@registry.kernel("reduce_v1_atomic", "void(float32[::1], float32[::1])", threads_per_block=TPB,
+                 reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v1_atomic(x, out):
     i = cuda.grid(1)
@@ -101,7 +102,8 @@ def v1_atomic(x, out):
 # partial sum. Interleaved addressing: at step s the threads with tid % (2 * s) == 0 work,
 # so every warp keeps running with most of its lanes idle (divergence), and the modulo
 # itself is slow. Better than v1: n / 256 global writes instead of n serialised atomics.
-@registry.kernel("reduce_v2_interleaved", "void(float32[::1], float32[::1])", threads_per_block=TPB)
+@registry.kernel("reduce_v2_interleaved", "void(float32[::1], float32[::1])", threads_per_block=TPB,
+                 reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v2_interleaved(x, partials):
     shared = cuda.shared.array(TPB, float32)
@@ -134,7 +136,8 @@ def _tree_sequential(shared, tid):
 # shared[tid + s] onto shared[tid]. The working threads are contiguous, so whole warps are
 # either busy or idle (no divergence until fewer than 32 remain), and the 32 lanes of a warp
 # touch 32 consecutive words, one per shared-memory bank (no bank conflicts).
-@registry.kernel("reduce_v3_sequential", "void(float32[::1], float32[::1])", threads_per_block=TPB)
+@registry.kernel("reduce_v3_sequential", "void(float32[::1], float32[::1])", threads_per_block=TPB,
+                 reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v3_sequential(x, partials):
     shared = cuda.shared.array(TPB, float32)
@@ -163,7 +166,7 @@ def _thread_sum(x):
 # work is now plain loads and adds in registers; the tree and its syncthreads run once per
 # thread instead of once per 256 elements, and the second pass has only grid-size partials.
 @registry.kernel("reduce_v4_first_add_grid_stride", "void(float32[::1], float32[::1])",
-                 threads_per_block=TPB)
+                 threads_per_block=TPB, reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v4_first_add_grid_stride(x, partials):
     shared = cuda.shared.array(TPB, float32)
@@ -204,7 +207,7 @@ def _tree_warp_shuffle(shared, tid):
 # last five steps need neither shared memory nor a block-wide syncthreads (and warps 1 to 7
 # can leave early).
 @registry.kernel("reduce_v5_warp_shuffle", "void(float32[::1], float32[::1])",
-                 threads_per_block=TPB)
+                 threads_per_block=TPB, reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v5_warp_shuffle(x, partials):
     shared = cuda.shared.array(TPB, float32)
@@ -219,7 +222,8 @@ def v5_warp_shuffle(x, partials):
 # v6_one_pass_atomic: v5, but each block adds its partial sum to the result with a single
 # atomic instead of writing it out for another launch. One launch reads the data once; the
 # grid-size atomics on one address are few enough not to matter (unlike v1's n of them).
-@registry.kernel("reduce_v6", "void(float32[::1], float32[::1])", threads_per_block=TPB)
+@registry.kernel("reduce_v6", "void(float32[::1], float32[::1])", threads_per_block=TPB,
+                 reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v6_one_pass_atomic(x, out):
     shared = cuda.shared.array(TPB, float32)
@@ -271,7 +275,7 @@ def _thread_sum_in_flight(x):
 # in CUDA's threadFenceReduction sample.
 @registry.kernel("reduce_v7_last_block",
                  "void(float32[::1], float32[::1], float32[::1], int32[::1])",
-                 threads_per_block=TPB)
+                 threads_per_block=TPB, reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v7_last_block(x, out, partials, arrived):
     shared = cuda.shared.array(TPB, float32)

@@ -140,7 +140,8 @@ def packed(x: Array, transpose: bool = False) -> Array:
 # running sums. A warp whose tile lies wholly outside C skips the loop as one (every lane of
 # a warp must take part in an mma).
 @registry.kernel("tensor_core_v1_warp_tiles",
-                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1])", threads_per_block=THREADS)
+                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1])", threads_per_block=THREADS,
+                 reference="gpudl.kernels.tensor_core_matmul.reference")
 @cuda.jit
 def v1_warp_tiles(a, bt, c):
     lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
@@ -176,7 +177,8 @@ def v1_warp_tiles(a, bt, c):
 # reads word t (or t + 4) of row g (or g + 8) of a slab: 8 words per row, so the 32 lanes hit
 # 32 different banks. Each A fragment serves four mmas, each B fragment two.
 @registry.kernel("tensor_core_v2_shared_tiles",
-                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1])", threads_per_block=THREADS)
+                 "void(uint32[:, ::1], uint32[:, ::1], float32[:, ::1])", threads_per_block=THREADS,
+                 reference="gpudl.kernels.tensor_core_matmul.reference")
 @cuda.jit
 def v2_shared_tiles(a, bt, c):
     a_s = cuda.shared.array((BM, WORDS), uint32)
