@@ -262,33 +262,26 @@ def test_every_page_has_one_search_box_a_favicon_and_search_snippets_without_tex
 
 
 def test_chapter_1_shows_each_launched_kernel_s_registers_and_occupancy(html_dir):
-    """One row per kernel that declares its block size, with the registers gpudl.resources
-    stored for sm_80 and the occupancy gpudl.hardware.occupancy gives them, in both editions."""
+    """One row per kernel that declares its block size (per build, for a factory's), with the
+    registers gpudl.resources stored for sm_80 and the exact occupancy gpudl.hardware.occupancy
+    gives them, in both editions."""
     from gpudl import registry, resources
     from gpudl.hardware import occupancy
+    from gpudl_tables import occupancy_text
 
+    assert [occupancy_text(x) for x in (1.0, 0.4375, 0.625, 0.5)] == ["1", "0.4375", "0.625",
+                                                                       "0.5"]
     kernels = registry.load_all()
-    rows = {r["kernel"]: r["sm_80"] for r in reversed(resources.load()["kernels"])}
-    launched = [name for name in rows if kernels[name].threads_per_block]
-    assert len(launched) >= 20
+    rows = [r for r in resources.load()["kernels"] if kernels[r["kernel"]].threads_per_block]
+    assert len(rows) >= 20 and any(r["arguments"] for r in rows)
     for page in (html_dir / "book" / "ch01-hardware.html",
                  html_dir / "zh_CN" / "book" / "ch01-hardware.html"):
         text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text()))
-        for name in launched:
-            sm80, tpb = rows[name], kernels[name].threads_per_block
+        for r in rows:
+            sm80, tpb = r["sm_80"], kernels[r["kernel"]].threads_per_block
             o = occupancy(tpb, sm80["registers"], sm80["shared_bytes"], (8, 0))
+            name = r["kernel"] + ("" if r["arguments"] is None else
+                                  f"({', '.join(map(str, r['arguments']))})")
             row = (f"{name} {tpb} {sm80['registers']} {sm80['shared_bytes']:,} B "
-                   f"{o.blocks_per_sm} {o.occupancy:.2f}")
+                   f"{o.blocks_per_sm} {occupancy_text(o.occupancy)}")
             assert row in text, (page.name, row)
-
-
-def test_listings_drop_the_kernel_registry_s_decorators_and_keep_the_kernel():
-    from gpudl_sphinx import strip_registration
-
-    code = ('# v1: one thread per element\n@registry.kernel("k_v1", "void(float32[::1], "\n'
-            '                 "float32[::1])", threads_per_block=(256))\n@cuda.jit\n'
-            'def v1(a, out):\n    out[0] = a[0]\n')
-    assert strip_registration(code) == ("# v1: one thread per element\n@cuda.jit\n"
-                                        "def v1(a, out):\n    out[0] = a[0]\n")
-    text = listing_text(ROOT / "gpudl" / "kernels" / "elementwise.py", {"pyobject": "v1_naive"})
-    assert "registry" not in text and text.startswith("@cuda.jit\ndef v1_naive(")

@@ -71,13 +71,18 @@ class SpecsTable(SphinxDirective):
 
 
 KERNEL_HEADERS_ZH = {
-    "kernel": "核函数", "threads per block": "每个线程块的线程数",
-    "registers per thread": "每个线程的寄存器数",
-    "shared memory per block": "每个线程块的共享内存", "blocks per SM": "每个 SM 的线程块数",
-    "occupancy": "占用率", "limited by": "受限于",
+    "kernel": "核函数", "threads / block": "线程数/块", "registers / thread": "寄存器/线程",
+    "shared memory / block": "共享内存/块", "blocks / SM": "块数/SM", "occupancy": "占用率",
+    "limited by": "限制",
 }
 LIMITS_ZH = {"warps": "线程束", "blocks": "线程块", "registers": "寄存器",
              "shared_memory": "共享内存"}
+
+
+def occupancy_text(value: float) -> str:
+    """An occupancy as its exact decimal (a multiple of 1/64: 0.4375, not 0.44), no trailing
+    zeros."""
+    return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
 class KernelRegisters(SphinxDirective):
@@ -93,24 +98,27 @@ class KernelRegisters(SphinxDirective):
 
         kernels = registry.load_all()
         stored = resources.load()
-        header = ("kernel", "threads per block", "registers per thread",
-                  "shared memory per block", "blocks per SM", "occupancy", "limited by")
+        header = ("kernel", "threads / block", "registers / thread", "shared memory / block",
+                  "blocks / SM", "occupancy", "limited by")
         zh = self.config.language == "zh_CN"
         if zh:
             header = tuple(KERNEL_HEADERS_ZH[h] for h in header)
         rows, seen = [], set()
-        for row in stored["kernels"]:
+        for row in stored["kernels"]:  # one row per kernel, or per build of a factory
             entry = kernels.get(row["kernel"])
-            if entry is None or entry.threads_per_block is None or row["kernel"] in seen:
+            build = (row["kernel"], None if row["arguments"] is None else tuple(row["arguments"]))
+            if entry is None or entry.threads_per_block is None or build in seen:
                 continue
-            seen.add(row["kernel"])
+            seen.add(build)
             sm80 = row["sm_80"]
             o = occupancy(entry.threads_per_block, sm80["registers"], sm80["shared_bytes"],
                           (8, 0))
             limit = LIMITS_ZH.get(o.limit, o.limit) if zh else o.limit
-            rows.append((f"`{row['kernel']}`", entry.threads_per_block, sm80["registers"],
+            name = row["kernel"] if build[1] is None else (
+                f"{row['kernel']}({', '.join(map(str, build[1]))})")
+            rows.append((f"`{name}`", entry.threads_per_block, sm80["registers"],
                          f"{sm80['shared_bytes']:,} B", o.blocks_per_sm,
-                         f"{o.occupancy:.2f}", limit))
+                         occupancy_text(o.occupancy), limit))
         if not rows:
             raise self.error("no registered kernel declares threads_per_block")
         return _table(self, header, rows, str(resources.RESOURCES))
