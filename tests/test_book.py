@@ -265,9 +265,10 @@ def test_chapter_1_shows_each_launched_kernel_s_registers_and_occupancy(html_dir
     """One row per kernel that declares its block size (per build, for a factory's), with the
     registers gpudl.resources stored for sm_80 and the exact occupancy gpudl.hardware.occupancy
     gives them, in both editions."""
+    from gpudl_tables import occupancy_text
+
     from gpudl import registry, resources
     from gpudl.hardware import occupancy
-    from gpudl_tables import occupancy_text
 
     assert [occupancy_text(x) for x in (1.0, 0.4375, 0.625, 0.5)] == ["1", "0.4375", "0.625",
                                                                        "0.5"]
