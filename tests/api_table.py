@@ -949,6 +949,7 @@ def _degrees():
 add(f"{_PAR}.degrees.ParallelDegrees.check_world_size", lambda: dict(world_size=2),
     method("ParallelDegrees", _degrees, "check_world_size"), world_size=COUNT.more((), (3,)),
     aliases={"world_size": ("world size",)})
+none(f"{_PAR}.degrees.ParallelDegrees.device_mesh", IN_GROUP)
 add(f"{_PAR}.degrees.ParallelDegrees.check_divides",
     lambda: dict(degree="data", what="the batch size", size=8),
     method("ParallelDegrees", _degrees, "check_divides"),

@@ -40,3 +40,12 @@ def test_each_degree_must_divide_what_it_splits():
         degrees.check_divides("tensor", "heads", 6)
     with pytest.raises(ValueError, match=r"the batch \(7\) .* data-parallel degree \(2\)"):
         degrees.check_divides("data", "the batch", 7)
+
+
+@pytest.mark.parametrize(("dims", "error", "match"), [
+    ((), TypeError, "non-empty tuple"), (["data"], TypeError, "tuple"),
+    (("model",), ValueError, "dims\\[0\\]"), (("data", "data"), ValueError, "each degree once"),
+    (("data",), RuntimeError, "inside a rank")])  # (no process group in the test process)
+def test_device_mesh_checks_its_dims_and_needs_a_process_group(dims, error, match):
+    with pytest.raises(error, match=match):
+        ParallelDegrees(data=2).device_mesh("cpu", dims)

@@ -27,7 +27,6 @@ import logging
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module
 
@@ -111,7 +110,7 @@ def fsdp_worker(rank: int, world_size: int, config: EncoderConfig, batch: int, s
     device, _ = device_and_sync()
     model = make_encoder(config, dtype=dtype).to(device)
     full_bytes = local_bytes(list(model.parameters()))
-    mesh = init_device_mesh(device.type, (world_size,))
+    mesh = degrees.device_mesh(device.type)
     for block in model:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -137,8 +136,7 @@ def mesh_2d_worker(rank: int, world_size: int, degrees: ParallelDegrees,
     # warns that this is slow; the check does it once per step, on purpose.
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     device, _ = device_and_sync()
-    mesh = init_device_mesh(device.type, (degrees.data, degrees.tensor),
-                            mesh_dim_names=("data", "tensor"))
+    mesh = degrees.device_mesh(device.type, ("data", "tensor"))
     model = make_encoder(config, dtype=dtype).to(device)
     for block in model:
         check_dtensor_plan(block, DTENSOR_PLAN)

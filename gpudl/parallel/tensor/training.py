@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
 
 from gpudl.checks import (
@@ -104,7 +103,7 @@ def _run(run: TensorParallelRun, world_size: int) -> dict:
         model = torch.nn.Sequential(*(parallelize_block(block, None, run.fused)
                                       for block in model))
     else:
-        mesh = init_device_mesh(device.type, (world_size,))
+        mesh = ParallelDegrees(tensor=world_size).device_mesh(device.type, ("tensor",))
         for block in model:
             check_dtensor_plan(block, DTENSOR_PLAN)
             parallelize_module(block, mesh, DTENSOR_PLAN)

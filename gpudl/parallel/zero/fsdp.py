@@ -23,10 +23,10 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from gpudl.checks import check_choice, check_int, check_ints, check_positive, check_widths
+from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.reference import (
     BATCH_PER_RANK,
@@ -59,7 +59,8 @@ def _check_strategy(strategy: str) -> None:
 
 def _shard(model: nn.Module, device_type: str) -> None:
     """FSDP2: shard each Linear (a unit of all-gather), then the root."""
-    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    n = dist.get_world_size()
+    mesh = ParallelDegrees(data=n, sharding=n).device_mesh(device_type)
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)
