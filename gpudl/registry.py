@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudl.checks import check_choice
+from gpudl.checks import check_choice, check_int
 
 __all__ = ["F1", "F2", "F3", "F4", "I1", "KERNELS", "PRECISIONS", "Kernel", "factory", "kernel",
            "kernel_modules", "load_all", "module_section"]
@@ -84,8 +84,16 @@ def _register(name: str, module: str, function: str, builds: list, section: str 
               reference: str | None, precision: str, threads_per_block: int | None,
               item: int | None = None) -> None:
     section = module_section(module) if section is None else section
-    if not isinstance(name, str) or not name.isidentifier():
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__} {name!r}")
+    if not name.isidentifier():
         raise ValueError(f"name must be an identifier (one name per kernel), got {name!r}")
+    if threads_per_block is not None:
+        check_int("threads_per_block", threads_per_block, 1, 1024)
+    if item is not None:
+        check_int("item", item, 0)
+    if reference is not None and not (isinstance(reference, str) and "." in reference):
+        raise TypeError(f"reference must be a function's dotted name (a str), got {reference!r}")
     if not builds:
         raise ValueError(f"kernel {name!r}: give at least one signature")
     for _, signature in builds:

@@ -25,7 +25,7 @@ from pathlib import Path
 from gpudl import ptx, registry
 
 __all__ = ["RESOURCES", "TARGETS", "Report", "parse", "assemble_many", "version", "jobs",
-           "table", "load", "main"]
+           "compile_all", "table", "load", "main"]
 
 #: Where the table is stored (next to the package's code, so that an installed package has it)
 RESOURCES = Path(__file__).resolve().parent / "kernel_resources.json"
@@ -92,18 +92,25 @@ def jobs() -> list[tuple[str, tuple | None, str]]:
             for args, signature in entry.builds]
 
 
-def table(reports: dict | None = None) -> dict:
+def compile_all() -> dict:
+    """Every build of every kernel (:func:`jobs`) compiled for each of :data:`TARGETS` and
+    assembled: ``{"jobs": [...], "texts": {cc: [PTX per job]}, "reports": [Report per
+    target, then per job]}``. ``ToolkitMissing`` without NVVM, libdevice or ptxas."""
+    kernels, builds = registry.load_all(), jobs()
+    texts = ptx.compile_for_targets(
+        [(kernels[n].module, kernels[n].function, s, a, kernels[n].item) for n, a, s in builds],
+        TARGETS)
+    reports = assemble_many([t for cc in TARGETS for t in texts[cc]],
+                            [cc for cc in TARGETS for _ in builds])
+    return {"jobs": builds, "texts": texts, "reports": reports}
+
+
+def table(compiled: dict | None = None) -> dict:
     """The stored table: ``{"ptxas": version, "kernels": [one row per build]}``, each row with
     ``kernel``, ``arguments`` (a factory's, or None), ``signature`` and, per target
-    (``"sm_80"``, ``"sm_90"``), ``registers`` and ``shared_bytes``. Compiles everything unless
-    ``reports`` (``{"jobs": ..., "reports": ...}`` as the tests compute them) is given."""
-    if reports is None:
-        kernels, builds = registry.load_all(), jobs()
-        texts = ptx.compile_for_targets(
-            [(kernels[n].module, kernels[n].function, s, a, kernels[n].item)
-             for n, a, s in builds], TARGETS)
-        reports = {"jobs": builds, "reports": assemble_many(
-            [t for cc in TARGETS for t in texts[cc]], [cc for cc in TARGETS for _ in builds])}
+    (``"sm_80"``, ``"sm_90"``), ``registers`` and ``shared_bytes``. From ``compiled``
+    (:func:`compile_all`'s result), or a fresh :func:`compile_all`."""
+    reports = compile_all() if compiled is None else compiled
     builds, flat = reports["jobs"], reports["reports"]
     rows = []
     for j, (name, args, signature) in enumerate(builds):

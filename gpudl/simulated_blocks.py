@@ -31,6 +31,7 @@ switches threads every :data:`SWITCH_INTERVAL_S` (restored when the last running
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 
@@ -80,8 +81,7 @@ class Worker(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True, name=f"gpudl-simulated-{_created[0]}")
-        self._inbox: list[SimulatedBlock] = []
-        self._wake = threading.Condition(threading.Lock())
+        self._inbox: queue.SimpleQueue[SimulatedBlock] = queue.SimpleQueue()
         self.block: SimulatedBlock | None = None
         self.blockIdx = self.threadIdx = None
         self.thread_id = -1
@@ -97,17 +97,12 @@ class Worker(threading.Thread):
         return None if self.block is None else self.block.manager
 
     def give(self, block: SimulatedBlock) -> None:
-        """Serve ``block`` (from a thread that holds no lock of the block)."""
-        with self._wake:
-            self._inbox.append(block)
-            self._wake.notify()
+        """Serve ``block``."""
+        self._inbox.put(block)
 
     def run(self) -> None:
         while True:
-            with self._wake:
-                while not self._inbox:
-                    self._wake.wait()
-                block = self._inbox.pop()
+            block = self._inbox.get()
             self.block = block
             block.serve(self)
             self.block = None

@@ -240,7 +240,8 @@ none("gpudl.resources.assemble_many", "texts and ccs: one compute capability per
      "each checked by gpudl.ptx.ptxas")
 none("gpudl.resources.version", NO_ARGUMENT)
 none("gpudl.resources.jobs", NO_ARGUMENT)
-none("gpudl.resources.table", "reports: the tests' own compile, or None to compile")
+none("gpudl.resources.table", "compiled: compile_all()'s result, or None to compile")
+none("gpudl.resources.compile_all", NO_ARGUMENT)
 none("gpudl.resources.load", NO_ARGUMENT)
 none("gpudl.resources.main", CLI)
 

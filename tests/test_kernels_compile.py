@@ -95,6 +95,14 @@ def test_every_reference_a_kernel_names_is_a_function_of_the_package():
 
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: registry.kernel("two words", "void()", section="s"), ValueError, "identifier"),
+    (lambda: registry.kernel(7, "void()", section="s"), TypeError, "name must be a str"),
+    (lambda: registry.kernel("k", "void()", section="s", threads_per_block=0), ValueError,
+     "threads_per_block"),
+    (lambda: registry.kernel("k", "void()", section="s", threads_per_block=float("nan")),
+     TypeError, "threads_per_block"),
+    (lambda: registry.factory("k", [((), "void()")], section="s", item=-1), ValueError, "item"),
+    (lambda: registry.kernel("k", "void()", section="s", reference=len), TypeError,
+     "reference"),
     (lambda: registry.kernel("k", section="s"), ValueError, "at least one"),
     (lambda: registry.kernel("k", "float32", section="s"), ValueError, "void"),
     (lambda: registry.kernel("k", "void()", section=""), ValueError, "section"),
@@ -102,8 +110,9 @@ def test_every_reference_a_kernel_names_is_a_function_of_the_package():
      "precision"),
 ])
 def test_bad_registrations_are_refused(call, error, match):
-    class FakeKernel:
+    class FakeKernel:  # what @cuda.jit returns (py_func), or a factory (a function's name)
         py_func = staticmethod(lambda: None)
+        __name__ = "fake_factory"
 
     with pytest.raises(error, match=match):
         decorate = call()
@@ -121,20 +130,13 @@ def test_a_name_is_one_kernel():
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    """{(name, args, signature, cc): ptxas's report} for every build and target."""
-    kernels = registry.load_all()
-    jobs = resources.jobs()
-    try:
-        texts = ptx.compile_for_targets(
-            [(kernels[n].module, kernels[n].function, s, a, kernels[n].item)
-             for n, a, s in jobs], TARGETS)
-    except ptx.ToolkitMissing as error:
-        pytest.skip(f"the CUDA compiler pieces are not installed: {error}")
+    """gpudl.resources.compile_all(): every build, its PTX and ptxas's report, per target."""
     if ptx.find_tool("ptxas") is None:
         pytest.skip("ptxas is not installed (the nvidia-cuda-nvcc wheel, or a CUDA toolkit)")
-    reports = resources.assemble_many([text for cc in TARGETS for text in texts[cc]],
-                                      [cc for cc in TARGETS for _ in jobs])
-    return {"texts": texts, "reports": reports, "jobs": jobs}
+    try:
+        return resources.compile_all()
+    except ptx.ToolkitMissing as error:
+        pytest.skip(f"the CUDA compiler pieces are not installed: {error}")
 
 
 def test_every_build_compiles_for_both_targets_without_spills_or_float64(compiled):
@@ -156,6 +158,6 @@ def test_the_stored_registers_and_shared_memory_are_those_ptxas_reports(compiled
     if stored["ptxas"] != version:
         pytest.skip(f"kernel_resources.json was written by ptxas {stored['ptxas']}, this "
                     f"machine has {version}: register counts differ between CUDA versions")
-    fresh = resources.table({"jobs": compiled["jobs"], "reports": compiled["reports"]})
+    fresh = resources.table(compiled)
     assert fresh == json.loads(json.dumps(stored)), (
         "regenerate with: python -m gpudl.resources > gpudl/kernel_resources.json")
