@@ -7,7 +7,7 @@ Book section: Chapter 2, "Reading the compiler's output: PTX and SASS" (every ke
 
 A module-level kernel is registered by a decorator written above ``@cuda.jit``::
 
-    @registry.kernel("vector_add_v1", f"void({F1}, {F1}, {F1})",
+    @registry.kernel("vector_add_v1_naive", f"void({F1}, {F1}, {F1})",
                      reference="gpudl.kernels.elementwise.reference_vector_add")
     @cuda.jit
     def v1_naive(a, b, out): ...
@@ -21,6 +21,19 @@ registered on the factory, with the factory's arguments for each build
 :func:`load_all` imports every module of the package that defines a kernel, so that the
 table is complete. ``tests/test_kernels_compile.py`` compiles every entry for sm_80 and sm_90
 and fails on a ``@cuda.jit`` kernel under ``gpudl/`` that is not registered.
+
+The versions of one operation that a chapter improves step by step (vector add v1 to v4) are
+*variants*: each is declared on its host launcher with :func:`variant`, under its family
+(``"vector_add"``) and its key ``vN_what`` (``"v2_grid_stride"``). Its one name, the one the
+book, the benchmark rows and the PTX listing use, is ``<family>_<key>``
+(``vector_add_v2_grid_stride``), the name of the kernel it launches. A module's ``VARIANTS``
+table is :func:`variants` of its family, so no second list exists::
+
+    @registry.variant("vector_add", "v2_grid_stride", bytes_per_element=12,
+                      flops_per_element=1)
+    def launch_v2_grid_stride(a, b, out, threads_per_block): ...
+
+    VARIANTS = registry.variants("vector_add")
 """
 
 from __future__ import annotations
@@ -32,10 +45,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudl.checks import check_choice, check_int
+from gpudl.checks import check_choice, check_int, check_real
 
-__all__ = ["F1", "F2", "F3", "F4", "I1", "KERNELS", "PRECISIONS", "Kernel", "factory", "kernel",
-           "kernel_modules", "load_all", "module_section"]
+__all__ = ["F1", "F2", "F3", "F4", "I1", "KERNELS", "PRECISIONS", "VARIANT_KEY", "Kernel",
+           "Variant", "factory", "kernel", "kernel_modules", "load_all", "module_section",
+           "variant", "variant_records", "variants"]
 
 #: Signature spellings of the arrays most kernels take (contiguous float32 of 1 to 4
 #: dimensions, and contiguous int32 vectors).
@@ -142,6 +156,92 @@ def factory(name: str, builds: Sequence[tuple[tuple, str]], *, section: str | No
         return function
 
     return register
+
+
+#: The key of a variant: its version number and what it changes (``v2_grid_stride``).
+VARIANT_KEY = re.compile(r"v[1-9][0-9]*_[a-z0-9]+(?:_[a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One version of an operation (:func:`variant`). ``bytes_per_element`` and
+    ``flops_per_element``: the bytes it moves to and from global memory and the flops it does
+    per element of its output (a reduction: of its input), the figures its benchmark row's
+    bandwidth and rate use; None where the count is not per element."""
+
+    family: str
+    key: str
+    launch: Callable
+    kernels: tuple[str, ...]
+    bytes_per_element: float | None
+    flops_per_element: float | None
+
+    @property
+    def name(self) -> str:
+        """The variant's one name, ``<family>_<key>``."""
+        return f"{self.family}_{self.key}"
+
+
+#: Family -> key -> :class:`Variant`, in the order the modules declared them.
+VARIANTS: dict[str, dict[str, Variant]] = {}
+
+
+def variant(family: str, key: str, *, kernels: Sequence[str] | None = None,
+            bytes_per_element: float | None = None,
+            flops_per_element: float | None = None) -> Callable:
+    """Declare the host launcher the decorator is written above as variant ``key`` of
+    ``family``. ``kernels``: the registered kernels it launches (by default the one named
+    ``<family>_<key>``). Keys are numbered in order: a family's n-th variant is ``vn_...``."""
+    for label, value in (("family", family), ("key", key)):
+        if not isinstance(value, str):
+            raise TypeError(f"{label} must be a str, got {type(value).__name__} {value!r}")
+    if not family.isidentifier():
+        raise ValueError(f"family must be an identifier, got {family!r}")
+    if VARIANT_KEY.fullmatch(key) is None:
+        raise ValueError(f"key must read 'vN_what' (v2_grid_stride), got {key!r}")
+    names = (f"{family}_{key}",) if kernels is None else tuple(kernels)
+    if not names or not all(isinstance(k, str) and k.isidentifier() for k in names):
+        raise ValueError(f"kernels must be registered kernel names, got {kernels!r}")
+    for label, value in (("bytes_per_element", bytes_per_element),
+                         ("flops_per_element", flops_per_element)):
+        if value is not None:
+            check_real(label, value, 0)
+
+    def register(launch: Callable) -> Callable:
+        if not callable(launch):
+            raise TypeError(f"variant {family}_{key}: write @registry.variant above a launcher")
+        table = VARIANTS.get(family, {})
+        known = table.get(key)
+        if known is None:
+            expected = f"v{len(table) + 1}_"
+            if not key.startswith(expected):
+                raise ValueError(f"variant {family}_{key}: the next key of {family!r} must "
+                                 f"start with {expected!r}")
+        elif _where(known.launch) != _where(launch):
+            raise ValueError(f"variant {family}_{key} is taken by {_where(known.launch)}")
+        VARIANTS[family] = table | {key: Variant(family, key, launch, names, bytes_per_element,
+                                                 flops_per_element)}
+        return launch
+
+    return register
+
+
+def _where(launch: Callable) -> str:
+    """Where a launcher is defined (a ``functools.partial``: where its function is)."""
+    function = getattr(launch, "func", launch)
+    return f"{function.__module__}.{getattr(function, '__qualname__', function)}"
+
+
+def variant_records(family: str) -> dict[str, Variant]:
+    """Key -> :class:`Variant` of ``family``, in order (``KeyError`` naming the families)."""
+    if family not in VARIANTS:
+        raise KeyError(f"family must be one of {sorted(VARIANTS)}, got {family!r}")
+    return dict(VARIANTS[family])
+
+
+def variants(family: str) -> dict[str, Callable]:
+    """Key -> launcher of ``family``, in order: the ``VARIANTS`` table of its module."""
+    return {key: v.launch for key, v in variant_records(family).items()}
 
 
 _PACKAGE = Path(__file__).resolve().parent

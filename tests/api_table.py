@@ -195,7 +195,7 @@ def _trace_call(kw: dict) -> Any:
                  dynamic_shared_bytes=kw["dynamic_shared_bytes"])
 
 
-add("gpudl.trace.trace", lambda: dict(kernel=resolve("gpudl.kernels.memory.copy_kernel"),
+add("gpudl.trace.trace", lambda: dict(kernel=resolve("gpudl.kernels.memory.copy_v1_naive"),
                                       griddim=1, blockdim=32, dynamic_shared_bytes=0),
     _trace_call, kernel=Kind("a kernel", (None, print, "k")), griddim=_GRID, blockdim=_BLOCK,
     dynamic_shared_bytes=integer(0, 48 * 1024))
@@ -209,13 +209,13 @@ none("gpudl.ptx.prepare_compiler", NO_ARGUMENT)
 none("gpudl.ptx.find_libdevice", NO_ARGUMENT)
 none("gpudl.ptx.find_tool", "name: any program's name, looked up on the path")
 none("gpudl.ptx.available", NO_ARGUMENT)
-add("gpudl.ptx.compile_ptx", lambda: dict(module="gpudl.kernels.memory", name="copy_kernel",
+add("gpudl.ptx.compile_ptx", lambda: dict(module="gpudl.kernels.memory", name="copy_v1_naive",
                                           signature="void(float32[::1], float32[::1])"),
     cc=_CC)
 add("gpudl.ptx.compile_many", lambda: dict(jobs=[]), cc=_CC, timeout=TIMEOUT)
-add("gpudl.ptx.ptx", lambda: dict(name="copy_v1"), cc=_CC, name=choice("copy_v1"))
-add("gpudl.ptx.ptx_many", lambda: dict(names=["copy_v1"]), cc=_CC, timeout=TIMEOUT,
-    names=Kind("kernel names", ("copy_v1", None, [1]), (["nope"],)))
+add("gpudl.ptx.ptx", lambda: dict(name="copy_v1_naive"), cc=_CC, name=choice("copy_v1_naive"))
+add("gpudl.ptx.ptx_many", lambda: dict(names=["copy_v1_naive"]), cc=_CC, timeout=TIMEOUT,
+    names=Kind("kernel names", ("copy_v1_naive", None, [1]), (["nope"],)))
 add("gpudl.ptx.ptxas", lambda: dict(text=".version 8.0"), cc=_CC)
 add("gpudl.ptx.sass", lambda: dict(text=".version 8.0"), cc=_CC)
 none("gpudl.ptx.body", "text: PTX, any str (a text without a kernel has no body)")
@@ -332,9 +332,10 @@ none(f"{_E}.cli.run", CLI)
 _K = "gpudl.kernels"
 kernel(*(f"{_K}.{name}" for name in (
     "elementwise.v1_naive", "elementwise.v2_grid_stride", "elementwise.v3_k_loads",
-    "elementwise.v4_vector4", "elementwise.saxpy_kernel", "elementwise.saxpy_k_loads",
+    "elementwise.v4_vector4", "elementwise.saxpy_v1_naive", "elementwise.saxpy_v2_k_loads",
     "matmul.v1_naive", "matmul.v2_coalesced", "matmul.v3_tiled", "matmul.v4_register_1d",
-    "matmul.v5_register_2d", "memory.copy_kernel", "memory.copy_k_loads", "memory.copy_vector4",
+    "matmul.v5_register_2d", "memory.copy_v1_naive", "memory.copy_v2_k_loads",
+    "memory.copy_v3_vector4",
     "memory.copy_strided_kernel", "memory.copy_offset_kernel", "mma.warp_mma",
     "optim.adam.v2_fused", "optim.adam.v3_shared", "optim.adam.v4_multi_tensor",
     "optim.mixed.adam_mixed", "optim.sgd.sgd_kernel", "optim.sgd.sgd_momentum_kernel",
@@ -386,16 +387,18 @@ _E1 = f"{_K}.elementwise"
 add(f"{_E1}.reference_vector_add", lambda: dict(a=f32(5), b=f32(5)),
     a=real_array(1).more((), (f32(6),)), b=real_array(1))
 add(f"{_E1}.vector_add", lambda: dict(a=f32(5), b=f32(5)), a=_V1.more((), (f32(6),)), b=_V1,
-    variant=choice("v1", "v2", "v3", "v4"), threads_per_block=_TPB)
+    variant=choice("v1_naive", "v2_grid_stride", "v3_k_loads", "v4_vector4"),
+    threads_per_block=_TPB)
 add(f"{_E1}.reference_saxpy", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
     x=real_array(1).more((), (f32(6),)), y=real_array(1))
 add(f"{_E1}.saxpy", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
-    x=_V1.more((), (f32(6),)), y=_V1, variant=choice("v1", "v2"), threads_per_block=_TPB)
+    x=_V1.more((), (f32(6),)), y=_V1, variant=choice("v1_naive", "v2_k_loads"),
+    threads_per_block=_TPB)
 for _name in ("saxpy_numpy", "saxpy_numba_cpu"):
     add(f"{_E1}.{_name}", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
         x=_V1.more((), (f32(6),)), y=_V1, out=_V1.allowing_none().more((), (f32(6),)))
-for _name in ("launch_v1", "launch_v2", "launch_v3", "launch_v4", "launch_saxpy",
-              "launch_saxpy_k"):
+for _name in ("launch_v1_naive", "launch_v2_grid_stride", "launch_v3_k_loads",
+              "launch_v4_vector4", "launch_saxpy_v1_naive", "launch_saxpy_v2_k_loads"):
     none(f"{_E1}.{_name}", "a launcher on device arrays its entry point checked (vector_add, "
                            "saxpy); gpudl.launches.check_launch checks its launch")
 
@@ -405,10 +408,11 @@ add(f"{_M}.reference_copy_strided", lambda: dict(x=f32(5), stride=2), x=real_arr
     stride=COUNT)
 add(f"{_M}.reference_copy_offset", lambda: dict(x=f32(5), offset=2), x=real_array(1),
     offset=integer(0, 4))
-add(f"{_M}.copy", lambda: dict(x=f32(5)), x=_V1, variant=choice("v1", "v2", "v3"))
+add(f"{_M}.copy", lambda: dict(x=f32(5)), x=_V1,
+    variant=choice("v1_naive", "v2_k_loads", "v3_vector4"))
 add(f"{_M}.copy_strided", lambda: dict(x=f32(5), stride=2), x=_V1, stride=COUNT)
 add(f"{_M}.copy_offset", lambda: dict(x=f32(5), offset=2), x=_V1, offset=integer(0, 4))
-for _name in ("launch_copy", "launch_copy_k", "launch_copy_vector4"):
+for _name in ("launch_copy_v1_naive", "launch_copy_v2_k_loads", "launch_copy_v3_vector4"):
     none(f"{_M}.{_name}", "a launcher on device arrays its entry point (copy) checked; "
                           "gpudl.launches.check_launch checks its launch")
 add(f"{_M}.launch_copy_strided",
@@ -423,11 +427,12 @@ add(f"{_M}.coalescing_report", dict, strides=ints(1, 0), offsets=ints(0, 0))
 _T = f"{_K}.transpose"
 add(f"{_T}.reference_transpose", lambda: dict(x=f32(3, 5)), x=real_array(2))
 add(f"{_T}.transpose", lambda: dict(x=f32(3, 5)), x=float32(2),
-    variant=choice("naive", "shared", "padded", "padded_loads_first"))
+    variant=choice("v1_naive", "v2_shared", "v3_padded", "v4_padded_loads_first"))
 add(f"{_T}.transpose_grid", lambda: dict(shape=(3, 5)),
     shape=Kind("a 2-D shape", (None, 3, (3, 1.5), "3,5", (3,)), ((0, 5), (3, -1))))
 add(f"{_T}.transpose_report", dict, side=integer(1, 256))
-for _name in ("launch_naive", "launch_shared", "launch_padded", "launch_padded_loads_first"):
+for _name in ("launch_v1_naive", "launch_v2_shared", "launch_v3_padded",
+              "launch_v4_padded_loads_first"):
     none(f"{_T}.{_name}", "a launcher on device arrays its entry point (transpose) checked; "
                           "gpudl.launches.check_launch checks its launch")
 

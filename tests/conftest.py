@@ -94,9 +94,9 @@ def fake_cuda_record():
 
     def make(topic: str = "elementwise") -> dict:
         n = 1 << 20
-        rows = [row("vector_add v1", 2e-5, 12 * n, group="bandwidth", n=n),
-                row("vector_add v2", 1e-5, 12 * n, group="bandwidth", n=n),
-                row("saxpy", 1.1e-5, 12 * n, group="bandwidth", n=n),
+        rows = [row("vector_add_v1_naive", 2e-5, 12 * n, group="bandwidth", n=n),
+                row("vector_add_v2_grid_stride", 1e-5, 12 * n, group="bandwidth", n=n),
+                row("saxpy_v1_naive", 1.1e-5, 12 * n, group="bandwidth", n=n),
                 row("torch copy", 8e-6, 8 * n, group="bandwidth", n=n),
                 row("saxpy numpy", 1e-3, 12 * n, group="cpu_vs_gpu", n=n),
                 row("divergence parity", 2e-3, None, group="divergence", n=n,
@@ -105,7 +105,8 @@ def fake_cuda_record():
                     max_paths_per_warp=1)]
         ratio = rows[1]["gbps"] / rows[3]["gbps"]
         bars = [{"name": "vector_add_v2_vs_torch_copy", "what": "v2 over a torch copy",
-                 "numerator": "vector_add v2", "denominator": "torch copy", "rate": "gbps",
+                 "numerator": "vector_add_v2_grid_stride", "denominator": "torch copy",
+                 "rate": "gbps",
                  "ratio": ratio, "compare": ">=", "threshold": 0.9, "verdict": ratio >= 0.9},
                 {"name": "parity_divergence_over_warp", "what": "parity over warp",
                  "numerator": "divergence parity", "denominator": "divergence warp",

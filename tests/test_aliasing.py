@@ -71,7 +71,7 @@ def _fn(kernel):
 
 
 def test_the_book_kernels_write_what_their_names_say():
-    assert written_parameters(_fn(memory_kernels.copy_kernel)) == {"out"}
+    assert written_parameters(_fn(memory_kernels.copy_v1_naive)) == {"out"}
     assert written_parameters(_fn(optim_kernels.sgd_momentum_kernel)) == {"p", "buf"}
     assert written_parameters(_fn(optim_kernels.v2_fused)) == {"p", "m", "v"}
     assert written_parameters(_fn(bucket_kernels._unpack_multi)) == {"grads"}
@@ -90,9 +90,9 @@ def test_the_book_kernels_write_what_their_names_say():
 def test_a_writing_kernel_given_one_memory_twice_is_refused(first, second):
     x = np.arange(64, dtype=np.float32)
     before = x.copy()
-    with pytest.raises(AliasedArgumentsError, match=r"'copy_kernel'.*'x' \(argument 0\) and "
+    with pytest.raises(AliasedArgumentsError, match=r"'copy_v1_naive'.*'x' \(argument 0\) and "
                                                     r"'out' \(argument 1\).*writes \['out'\]"):
-        memory_kernels.copy_kernel[2, 32](x[first], x[second])
+        memory_kernels.copy_v1_naive[2, 32](x[first], x[second])
     np.testing.assert_array_equal(x, before)  # refused before it ran
 
 
@@ -125,7 +125,7 @@ def test_device_arrays_are_one_memory_as_on_a_gpu():
     # Simulated device arrays are passed as they are (not copied): aliasing them behaves as
     # on a GPU, so it is not refused.
     d = cuda.to_device(np.arange(8, dtype=np.float32))
-    check_launch(_fn(memory_kernels.copy_kernel), (d, d))
+    check_launch(_fn(memory_kernels.copy_v1_naive), (d, d))
 
 
 def test_kernel_arrays_of_a_tensor_are_one_memory_on_both_backends():
@@ -133,8 +133,8 @@ def test_kernel_arrays_of_a_tensor_are_one_memory_on_both_backends():
     # in-place kernel given the same tensor as input and output sees its own writes.
     t = torch.arange(40, dtype=torch.float32, device=interop.tensor_device())
     array = interop.as_kernel_array(t)
-    check_launch(_fn(memory_kernels.copy_kernel), (array, array))
-    memory_kernels.copy_kernel[2, 32](array, array)
+    check_launch(_fn(memory_kernels.copy_v1_naive), (array, array))
+    memory_kernels.copy_v1_naive[2, 32](array, array)
     torch.testing.assert_close(t.cpu(), torch.arange(40, dtype=torch.float32))
 
 

@@ -26,7 +26,7 @@ def test_a_box_from_a_stored_run_shows_the_gpu_the_commit_and_the_goals(tmp_path
     assert "v2 over a torch copy: **1.20** (goal >= 0.9), met." in text
     assert "```{image} _generated/measured-elementwise-bandwidth.png" in text
     assert (tmp_path / "measured-elementwise-bandwidth.png").stat().st_size > 1000
-    assert "| vector_add v2 | 0.010 | 1,258 | 120% |" in text
+    assert "| vector_add_v2_grid_stride | 0.010 | 1,258 | 120% |" in text
     assert gpudl_measured.NOT_MEASURED not in text
 
 

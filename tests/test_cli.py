@@ -44,7 +44,8 @@ def test_bench_elementwise_writes_json_with_the_machine(tmp_path, monkeypatch, c
     record = json.loads((tmp_path / f"elementwise-{backend.name()}.json").read_text())
     assert record["machine"]["backend"] == record["backend"] == backend.name()
     assert record["timings_meaningful"] == (backend.name() == "cuda")
-    assert {"vector_add v1", "vector_add v2", "torch copy"} <= {r["name"] for r in record["rows"]}
+    assert {"vector_add_v1_naive", "vector_add_v2_grid_stride", "torch copy"} <= {
+        r["name"] for r in record["rows"]}
 
 
 def test_every_benchmark_topic_is_a_cli_choice_and_a_module():
@@ -89,11 +90,11 @@ def test_bench_memory_checks_and_records_every_kernel(tmp_path):
     groups = {}
     for r in record["rows"]:
         groups.setdefault(r["group"], []).append(r["name"])
-    assert groups["copies"] == ["torch copy", "copy v1", "copy v2", "copy v3", "copy stride 2",
-                                "copy stride 4", "copy stride 8", "copy stride 32",
+    assert groups["copies"] == ["torch copy", "copy_v1_naive", "copy_v2_k_loads", "copy_v3_vector4",
+                                "copy stride 2", "copy stride 4", "copy stride 8", "copy stride 32",
                                 "copy offset 1"]
-    assert groups["transposes"] == ["transpose naive", "transpose shared", "transpose padded",
-                                    "transpose padded_loads_first"]
+    assert groups["transposes"] == ["transpose_v1_naive", "transpose_v2_shared",
+                                    "transpose_v3_padded", "transpose_v4_padded_loads_first"]
     assert len(groups["reductions"]) == 8  # seven variants and torch.sum
     stride_32 = next(r for r in record["rows"] if r["name"] == "copy stride 32")
     assert stride_32["bytes"] == 8 * 10  # ceil(300 / 32) elements

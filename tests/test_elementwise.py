@@ -114,7 +114,7 @@ def test_nan_in_the_input_propagates_to_the_same_places():
 BLOCK_EDGES = [1, 2, 3, 4, 5, 7, 8, 255, 256, 257, 259, 512, 515, 3 * 256 + 127]
 
 
-@pytest.mark.parametrize("variant", ["v3", "v4"])
+@pytest.mark.parametrize("variant", ["v3_k_loads", "v4_vector4"])
 def test_k_loads_and_vector_variants_at_the_edges_of_their_blocks(variant):
     for n in BLOCK_EDGES:
         a, b = random_vectors(n, seed=n)
@@ -122,7 +122,8 @@ def test_k_loads_and_vector_variants_at_the_edges_of_their_blocks(variant):
         np.testing.assert_array_equal(out, (a + b).astype(np.float32), err_msg=f"n={n}")
     for n in (255, 257):
         x, y = random_vectors(n, seed=n + 1)
-        assert_saxpy_close(elementwise_kernels.saxpy(1.5, x, y, threads_per_block=32, variant="v2"),
+        assert_saxpy_close(elementwise_kernels.saxpy(1.5, x, y, threads_per_block=32,
+                                                    variant="v2_k_loads"),
                            np.float32(1.5), x, y)
 
 
@@ -142,12 +143,12 @@ def test_the_vector_variant_refuses_arrays_off_a_16_byte_boundary():
     on_device = [cuda.to_device(x) for x in (a, b)]
     shifted = [x[1:] for x in on_device]  # views that start 4 bytes in
     with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
-        elementwise_kernels.vector_add(*shifted, variant="v4")
+        elementwise_kernels.vector_add(*shifted, variant="v4_vector4")
     # host arrays are copied to new (aligned) device arrays, views or not
     np.testing.assert_array_equal(
-        elementwise_kernels.vector_add(a[1:], b[1:], variant="v4"), a[1:] + b[1:]
+        elementwise_kernels.vector_add(a[1:], b[1:], variant="v4_vector4"), a[1:] + b[1:]
     )
-    out = elementwise_kernels.vector_add(*shifted, variant="v3")  # scalar loads do not care
+    out = elementwise_kernels.vector_add(*shifted, variant="v3_k_loads")  # scalar loads do not care
     np.testing.assert_array_equal(out.copy_to_host(), a[1:] + b[1:])
 
 
@@ -201,7 +202,7 @@ def test_empty_inputs_give_empty_outputs_without_a_launch(on_device):
     empty = np.empty(0, dtype=np.float32)
     args = (cuda.to_device(empty), cuda.to_device(empty)) if on_device else (empty, empty)
     for out in (
-        elementwise_kernels.vector_add(*args, variant="v1"),
+        elementwise_kernels.vector_add(*args, variant="v1_naive"),
         elementwise_kernels.vector_add(*args),
         elementwise_kernels.saxpy(2.0, *args),
     ):
@@ -270,10 +271,12 @@ def test_saxpy_accepts_numpy_and_integer_alphas():
 
 
 def test_unknown_variant_lists_the_variants():
-    with pytest.raises(ValueError, match=r"must be one of \['v1', 'v2', 'v3', 'v4'\], got 'v9'"):
-        elementwise_kernels.vector_add(GOOD, GOOD, variant="v9")
-    with pytest.raises(ValueError, match=r"variant must be one of \['v1', 'v2'\], got 'v3'"):
-        elementwise_kernels.saxpy(1.0, GOOD, GOOD, variant="v3")
+    with pytest.raises(ValueError, match=r"must be one of \['v1_naive', 'v2_grid_stride', "
+                                         r"'v3_k_loads', 'v4_vector4'\], got 'v2'"):
+        elementwise_kernels.vector_add(GOOD, GOOD, variant="v2")
+    with pytest.raises(ValueError, match=r"variant must be one of \['v1_naive', 'v2_k_loads'\], "
+                                         r"got 'v3_k_loads'"):
+        elementwise_kernels.saxpy(1.0, GOOD, GOOD, variant="v3_k_loads")
 
 
 @pytest.mark.parametrize("threads_per_block", [0, -32, 48, 2048])
@@ -293,7 +296,7 @@ def test_threads_per_block_must_be_an_int(threads_per_block):
 
 
 def test_largest_block_works():
-    out = elementwise_kernels.vector_add(GOOD, GOOD, variant="v1", threads_per_block=1024)
+    out = elementwise_kernels.vector_add(GOOD, GOOD, variant="v1_naive", threads_per_block=1024)
     np.testing.assert_array_equal(out, 2)
 
 
@@ -307,17 +310,14 @@ def test_bench_elementwise_checks_and_records_every_kernel(tmp_path, capsys):
     assert path == tmp_path / f"elementwise-{backend.name()}.json"
     record = json.loads(path.read_text())
     rows = {r["name"]: r for r in record["rows"]}
-    bandwidth = {f"vector_add {v}" for v in elementwise_kernels.VARIANTS} | {
-        "saxpy",
-        "saxpy v2",
-        "torch copy",
-    }
+    bandwidth = {f"vector_add_{v}" for v in elementwise_kernels.VARIANTS} | {
+        f"saxpy_{v}" for v in elementwise_kernels.SAXPY_VARIANTS} | {"torch copy"}
     assert {n for n, r in rows.items() if r["group"] == "bandwidth"} == bandwidth
     for r in rows.values():  # a rate exactly where the timing means something
         assert (r["gbps"] is not None) == (r["meaningful"] and r["bytes"] is not None)
         assert r["gbps"] is None or r["gbps"] > 0
     assert rows["torch copy"]["meaningful"]  # a real copy on either backend
-    assert rows["vector_add v2"]["bytes"] == 3 * 300 * 4
+    assert rows["vector_add_v2_grid_stride"]["bytes"] == 3 * 300 * 4
     assert rows["torch copy"]["bytes"] == 2 * 300 * 4
     assert rows["saxpy numpy"]["gbps"] > 0 and rows["saxpy numba_cpu_parallel"]["gbps"] > 0
     assert ("saxpy cuda_kernel" in rows) == (not backend.is_simulator())

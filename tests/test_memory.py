@@ -67,22 +67,22 @@ def test_nan_in_the_input_lands_in_the_same_places_of_the_copies():
 
 def test_poisoned_output_catches_a_copy_that_stops_short(monkeypatch):
     def first_block_only(x, out):
-        memory.copy_kernel[1, memory.THREADS_PER_BLOCK](x, out)
+        memory.copy_v1_naive[1, memory.THREADS_PER_BLOCK](x, out)
 
     def k_loads_first_block_only(x, out):
-        memory.copy_k_loads[1, memory.THREADS_PER_BLOCK](x, out)
+        memory.copy_v2_k_loads[1, memory.THREADS_PER_BLOCK](x, out)
 
-    monkeypatch.setitem(memory.COPY_VARIANTS, "v1", first_block_only)
-    monkeypatch.setitem(memory.COPY_VARIANTS, "v2", k_loads_first_block_only)
+    monkeypatch.setitem(memory.COPY_VARIANTS, "v1_naive", first_block_only)
+    monkeypatch.setitem(memory.COPY_VARIANTS, "v2_k_loads", k_loads_first_block_only)
     x = random_float32(300, seed=8)
     out = memory.copy(x)
     assert np.isnan(out[256:]).all() and not np.isnan(out[:256]).any()
-    x = random_float32(2100, seed=8)  # a block of copy v2 covers K x 256 = 2048 elements
-    out = memory.copy(x, variant="v2")
+    x = random_float32(2100, seed=8)  # a block of copy_v2_k_loads covers K x 256 = 2048 elements
+    out = memory.copy(x, variant="v2_k_loads")
     assert np.isnan(out[2048:]).all() and not np.isnan(out[:2048]).any()
 
 
-@pytest.mark.parametrize("variant", ["v2", "v3"])
+@pytest.mark.parametrize("variant", ["v2_k_loads", "v3_vector4"])
 def test_new_copies_at_the_edges_of_their_blocks(variant):
     per_block = 8 * memory.THREADS_PER_BLOCK  # K loads, or VECTORS x 4 floats, per thread
     for n in (1, 2, 3, 4, 5, per_block - 1, per_block, per_block + 1, per_block + 6):
@@ -93,8 +93,8 @@ def test_new_copies_at_the_edges_of_their_blocks(variant):
 def test_the_vector_copy_refuses_a_view_off_a_16_byte_boundary():
     x = cuda.to_device(random_float32(21, seed=12))
     with pytest.raises(ValueError, match="x must start on a 16-byte boundary"):
-        memory.copy(x[3:], variant="v3")
-    got = memory.copy(x[4:], variant="v3")  # 16 bytes in: aligned
+        memory.copy(x[3:], variant="v3_vector4")
+    got = memory.copy(x[4:], variant="v3_vector4")  # 16 bytes in: aligned
     np.testing.assert_array_equal(got.copy_to_host(), x.copy_to_host()[4:])
 
 
@@ -132,7 +132,7 @@ def test_empty_inputs_give_empty_outputs_without_a_launch(monkeypatch, on_device
 
     results = [
         (transpose.transpose(put(np.empty((0, 5), np.float32))), (5, 0)),
-        (transpose.transpose(put(np.empty((3, 0), np.float32)), variant="naive"), (0, 3)),
+        (transpose.transpose(put(np.empty((3, 0), np.float32)), variant="v1_naive"), (0, 3)),
         *((memory.copy(put(np.empty(0, np.float32)), variant=v), (0,))
           for v in memory.COPY_VARIANTS),
         (memory.copy_strided(put(np.empty(0, np.float32)), 3), (0,)),
@@ -203,11 +203,12 @@ def test_numpy_integers_are_accepted_as_stride_and_offset():
 
 
 def test_unknown_variant_lists_the_variants():
-    with pytest.raises(ValueError, match=r"one of \['naive', 'shared', 'padded', "
-                                         r"'padded_loads_first'\], got 'v9'"):
-        transpose.transpose(MATRIX, variant="v9")
-    with pytest.raises(ValueError, match=r"one of \['v1', 'v2', 'v3'\], got 'v9'"):
-        memory.copy(VECTOR, variant="v9")
+    with pytest.raises(ValueError, match=r"one of \['v1_naive', 'v2_shared', 'v3_padded', "
+                                         r"'v4_padded_loads_first'\], got 'padded'"):
+        transpose.transpose(MATRIX, variant="padded")
+    with pytest.raises(ValueError, match=r"one of \['v1_naive', 'v2_k_loads', 'v3_vector4'\], "
+                                         r"got 'v2'"):
+        memory.copy(VECTOR, variant="v2")
 
 
 # ------------------------------------------------------------------------------------------

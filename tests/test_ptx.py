@@ -19,8 +19,8 @@ from gpudl.kernels.reduction import LOADS
 ROOT = Path(__file__).resolve().parent.parent
 QUOTED = ROOT / "book" / "ptx"  # the lines Chapter 2 quotes, one file per kernel
 NEW = ["copy_v2_k_loads", "copy_v3_vector4", "vector_add_v3_k_loads", "vector_add_v4_vector4",
-       "saxpy_v2_k_loads", "transpose_padded_loads_first", "reduce_v7_last_block"]
-OLD = ["copy_v1", "vector_add_v2", "reduce_v6"]
+       "saxpy_v2_k_loads", "transpose_v4_padded_loads_first", "reduce_v7_last_block"]
+OLD = ["copy_v1_naive", "vector_add_v2_grid_stride", "reduce_v6_one_pass_atomic"]
 OTHERS = ["timing_hold", "adam_multi_tensor"]  # compiled for sm_90 too (the simulator checks
 # no types): the GPU-only sleep of gpudl.bench.timing, and the optimizer's one launch
 CH09 = [name for name in ptx.kernels()  # Chapter 9's kernels (the graph's two run on GPUs only)
@@ -56,8 +56,8 @@ def test_the_k_loads_variants_issue_every_load_before_the_first_store(texts, nam
 
 
 def test_one_element_per_thread_has_one_load_in_flight(texts):
-    for name in ("copy_v1", "vector_add_v2"):
-        assert len(loads_before_first_store(texts[name])) == (1 if name == "copy_v1" else 2)
+    for name in ("copy_v1_naive", "vector_add_v2_grid_stride"):
+        assert len(loads_before_first_store(texts[name])) == (1 if name == "copy_v1_naive" else 2)
 
 
 @pytest.mark.parametrize(("name", "loads"), [("copy_v3_vector4", VECTORS),
@@ -73,7 +73,7 @@ def test_the_vector_variants_load_and_store_16_bytes_at_a_time(texts, name, load
 def test_unsigned_indices_drop_the_negative_index_wraparound(texts):
     """copy v1's signed index is wrapped like a Python index (shift right by 63, and with the
     length, add); copy v2 compares unsigned, and has no such step."""
-    v1, v2 = (ptx.body(texts[name]) for name in ("copy_v1", "copy_v2_k_loads"))
+    v1, v2 = (ptx.body(texts[name]) for name in ("copy_v1_naive", "copy_v2_k_loads"))
     assert any(line.startswith("shr.s64") and line.endswith(", 63;") for line in v1)
     assert any(line.startswith("setp.ge.s64") for line in v1)
     assert not any(line.startswith("shr.s64") for line in v2)
@@ -82,7 +82,7 @@ def test_unsigned_indices_drop_the_negative_index_wraparound(texts):
 
 
 def test_the_transpose_loads_its_rows_before_storing_them_in_the_tile(texts):
-    before = loads_before_first_store(texts["transpose_padded_loads_first"], "st.shared")
+    before = loads_before_first_store(texts["transpose_v4_padded_loads_first"], "st.shared")
     assert len(before) == 8
 
 
@@ -126,13 +126,13 @@ def test_the_quoted_ptx_is_what_the_command_prints_now(texts, path):
 
 
 def test_the_quoted_files_exist():
-    assert {p.name for p in QUOTED.glob("*.txt")} >= {"copy_v1.body.txt",
+    assert {p.name for p in QUOTED.glob("*.txt")} >= {"copy_v1_naive.body.txt",
                                                       "copy_v2_k_loads.memory.txt",
                                                       "vector_add_v4_vector4.memory.txt"}
 
 
 def test_the_command_prints_ptx_for_another_cc(texts):
-    done = subprocess.run([sys.executable, "-m", "gpudl", "ptx", "copy_v1", "--cc", "8.0"],
+    done = subprocess.run([sys.executable, "-m", "gpudl", "ptx", "copy_v1_naive", "--cc", "8.0"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     assert ".target sm_80" in done.stdout and "ld.global.f32" in done.stdout
@@ -152,7 +152,7 @@ def test_without_the_compiler_pieces_the_command_says_what_to_install(monkeypatc
         raise ptx.ToolkitMissing("NVVM (libnvvm) was not found")
 
     monkeypatch.setattr(ptx, "ptx_many", missing)
-    assert ptx.main(["copy_v1"]) == 2
+    assert ptx.main(["copy_v1_naive"]) == 2
     err = capsys.readouterr().err
     assert "cannot compile to PTX: NVVM (libnvvm) was not found" in err
     assert "pip install -e '.[gpu]'" in err
@@ -160,11 +160,11 @@ def test_without_the_compiler_pieces_the_command_says_what_to_install(monkeypatc
 
 def test_bad_compute_capabilities_are_refused():
     with pytest.raises(TypeError, match="cc must be a"):
-        ptx.ptx_many(["copy_v1"], cc="9.0")
+        ptx.ptx_many(["copy_v1_naive"], cc="9.0")
     with pytest.raises(ValueError, match=r"cc\[1\] must be >= 0"):
-        ptx.ptx_many(["copy_v1"], cc=(9, -1))
+        ptx.ptx_many(["copy_v1_naive"], cc=(9, -1))
     with pytest.raises(SystemExit):
-        ptx.main(["copy_v1", "--cc", "sm90"])
+        ptx.main(["copy_v1_naive", "--cc", "sm90"])
 
 
 def test_the_vector_intrinsics_refuse_what_is_not_a_float32_vector(texts):

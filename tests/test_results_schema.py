@@ -37,7 +37,7 @@ def _with(record, **row_changes):
     ({"runs": 2.5}, "runs"), ({"bytes": 1.5}, "bytes"), ({"min_s": 1.0}, "min_s <= median_s"),
     ({"max_s": 1e-9}, "min_s <= median_s"), ({"meaningful": "yes"}, "meaningful")])
 def test_impossible_rows_are_refused_naming_the_field(fake_cuda_record, change, field):
-    with pytest.raises(ValueError, match=rf"rows\[1\] \(vector_add v2\): .*{field}"):
+    with pytest.raises(ValueError, match=rf"rows\[1\] \(vector_add_v2_grid_stride\): .*{field}"):
         check_record(_with(fake_cuda_record(), **change))
 
 
@@ -90,7 +90,7 @@ def test_import_refuses_a_nan_row_with_one_line_and_status_2(tmp_path, fake_cuda
     assert code == 2 and not (tmp_path / "results").exists()
     assert out.err.splitlines() == ["python -m gpudl results import: error: 1 file(s) rejected "
                                     "(listed above); the others were imported"]
-    assert "rejected elementwise-cuda.json: rows[0] (vector_add v1): median_s" in out.out
+    assert "rejected elementwise-cuda.json: rows[0] (vector_add_v1_naive): median_s" in out.out
 
 
 def test_two_records_of_one_topic_are_refused_unless_one_is_kept(tmp_path, fake_cuda_record):

@@ -164,8 +164,9 @@ def test_misaligned_copy_needs_one_more_sector_unless_offset_is_a_whole_sector(o
 
 def test_coalesced_copy_summary_is_deterministic():
     x = np.arange(256, dtype=np.float32)
-    line = line_of(memory.copy_kernel, "out[i] = x[i]")
-    summaries = {trace.trace(memory.copy_kernel, 1, 256, x, poisoned(256)).summary() for _ in "ab"}
+    line = line_of(memory.copy_v1_naive, "out[i] = x[i]")
+    summaries = {trace.trace(memory.copy_v1_naive, 1, 256, x, poisoned(256)).summary()
+                 for _ in "ab"}
     assert summaries == {
         f"line {line} global load x: 8 requests, 4.0 sectors/request (ideal 4.0)\n"
         f"line {line} global store out: 8 requests, 4.0 sectors/request (ideal 4.0)"
@@ -177,13 +178,13 @@ def transposes() -> dict[str, tuple[trace.Trace, np.ndarray]]:
     """Each transpose variant traced on a 64 x 64 matrix (4 blocks of 32 x 8 threads)."""
     x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     traced = {}
-    for name, kernel in [("naive", transpose.v1_naive), ("shared", transpose.v2_shared),
-                         ("padded", transpose.v3_padded)]:
+    for name, kernel in [("v1_naive", transpose.v1_naive), ("v2_shared", transpose.v2_shared),
+                         ("v3_padded", transpose.v3_padded)]:
         out = poisoned((64, 64))
         traced[name] = (trace.trace(kernel, *transpose.transpose_grid(x.shape), x, out), out)
     out = poisoned((64, 64))  # blocks of 32 x 4 threads, 8 rows of the tile each
     grid, _ = transpose.transpose_grid(x.shape)
-    traced["padded_loads_first"] = (trace.trace(transpose.v4_padded_loads_first, grid,
+    traced["v4_padded_loads_first"] = (trace.trace(transpose.v4_padded_loads_first, grid,
                                              (transpose.TILE, transpose.LOADS_ROWS), x, out), out)
     return traced
 
@@ -191,13 +192,13 @@ def transposes() -> dict[str, tuple[trace.Trace, np.ndarray]]:
 def test_naive_transpose_reads_4_sectors_and_writes_32(transposes):
     # A warp is one row of 32 threads: it reads 32 consecutive words of a row of x and
     # writes them down a column of out, 64 * 4 = 256 bytes apart.
-    t, out = transposes["naive"]
+    t, out = transposes["v1_naive"]
     assert t.sectors_per_request("x") == trace.RequestStats(128, 4.0, 4, 4.0)
     assert t.sectors_per_request("out", op="store") == trace.RequestStats(128, 32.0, 32, 4.0)
     assert not t.requests(kind="shared")
 
 
-@pytest.mark.parametrize(("variant", "column_read"), [("shared", 32), ("padded", 1)])
+@pytest.mark.parametrize(("variant", "column_read"), [("v2_shared", 32), ("v3_padded", 1)])
 def test_tiled_transposes_coalesce_both_sides_and_pad_away_the_conflicts(
     transposes, variant, column_read
 ):
@@ -212,7 +213,7 @@ def test_tiled_transposes_coalesce_both_sides_and_pad_away_the_conflicts(
 
 def test_the_transpose_that_loads_first_stays_coalesced_and_conflict_free(transposes):
     # Loading all eight rows first changes the order of the accesses, not their pattern.
-    t, _ = transposes["padded_loads_first"]
+    t, _ = transposes["v4_padded_loads_first"]
     assert t.sectors_per_request("x") == trace.RequestStats(128, 4.0, 4, 4.0)
     assert t.sectors_per_request("out", op="store") == trace.RequestStats(128, 4.0, 4, 4.0)
     for op in ("store", "load"):
@@ -229,7 +230,7 @@ def test_traced_transposes_equal_untraced_ones(transposes, variant):
 
 
 def test_padded_summary_names_the_tile_and_its_conflicts(transposes):
-    t, _ = transposes["padded"]
+    t, _ = transposes["v3_padded"]
     read = line_of(transpose.v3_padded, "tile[ty + k, tx] = x[")
     write = line_of(transpose.v3_padded, "= tile[tx, ty + k]")
     assert t.summary().splitlines() == [
@@ -243,7 +244,7 @@ def test_padded_summary_names_the_tile_and_its_conflicts(transposes):
 def test_device_arrays_are_traced_in_place():
     x = np.arange(300, dtype=np.float32)
     x_d, out_d = cuda.to_device(x), cuda.to_device(poisoned(300))
-    t = trace.trace(memory.copy_kernel, 2, 256, x_d, out_d)
+    t = trace.trace(memory.copy_v1_naive, 2, 256, x_d, out_d)
     assert t.sectors_per_request("x").requests == 10  # 300 threads: 9 full warps and 12 lanes
     np.testing.assert_array_equal(out_d.copy_to_host(), x)
 
@@ -267,7 +268,7 @@ def test_the_shared_array_factory_is_restored_even_when_the_kernel_raises():
         trace.trace(reads_past_the_end, 1, 32, np.zeros(32, np.float32))
     assert kernelapi.FakeCUDAShared.array is original
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    np.testing.assert_array_equal(transpose.transpose(x, variant="shared"), x.T)
+    np.testing.assert_array_equal(transpose.transpose(x, variant="v2_shared"), x.T)
 
 
 def test_tracing_refuses_a_real_gpu(monkeypatch):
@@ -299,10 +300,10 @@ def test_reports_give_the_analytic_answers():
     rows = {r["pattern"]: r["sectors"] for r in memory.coalescing_report((1, 2, 32), (1,))}
     assert rows == {"stride 1": 4.0, "stride 2": 8.0, "stride 32": 32.0, "offset 1": 5.0}
     report = transpose.transpose_report(64)
-    assert (report["naive"]["read_sectors"], report["naive"]["write_sectors"]) == (4.0, 32.0)
-    assert report["shared"]["tile_load_conflicts"] == 32
-    assert report["padded"]["tile_load_conflicts"] == 1
-    assert report["padded"]["write_sectors"] == 4.0
+    assert (report["v1_naive"]["read_sectors"], report["v1_naive"]["write_sectors"]) == (4.0, 32.0)
+    assert report["v2_shared"]["tile_load_conflicts"] == 32
+    assert report["v3_padded"]["tile_load_conflicts"] == 1
+    assert report["v3_padded"]["write_sectors"] == 4.0
 
 
 def test_on_simulator_runs_in_a_child_when_this_process_uses_a_gpu(monkeypatch):

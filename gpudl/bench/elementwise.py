@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from gpudl import backend
+from gpudl import backend, registry
 
 # isort: split
 import numpy as np
@@ -25,28 +25,41 @@ from gpudl.checks import check_int
 from gpudl.kernels import divergence
 from gpudl.kernels import elementwise as elementwise_kernels
 
-__all__ = ["BARS", "run"]
+__all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
+
+#: The row every streaming kernel's bandwidth is compared with: a torch device-to-device copy.
+REFERENCE = "torch copy"
+#: The rows' groups: the kernels against the copy, SAXPY on the CPU and the GPU, divergence.
+GROUPS = ("bandwidth", "cpu_vs_gpu", "divergence")
+_VECTOR_ADD = registry.variant_records("vector_add")
+_SAXPY = registry.variant_records("saxpy")
 
 #: The speed goals of the issue on GPU speed, a streaming kernel near a device copy's bandwidth,
 #: and parity divergence costing both paths.
 BARS = (
     {"name": "vector_add_v2_vs_torch_copy",
      "what": "vector_add v2's bandwidth over a torch device-to-device copy's, same run",
-     "numerator": "vector_add v2", "denominator": "torch copy", "threshold": 0.90},
+     "numerator": _VECTOR_ADD["v2_grid_stride"].name, "denominator": REFERENCE,
+     "threshold": 0.90},
     {"name": "vector_add_in_flight_vs_torch_copy",
      "what": "the faster vector_add with bytes in flight (v3: K loads per thread, v4: 16-byte "
              "loads) over a torch device-to-device copy's bandwidth, same run",
-     "numerator": ["vector_add v3", "vector_add v4"], "denominator": "torch copy",
+     "numerator": [_VECTOR_ADD["v3_k_loads"].name, _VECTOR_ADD["v4_vector4"].name],
+     "denominator": REFERENCE,
      "threshold": 0.90},
     {"name": "parity_divergence_over_warp",
      "what": "time of the parity-divergent kernel over the warp-uniform one (both paths: ~2)",
      "numerator": "divergence parity", "denominator": "divergence warp", "threshold": 1.5,
      "rate": "median_s"},
 )
+#: The book's boxes of this topic (``{gpudl-measured} elementwise <view>``): each view, one
+#: group of rows, and the bars it is held to.
+VIEWS = {"bandwidth": ("vector_add_v2_vs_torch_copy", "vector_add_in_flight_vs_torch_copy"),
+         "divergence": ("parity_divergence_over_warp",), "cpu_vs_gpu": ()}
 
 
 def run(n: int | None = None, repeats: int | None = None) -> dict:
-    """Time vector add (every variant), SAXPY (v1, v2) and a torch copy of the same bytes (``group``
+    """Time vector add and SAXPY (every variant) and a torch copy of the same bytes (``group``
     ``"bandwidth"``); SAXPY on the CPU (NumPy, Numba parallel) and on the GPU, kernel alone and
     with its transfers (``"cpu_vs_gpu"``); the divergence demo in both modes
     (``"divergence"``)."""
@@ -67,26 +80,27 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     print(f"[elementwise] n = {n:,} float32, {how}, {backend.name()}", flush=True)
 
     rows = []
-    for variant, launch in elementwise_kernels.VARIANTS.items():
-        timing = time_cuda(launch, x, y, out, tpb, **batched)
+    for v in _VECTOR_ADD.values():
+        timing = time_cuda(v.launch, x, y, out, tpb, **batched)
         np.testing.assert_allclose(
             out.copy_to_host(), elementwise_kernels.reference_vector_add(x_host, y_host)
         )
-        rows.append(row(f"vector_add {variant}", timing, 3 * n * 4, group="bandwidth", n=n))
+        rows.append(row(v.name, timing, v.bytes_per_element * n, v.flops_per_element * n,
+                        group="bandwidth", n=n))
     saxpy_expected = elementwise_kernels.reference_saxpy(alpha, x_host, y_host)
     saxpy_timings = {}
-    for name, launch in (("saxpy", elementwise_kernels.launch_saxpy),
-                         ("saxpy v2", elementwise_kernels.SAXPY_VARIANTS["v2"])):
-        timing = time_cuda(launch, alpha, x, y, out, tpb, **batched)
+    for v in _SAXPY.values():
+        timing = time_cuda(v.launch, alpha, x, y, out, tpb, **batched)
         np.testing.assert_allclose(out.copy_to_host(), saxpy_expected, rtol=1e-6, atol=1e-5)
-        rows.append(row(name, timing, 3 * n * 4, group="bandwidth", n=n))
-        saxpy_timings[name] = timing
+        rows.append(row(v.name, timing, v.bytes_per_element * n, v.flops_per_element * n,
+                        group="bandwidth", n=n))
+        saxpy_timings[v.key] = timing
     on_gpu = backend.name() == "cuda"
     src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
     dst = torch.empty_like(src)
     # on the simulator this is a real copy in host memory, timed as CPU code
     timing = time_cuda(dst.copy_, src, **batched) if on_gpu else time_cpu(dst.copy_, src, **timed)
-    rows.append(row("torch copy", timing, 2 * n * 4, group="bandwidth", n=n,
+    rows.append(row(REFERENCE, timing, 2 * n * 4, group="bandwidth", n=n,
                     memory="device" if on_gpu else "host"))
 
     # The CPU rows are real measurements on both backends, so on the simulator they use a size
@@ -103,8 +117,8 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
                                    atol=1e-5)
         timing = time_cpu(fn, alpha, x_cpu, y_cpu, out_cpu, warmup=1, repeats=max(repeats or 5, 5))
         rows.append(row(f"saxpy {name}", timing, 3 * n_cpu * 4, group="cpu_vs_gpu", n=n_cpu))
-    if on_gpu:  # the kernel alone is the "saxpy" row above, timed at the same n
-        rows.append(row("saxpy cuda_kernel", saxpy_timings["saxpy"], 3 * n * 4,
+    if on_gpu:  # the kernel alone is the saxpy_v1_naive row above, same n
+        rows.append(row("saxpy cuda_kernel", saxpy_timings["v1_naive"], 3 * n * 4,
                         group="cpu_vs_gpu", n=n))
         rows.append(row("saxpy cuda_with_transfers",
                         time_cuda(elementwise_kernels.saxpy, alpha, x_host, y_host, **timed),

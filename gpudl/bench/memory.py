@@ -11,7 +11,7 @@ Every kernel's output is checked before its time is reported.
 
 from __future__ import annotations
 
-from gpudl import backend
+from gpudl import backend, registry
 
 # isort: split
 import numpy as np
@@ -24,13 +24,20 @@ from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_bool, check_int
 from gpudl.kernels import memory as memory_kernels
 from gpudl.kernels import reduction as reduction_kernels
-from gpudl.kernels import reduction_error, transpose
+from gpudl.kernels import reduction_error
 
-__all__ = ["BARS", "run"]
+__all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
 
-_REDUCTIONS = [f"reduce {v}" for v in reduction_kernels.VARIANTS]
-_COPIES = [f"copy {v}" for v in memory_kernels.COPY_VARIANTS]
-_PADDED = ["transpose padded", "transpose padded_loads_first"]
+#: The row every kernel's bandwidth is compared with: a torch device-to-device copy.
+REFERENCE = "torch copy"
+#: The rows' groups, each drawn in one box of Chapter 2.
+GROUPS = ("copies", "transposes", "reductions")
+_COPY = registry.variant_records("copy")
+_TRANSPOSE = registry.variant_records("transpose")
+_REDUCE = registry.variant_records("reduce")
+_REDUCTIONS = [v.name for v in _REDUCE.values()]
+_COPIES = [v.name for v in _COPY.values()]
+_PADDED = [_TRANSPOSE["v3_padded"].name, _TRANSPOSE["v4_padded_loads_first"].name]
 
 #: The speed goals of the issue on GPU speed, each against a torch device-to-device copy of the
 #: same data in the same run.
@@ -38,20 +45,26 @@ BARS = (
     {"name": "copy_vs_torch_copy",
      "what": "the fastest coalesced copy kernel's bandwidth (one element per thread, K loads "
              "in flight, 16-byte loads) over a torch device-to-device copy's",
-     "numerator": _COPIES, "denominator": "torch copy", "threshold": 0.90},
+     "numerator": _COPIES, "denominator": REFERENCE, "threshold": 0.90},
     {"name": "padded_transpose_vs_torch_copy",
      "what": "the faster padded shared-memory transpose's bandwidth over a torch copy's",
-     "numerator": _PADDED, "denominator": "torch copy", "threshold": 0.80},
+     "numerator": _PADDED, "denominator": REFERENCE, "threshold": 0.80},
     {"name": "padded_transpose_vs_naive",
      "what": "the padded transpose's bandwidth over the naive one's (it must be faster)",
-     "numerator": "transpose padded", "denominator": "transpose naive", "threshold": 1.0},
+     "numerator": _PADDED[0], "denominator": _TRANSPOSE["v1_naive"].name, "threshold": 1.0},
     {"name": "best_reduction_vs_torch_copy",
      "what": "the fastest reduction's bandwidth (bytes read) over a torch copy's",
-     "numerator": _REDUCTIONS, "denominator": "torch copy", "threshold": 0.85},
+     "numerator": _REDUCTIONS, "denominator": REFERENCE, "threshold": 0.85},
     {"name": "best_reduction_vs_torch_sum",
      "what": "the fastest reduction's bandwidth over torch.sum's on the same data",
      "numerator": _REDUCTIONS, "denominator": "torch.sum", "threshold": 1.0},
 )
+#: The book's boxes of this topic (``{gpudl-measured} memory <view>``) and the bars each is
+#: held to; the first three views are the groups, "hierarchy" the latency table.
+VIEWS = {"copies": ("copy_vs_torch_copy",),
+         "transposes": ("padded_transpose_vs_torch_copy", "padded_transpose_vs_naive"),
+         "reductions": ("best_reduction_vs_torch_copy", "best_reduction_vs_torch_sum"),
+         "hierarchy": ()}
 
 
 def run(n: int | None = None, hierarchy: bool = True) -> dict:
@@ -84,14 +97,14 @@ def _kernels(n: int) -> list[dict]:
     print(f"[memory] n = {n:,} float32 ({backend.name()})", flush=True)
     src = torch.as_tensor(x_host, device="cuda" if on_gpu else "cpu")
     dst = torch.empty_like(src)
-    rows = [row("torch copy", time_cuda(dst.copy_, src, **timed), 8 * n, group="copies")]
+    rows = [row(REFERENCE, time_cuda(dst.copy_, src, **timed), 8 * n, group="copies")]
 
     def check(got, expected) -> None:
         np.testing.assert_array_equal(got.copy_to_host(), expected)
 
-    for variant, launch in memory_kernels.COPY_VARIANTS.items():
+    for v in _COPY.values():
         out = cuda.device_array(n, dtype=np.float32)
-        rows.append(row(f"copy {variant}", time_cuda(launch, x, out, **timed), 8 * n,
+        rows.append(row(v.name, time_cuda(v.launch, x, out, **timed), v.bytes_per_element * n,
                         group="copies"))
         check(out, x_host)
     for stride in (2, 4, 8, 32):
@@ -109,25 +122,26 @@ def _kernels(n: int) -> list[dict]:
     side = int(np.sqrt(n))
     m = x_host[: side * side].reshape(side, side)
     md = cuda.to_device(m)
-    for variant, launch in transpose.VARIANTS.items():
+    for v in _TRANSPOSE.values():
         out = cuda.device_array((side, side), dtype=np.float32)
-        timing = time_cuda(launch, md, out, **timed)
+        timing = time_cuda(v.launch, md, out, **timed)
         check(out, m.T)
-        rows.append(row(f"transpose {variant}", timing, 8 * side * side, group="transposes",
+        rows.append(row(v.name, timing, v.bytes_per_element * side * side, group="transposes",
                         side=side))
 
     exact = reduction_kernels.reference_sum(x_host)
-    for variant, launch in reduction_kernels.VARIANTS.items():
+    for variant, v in _REDUCE.items():
         out = cuda.device_array(1, dtype=np.float32)
         # v1 (one atomic per element) takes about 0.1 s at 2**26 on a GPU: one call per sample
         # (the policy then stops after a few samples)
         few = {"warmup": 1, "inner": 1} if on_gpu and variant == "v1_atomic" else {}
-        timing = time_cuda(launch, x, out, **(timed | few))
+        timing = time_cuda(v.launch, x, out, **(timed | few))
         got = float(out.copy_to_host()[0])
         bound = reduction_error.error_bound(x_host, variant)
         if not abs(got - exact) <= bound:
             raise RuntimeError(f"{variant}: sum {got} is off the exact {exact} by more than "
                                f"its error bound {bound}")
-        rows.append(row(f"reduce {variant}", timing, 4 * n, group="reductions"))
+        rows.append(row(v.name, timing, v.bytes_per_element * n, v.flops_per_element * n,
+                        group="reductions"))
     rows.append(row("torch.sum", time_cuda(torch.sum, src, **timed), 4 * n, group="reductions"))
     return rows

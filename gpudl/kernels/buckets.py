@@ -99,7 +99,7 @@ def reference_unpack(bucket: np.ndarray, sizes: Sequence[int]) -> list[np.ndarra
 # and stores are coalesced; but a model has many small tensors (a bias has a few hundred
 # elements), and each launch costs several microseconds of CPU time and a grid of its own,
 # mostly idle threads: for small tensors the launches, not the bytes, set the time.
-@registry.kernel("buckets_pack_one", "void(float32[::1], float32[::1], int64, float32)",
+@registry.kernel("buckets_v1_pack", "void(float32[::1], float32[::1], int64, float32)",
                  reference="gpudl.kernels.buckets.reference_pack")
 @cuda.jit
 def _pack_one(grad, bucket, start, scale):
@@ -108,7 +108,7 @@ def _pack_one(grad, bucket, start, scale):
         bucket[start + i] = grad[i] * scale
 
 
-@registry.kernel("buckets_unpack_one", "void(float32[::1], float32[::1], int64)",
+@registry.kernel("buckets_v1_unpack", "void(float32[::1], float32[::1], int64)",
                  reference="gpudl.kernels.buckets.reference_unpack")
 @cuda.jit
 def _unpack_one(bucket, grad, start):
@@ -117,6 +117,8 @@ def _unpack_one(bucket, grad, start):
         grad[i] = bucket[start + i]
 
 
+@registry.variant("buckets", "v1_per_tensor", kernels=("buckets_v1_pack", "buckets_v1_unpack"),
+                  bytes_per_element=8)
 def v1_per_tensor(grads: Sequence[Array], bucket: Array, scale: float, to_bucket: bool,
                   stream: Any = 0) -> None:
     """Copy between ``grads`` and ``bucket`` with one launch per non-empty tensor."""
@@ -153,7 +155,7 @@ def _tensor_of(starts, j):
 # for 32 tensors). Consecutive threads take consecutive elements, so loads and stores stay
 # coalesced across tensor boundaries. One launch instead of one per tensor: for a bucket of
 # many small tensors the launch overhead, which dominates v1, is paid once.
-@registry.kernel("buckets_pack_multi",
+@registry.kernel("buckets_v2_pack",
                  "void(UniTuple(float32[::1], 1), UniTuple(int64, 2), float32[::1], float32)",
                  "void(UniTuple(float32[::1], 2), UniTuple(int64, 3), float32[::1], float32)",
                  "void(UniTuple(float32[::1], 32), UniTuple(int64, 33), float32[::1], float32)",
@@ -170,7 +172,7 @@ def _pack_multi(grads, starts, bucket, scale):
         bucket[j] = grad[j - starts[t]] * scale
 
 
-@registry.kernel("buckets_unpack_multi",
+@registry.kernel("buckets_v2_unpack",
                  "void(float32[::1], UniTuple(int64, 2), UniTuple(float32[::1], 1))",
                  "void(float32[::1], UniTuple(int64, 3), UniTuple(float32[::1], 2))",
                  "void(float32[::1], UniTuple(int64, 5), UniTuple(float32[::1], 4))",
@@ -186,6 +188,8 @@ def _unpack_multi(bucket, starts, grads):
         grad[j - starts[t]] = bucket[j]
 
 
+@registry.variant("buckets", "v2_multi_tensor", kernels=("buckets_v2_pack", "buckets_v2_unpack"),
+                  bytes_per_element=8)
 def v2_multi_tensor(grads: Sequence[Array], bucket: Array, scale: float, to_bucket: bool,
                     stream: Any = 0) -> None:
     """Copy between ``grads`` and ``bucket`` with one launch per group of up to
@@ -206,10 +210,8 @@ def v2_multi_tensor(grads: Sequence[Array], bucket: Array, scale: float, to_buck
             _unpack_multi[blocks, THREADS_PER_BLOCK, stream](bucket, group_starts, group)
 
 
-VARIANTS: dict[str, Callable[..., None]] = {
-    "v1_per_tensor": v1_per_tensor,
-    "v2_multi_tensor": v2_multi_tensor,
-}
+#: Key -> launcher(grads, bucket, scale, to_bucket, stream).
+VARIANTS: dict[str, Callable[..., None]] = registry.variants("buckets")
 
 
 def _check(grads: Sequence[Array], bucket: Array, variant: str) -> None:

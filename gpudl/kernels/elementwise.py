@@ -38,17 +38,17 @@ __all__ = [
     "v2_grid_stride",
     "v3_k_loads",
     "v4_vector4",
-    "launch_v1",
-    "launch_v2",
-    "launch_v3",
-    "launch_v4",
+    "launch_v1_naive",
+    "launch_v2_grid_stride",
+    "launch_v3_k_loads",
+    "launch_v4_vector4",
     "vector_add",
     "SAXPY_VARIANTS",
     "reference_saxpy",
-    "saxpy_kernel",
-    "saxpy_k_loads",
-    "launch_saxpy",
-    "launch_saxpy_k",
+    "saxpy_v1_naive",
+    "saxpy_v2_k_loads",
+    "launch_saxpy_v1_naive",
+    "launch_saxpy_v2_k_loads",
     "saxpy",
     "saxpy_numpy",
     "saxpy_numba_cpu",
@@ -69,7 +69,7 @@ def reference_vector_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # v1_naive: one thread per element. The grid has ceil(n / threads_per_block) blocks; the
 # threads of the last block that fall past the end must do nothing, hence the bounds check.
 # Neighbouring threads read neighbouring elements, so each warp's loads are coalesced.
-@registry.kernel("vector_add_v1", "void(float32[::1], float32[::1], float32[::1])",
+@registry.kernel("vector_add_v1_naive", "void(float32[::1], float32[::1], float32[::1])",
                  threads_per_block=256, reference="gpudl.kernels.elementwise.reference_vector_add")
 @cuda.jit
 def v1_naive(a, b, out):
@@ -85,7 +85,7 @@ def v1_naive(a, b, out):
 # computes its index once and then just adds the stride, and one launch handles any n. A
 # memory-bound kernel cannot beat the copy bandwidth, so the gain is small: v2 should be
 # at least as fast as v1 and close to the bandwidth of a plain copy.
-@registry.kernel("vector_add_v2", "void(float32[::1], float32[::1], float32[::1])",
+@registry.kernel("vector_add_v2_grid_stride", "void(float32[::1], float32[::1], float32[::1])",
                  threads_per_block=256, reference="gpudl.kernels.elementwise.reference_vector_add")
 @cuda.jit
 def v2_grid_stride(a, b, out):
@@ -160,23 +160,28 @@ def v4_vector4(a, b, out):
         out[i] = a[i] + b[i]
 
 
-def launch_v1(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+@registry.variant("vector_add", "v1_naive", bytes_per_element=12, flops_per_element=1)
+def launch_v1_naive(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v1_naive`` on device arrays (``out.size >= 1``)."""
     v1_naive[blocks_to_cover(out.size, threads_per_block), threads_per_block](a, b, out)
 
 
-def launch_v2(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+@registry.variant("vector_add", "v2_grid_stride", bytes_per_element=12,
+                  flops_per_element=1)
+def launch_v2_grid_stride(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v2_grid_stride`` on device arrays (``out.size >= 1``)."""
     blocks = grid_stride_blocks(out.size, threads_per_block)
     v2_grid_stride[blocks, threads_per_block](a, b, out)
 
 
-def launch_v3(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+@registry.variant("vector_add", "v3_k_loads", bytes_per_element=12, flops_per_element=1)
+def launch_v3_k_loads(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v3_k_loads`` on device arrays: one block per ``K * threads_per_block``."""
     v3_k_loads[blocks_to_cover(out.size, K * threads_per_block), threads_per_block](a, b, out)
 
 
-def launch_v4(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+@registry.variant("vector_add", "v4_vector4", bytes_per_element=12, flops_per_element=1)
+def launch_v4_vector4(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     """Launch ``v4_vector4`` on device arrays that start on 16-byte boundaries."""
     for name, x in (("a", a), ("b", b), ("out", out)):
         check_aligned(name, x)
@@ -184,11 +189,12 @@ def launch_v4(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
     v4_vector4[blocks, threads_per_block](a, b, out)
 
 
-VARIANTS: dict[str, Callable] = {"v1": launch_v1, "v2": launch_v2, "v3": launch_v3,
-                                 "v4": launch_v4}
+#: Vector add's variants: key -> launcher(a, b, out, threads_per_block) on device arrays.
+VARIANTS: dict[str, Callable] = registry.variants("vector_add")
 
 
-def vector_add(a: Array, b: Array, variant: str = "v2", threads_per_block: int = 256) -> Array:
+def vector_add(a: Array, b: Array, variant: str = "v2_grid_stride",
+               threads_per_block: int = 256) -> Array:
     """``a + b`` for two float32 vectors on the GPU, with the kernel ``VARIANTS[variant]``."""
     check_choice("variant", variant, VARIANTS)
     check_threads_per_block(threads_per_block)
@@ -210,26 +216,28 @@ def reference_saxpy(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 # One thread per element, as in v1_naive, with one multiply more: SAXPY moves the same 12
 # bytes per element as vector add for 2 flops, so its speed is set by memory bandwidth.
-@registry.kernel("saxpy_v1", "void(float32, float32[::1], float32[::1], float32[::1])",
+@registry.kernel("saxpy_v1_naive", "void(float32, float32[::1], float32[::1], float32[::1])",
                  threads_per_block=256, reference="gpudl.kernels.elementwise.reference_saxpy")
 @cuda.jit
-def saxpy_kernel(alpha, x, y, out):
+def saxpy_v1_naive(alpha, x, y, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = alpha * x[i] + y[i]
 
 
-def launch_saxpy(alpha: float, x: Array, y: Array, out: Array, threads_per_block: int) -> None:
-    """Launch ``saxpy_kernel`` on device arrays (``out.size >= 1``)."""
+@registry.variant("saxpy", "v1_naive", bytes_per_element=12, flops_per_element=2)
+def launch_saxpy_v1_naive(alpha: float, x: Array, y: Array, out: Array,
+                          threads_per_block: int) -> None:
+    """Launch ``saxpy_v1_naive`` on device arrays (``out.size >= 1``)."""
     blocks = blocks_to_cover(out.size, threads_per_block)
-    saxpy_kernel[blocks, threads_per_block](np.float32(alpha), x, y, out)
+    saxpy_v1_naive[blocks, threads_per_block](np.float32(alpha), x, y, out)
 
 
-# saxpy_k_loads: SAXPY with vector add v3's K loads per input in flight per thread.
+# saxpy_v2_k_loads: SAXPY with vector add v3's K loads per input in flight per thread.
 @registry.kernel("saxpy_v2_k_loads", "void(float32, float32[::1], float32[::1], float32[::1])",
                  threads_per_block=256, reference="gpudl.kernels.elementwise.reference_saxpy")
 @cuda.jit
-def saxpy_k_loads(alpha, x, y, out):
+def saxpy_v2_k_loads(alpha, x, y, out):
     n = uint64(out.size)
     step = uint64(cuda.blockDim.x)
     first = uint64(cuda.blockIdx.x) * step * uint64(K) + uint64(cuda.threadIdx.x)
@@ -248,19 +256,20 @@ def saxpy_k_loads(alpha, x, y, out):
                 out[i] = alpha * x[i] + y[i]
 
 
-def launch_saxpy_k(alpha: float, x: Array, y: Array, out: Array,
-                   threads_per_block: int) -> None:
-    """Launch ``saxpy_k_loads`` on device arrays: one block per ``K * threads_per_block``."""
+@registry.variant("saxpy", "v2_k_loads", bytes_per_element=12, flops_per_element=2)
+def launch_saxpy_v2_k_loads(alpha: float, x: Array, y: Array, out: Array,
+                            threads_per_block: int) -> None:
+    """Launch ``saxpy_v2_k_loads`` on device arrays: one block per ``K * threads_per_block``."""
     blocks = blocks_to_cover(out.size, K * threads_per_block)
-    saxpy_k_loads[blocks, threads_per_block](np.float32(alpha), x, y, out)
+    saxpy_v2_k_loads[blocks, threads_per_block](np.float32(alpha), x, y, out)
 
 
 #: SAXPY variant name -> launcher(alpha, x, y, out, threads_per_block) on device arrays.
-SAXPY_VARIANTS: dict[str, Callable] = {"v1": launch_saxpy, "v2": launch_saxpy_k}
+SAXPY_VARIANTS: dict[str, Callable] = registry.variants("saxpy")
 
 
 def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256,
-          variant: str = "v1") -> Array:
+          variant: str = "v1_naive") -> Array:
     """``alpha * x + y`` for float32 vectors on the GPU, in a new array (``y`` is unchanged),
     with the kernel ``SAXPY_VARIANTS[variant]``."""
     check_real("alpha", alpha)

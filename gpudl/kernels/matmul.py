@@ -303,9 +303,9 @@ def _launcher(variant: str) -> Callable[[Array, Array, Array], None]:
 
 
 #: Variant name -> launcher(a, b, c) on device arrays, writing a @ b into c.
-VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = {
-    name: _launcher(name) for name in _KERNELS
-}
+for _key in _KERNELS:
+    registry.variant("matmul", _key)(_launcher(_key))
+VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = registry.variants("matmul")
 
 
 def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:

@@ -42,14 +42,14 @@ __all__ = [
     "reference_copy",
     "reference_copy_strided",
     "reference_copy_offset",
-    "copy_kernel",
-    "copy_k_loads",
-    "copy_vector4",
+    "copy_v1_naive",
+    "copy_v2_k_loads",
+    "copy_v3_vector4",
     "copy_strided_kernel",
     "copy_offset_kernel",
-    "launch_copy",
-    "launch_copy_k",
-    "launch_copy_vector4",
+    "launch_copy_v1_naive",
+    "launch_copy_v2_k_loads",
+    "launch_copy_v3_vector4",
     "launch_copy_strided",
     "launch_copy_offset",
     "copy",
@@ -81,21 +81,22 @@ def reference_copy_offset(x: np.ndarray, offset: int) -> np.ndarray:
     return np.array(x[offset:], copy=True)
 
 
-# copy_kernel: one thread per element. Lane k of a warp reads word k of a 32-word run that
+# copy_v1_naive: one thread per element. Lane k of a warp reads word k of a 32-word run that
 # starts on a 128-byte boundary (the allocation is 256-byte aligned and each warp starts at a
 # multiple of 32 words), so a warp's read is one request for 4 sectors of 32 bytes, all used.
 # Every other copy here moves the same bytes out and is measured against this one.
-@registry.kernel("copy_v1", "void(float32[::1], float32[::1])", threads_per_block=THREADS_PER_BLOCK,
+@registry.kernel("copy_v1_naive", "void(float32[::1], float32[::1])",
+                 threads_per_block=THREADS_PER_BLOCK,
                  reference="gpudl.kernels.memory.reference_copy")
 @cuda.jit
-def copy_kernel(x, out):
+def copy_v1_naive(x, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = x[i]
 
 
-# copy_k_loads (copy v2): each thread copies K elements a block-width apart, all K loads
-# issued before the first store: K times the bytes in flight of copy_kernel, whose thread
+# copy_v2_k_loads: each thread copies K elements a block-width apart, all K loads
+# issued before the first store: K times the bytes in flight of copy_v1_naive, whose thread
 # has one 4-byte load outstanding (Little's law: bandwidth = bytes in flight / latency).
 # Unsigned indices against an unsigned size (as in elementwise.v3_k_loads); only the last
 # block tests each element.
@@ -103,7 +104,7 @@ def copy_kernel(x, out):
                  threads_per_block=THREADS_PER_BLOCK,
                  reference="gpudl.kernels.memory.reference_copy")
 @cuda.jit
-def copy_k_loads(x, out):
+def copy_v2_k_loads(x, out):
     n = uint64(out.size)
     step = uint64(cuda.blockDim.x)
     first = uint64(cuda.blockIdx.x) * step * uint64(K) + uint64(cuda.threadIdx.x)
@@ -120,14 +121,14 @@ def copy_k_loads(x, out):
                 out[i] = x[i]
 
 
-# copy_vector4 (copy v3): the same bytes in flight with 16-byte loads and stores
+# copy_v3_vector4: the same bytes in flight with 16-byte loads and stores
 # (gpudl.kernels.wide): VECTORS vectors of 4 floats per thread, then a scalar tail of the
 # last n % 4 elements. Both arrays must start on a 16-byte boundary.
 @registry.kernel("copy_v3_vector4", "void(float32[::1], float32[::1])",
                  threads_per_block=THREADS_PER_BLOCK,
                  reference="gpudl.kernels.memory.reference_copy")
 @cuda.jit
-def copy_vector4(x, out):
+def copy_v3_vector4(x, out):
     n = uint64(out.size)
     vectors = n // uint64(WIDTH)
     step = uint64(cuda.blockDim.x)
@@ -179,27 +180,29 @@ def _blocks(n: int) -> int:
     return math.ceil(n / THREADS_PER_BLOCK)
 
 
-def launch_copy(x: Array, out: Array) -> None:
-    """Launch ``copy_kernel`` on device arrays, one thread per element of ``out``."""
-    copy_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out)
+@registry.variant("copy", "v1_naive", bytes_per_element=8)
+def launch_copy_v1_naive(x: Array, out: Array) -> None:
+    """Launch ``copy_v1_naive`` on device arrays, one thread per element of ``out``."""
+    copy_v1_naive[_blocks(out.size), THREADS_PER_BLOCK](x, out)
 
 
-def launch_copy_k(x: Array, out: Array) -> None:
-    """Launch ``copy_k_loads``: one block per ``K * THREADS_PER_BLOCK`` elements."""
-    copy_k_loads[math.ceil(out.size / (K * THREADS_PER_BLOCK)), THREADS_PER_BLOCK](x, out)
+@registry.variant("copy", "v2_k_loads", bytes_per_element=8)
+def launch_copy_v2_k_loads(x: Array, out: Array) -> None:
+    """Launch ``copy_v2_k_loads``: one block per ``K * THREADS_PER_BLOCK`` elements."""
+    copy_v2_k_loads[math.ceil(out.size / (K * THREADS_PER_BLOCK)), THREADS_PER_BLOCK](x, out)
 
 
-def launch_copy_vector4(x: Array, out: Array) -> None:
-    """Launch ``copy_vector4`` on arrays that start on 16-byte boundaries."""
+@registry.variant("copy", "v3_vector4", bytes_per_element=8)
+def launch_copy_v3_vector4(x: Array, out: Array) -> None:
+    """Launch ``copy_v3_vector4`` on arrays that start on 16-byte boundaries."""
     check_aligned("x", x)
     check_aligned("out", out)
     blocks = max(1, math.ceil(out.size // WIDTH / (VECTORS * THREADS_PER_BLOCK)))
-    copy_vector4[blocks, THREADS_PER_BLOCK](x, out)
+    copy_v3_vector4[blocks, THREADS_PER_BLOCK](x, out)
 
 
 #: Copy variant name -> launcher(x, out) on device arrays (``out.size >= 1``).
-COPY_VARIANTS: dict[str, Callable] = {"v1": launch_copy, "v2": launch_copy_k,
-                                      "v3": launch_copy_vector4}
+COPY_VARIANTS: dict[str, Callable] = registry.variants("copy")
 
 
 def launch_copy_strided(x: Array, out: Array, stride: int) -> None:
@@ -222,9 +225,9 @@ def launch_copy_offset(x: Array, out: Array, offset: int) -> None:
     copy_offset_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, offset)
 
 
-def copy(x: Array, variant: str = "v1") -> Array:
+def copy(x: Array, variant: str = "v1_naive") -> Array:
     """A copy of the float32 vector ``x`` made by the coalesced kernel
-    ``COPY_VARIANTS[variant]`` (v1: ``copy_kernel``)."""
+    ``COPY_VARIANTS[variant]``."""
     check_choice("variant", variant, COPY_VARIANTS)
     on_device = check_float32_array("x", x, 1)
     return _run(x, on_device, x.shape, COPY_VARIANTS[variant])

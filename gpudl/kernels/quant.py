@@ -208,6 +208,8 @@ def v2_dequantize_in_registers(x, q, scale, y):
             y[b, o] = total * scale[o]
 
 
+@registry.variant("quant", "v1_dequantize_then_multiply",
+                  kernels=("quant_v1_dequantize", "quant_v1_gemv"))
 def _launch_v1(x: Array, q: Array, scale: Array, y: Array, launch: Launch = plain_launch,
                workspace: Array | None = None) -> None:
     w = poisoned(q.shape) if workspace is None else workspace
@@ -216,16 +218,14 @@ def _launch_v1(x: Array, q: Array, scale: Array, y: Array, launch: Launch = plai
     launch(v1_gemv, q.shape[0], WARP, x, w, y)
 
 
+@registry.variant("quant", "v2_dequantize_in_registers")
 def _launch_v2(x: Array, q: Array, scale: Array, y: Array, launch: Launch = plain_launch
                ) -> None:
     launch(v2_dequantize_in_registers, q.shape[0], WARP, x, q, scale, y)
 
 
 #: Variant name -> launcher(x, q, scale, y) on device arrays, x and y 2-D.
-VARIANTS: dict[str, Callable[..., None]] = {
-    "v1_dequantize_then_multiply": _launch_v1,
-    "v2_dequantize_in_registers": _launch_v2,
-}
+VARIANTS: dict[str, Callable[..., None]] = registry.variants("quant")
 
 
 def _check_weights(q: Array, scale: Array) -> bool:

@@ -222,7 +222,8 @@ def v5_warp_shuffle(x, partials):
 # v6_one_pass_atomic: v5, but each block adds its partial sum to the result with a single
 # atomic instead of writing it out for another launch. One launch reads the data once; the
 # grid-size atomics on one address are few enough not to matter (unlike v1's n of them).
-@registry.kernel("reduce_v6", "void(float32[::1], float32[::1])", threads_per_block=TPB,
+@registry.kernel("reduce_v6_one_pass_atomic", "void(float32[::1], float32[::1])",
+                 threads_per_block=TPB,
                  reference="gpudl.kernels.reduction.reference_sum")
 @cuda.jit
 def v6_one_pass_atomic(x, out):
@@ -370,15 +371,19 @@ def _last_block_pass(x: Array, out: Array) -> None:
 
 
 #: Variant name -> launcher(x, out) on device arrays (x.size >= 1); the sum ends in out[0].
-VARIANTS: dict[str, Callable[[Array, Array], None]] = {
-    "v1_atomic": functools.partial(atomic_pass, v1_atomic, blocks_for),
-    "v2_interleaved": functools.partial(tree_passes, v2_interleaved),
-    "v3_sequential": functools.partial(tree_passes, v3_sequential),
-    "v4_first_add_grid_stride": functools.partial(grid_stride_passes, v4_first_add_grid_stride),
-    "v5_warp_shuffle": functools.partial(grid_stride_passes, v5_warp_shuffle),
-    "v6_one_pass_atomic": functools.partial(atomic_pass, v6_one_pass_atomic, grid_stride_blocks),
-    "v7_last_block": _last_block_pass,
-}
+#: Each reads its 4-byte elements once and does one addition per element.
+for _key, _launch in (
+        ("v1_atomic", functools.partial(atomic_pass, v1_atomic, blocks_for)),
+        ("v2_interleaved", functools.partial(tree_passes, v2_interleaved)),
+        ("v3_sequential", functools.partial(tree_passes, v3_sequential)),
+        ("v4_first_add_grid_stride", functools.partial(grid_stride_passes,
+                                                       v4_first_add_grid_stride)),
+        ("v5_warp_shuffle", functools.partial(grid_stride_passes, v5_warp_shuffle)),
+        ("v6_one_pass_atomic", functools.partial(atomic_pass, v6_one_pass_atomic,
+                                                 grid_stride_blocks)),
+        ("v7_last_block", _last_block_pass)):
+    registry.variant("reduce", _key, bytes_per_element=4, flops_per_element=1)(_launch)
+VARIANTS: dict[str, Callable[[Array, Array], None]] = registry.variants("reduce")
 
 
 def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:

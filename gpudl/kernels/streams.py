@@ -29,7 +29,7 @@ from gpudl.checks import (
     check_int,
     check_real,
 )
-from gpudl.kernels.elementwise import saxpy_kernel
+from gpudl.kernels.elementwise import saxpy_v1_naive
 from gpudl.kernels.grid import blocks_to_cover, check_threads_per_block
 
 __all__ = ["chunk_bounds", "pinned_copy", "saxpy_streamed"]
@@ -61,7 +61,7 @@ def pinned_copy(a: np.ndarray) -> np.ndarray:
 def saxpy_streamed(alpha: float, x: np.ndarray, y: np.ndarray, chunks: int = 8,
                    streams: int = 2, threads_per_block: int = 256) -> np.ndarray:
     """``alpha * x + y`` for float32 host vectors, computed in ``chunks`` chunks on
-    ``streams`` CUDA streams: each chunk's upload, ``saxpy_kernel`` and download go on the
+    ``streams`` CUDA streams: each chunk's upload, ``saxpy_v1_naive`` and download go on the
     stream ``k % streams``; the result (a pinned host array) is returned once every stream
     has finished. Equal, bit for bit, to :func:`gpudl.kernels.elementwise.saxpy`."""
     check_real("alpha", alpha)
@@ -89,7 +89,7 @@ def saxpy_streamed(alpha: float, x: np.ndarray, y: np.ndarray, chunks: int = 8,
         y_dev.copy_to_device(y_host[start:stop], stream=stream)
         driver.device_memset(out_dev, 0xFF, out_dev.nbytes, stream=stream)  # NaN: poisoned
         blocks = blocks_to_cover(stop - start, threads_per_block)
-        saxpy_kernel[blocks, threads_per_block, stream](np.float32(alpha), x_dev, y_dev,
+        saxpy_v1_naive[blocks, threads_per_block, stream](np.float32(alpha), x_dev, y_dev,
                                                         out_dev)
         out_dev.copy_to_host(out[start:stop], stream=stream)
     for stream in queues:

@@ -258,9 +258,9 @@ def _launcher(variant: str) -> Callable[[Array, Array, Array], None]:
 
 
 #: Variant name -> launcher(a_words, bt_words, c) on device arrays (see :func:`packed`).
-VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = {
-    name: _launcher(name) for name in _KERNELS
-}
+for _key in _KERNELS:
+    registry.variant("tensor_core", _key)(_launcher(_key))
+VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = registry.variants("tensor_core")
 
 
 def matmul(a: Array, b: Array, variant: str = "v2_shared_tiles") -> Array:

@@ -30,10 +30,10 @@ __all__ = [
     "PADDED",
     "TILE",
     "VARIANTS",
-    "launch_naive",
-    "launch_padded",
-    "launch_padded_loads_first",
-    "launch_shared",
+    "launch_v1_naive",
+    "launch_v2_shared",
+    "launch_v3_padded",
+    "launch_v4_padded_loads_first",
     "reference_transpose",
     "transpose",
     "transpose_grid",
@@ -99,7 +99,7 @@ def v2_shared(x, out):
 # 33 t + c, in bank (t + c) % 32: the 32 lanes of the column read hit 32 different banks, so
 # the read is conflict-free, and the row-wise write stays conflict-free. This is the
 # transpose that should run at close to copy bandwidth.
-@registry.kernel("transpose_padded", "void(float32[:, ::1], float32[:, ::1])",
+@registry.kernel("transpose_v3_padded", "void(float32[:, ::1], float32[:, ::1])",
                  threads_per_block=TILE * BLOCK_ROWS)
 @cuda.jit
 def v3_padded(x, out):
@@ -124,7 +124,7 @@ LOADS_ROWS = 4
 _ROWS_PER_THREAD = TILE // LOADS_ROWS  # a named constant: a local array's shape is literal
 
 
-@registry.kernel("transpose_padded_loads_first", "void(float32[:, ::1], float32[:, ::1])",
+@registry.kernel("transpose_v4_padded_loads_first", "void(float32[:, ::1], float32[:, ::1])",
                  threads_per_block=TILE * BLOCK_ROWS)
 @cuda.jit
 def v4_padded_loads_first(x, out):
@@ -151,36 +151,36 @@ def transpose_grid(shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, 
     return (math.ceil(cols / TILE), math.ceil(rows / TILE)), (TILE, BLOCK_ROWS)
 
 
-def launch_naive(x: Array, out: Array) -> None:
+@registry.variant("transpose", "v1_naive", bytes_per_element=8)
+def launch_v1_naive(x: Array, out: Array) -> None:
     """Launch ``v1_naive`` on device arrays."""
     v1_naive[transpose_grid(x.shape)](x, out)
 
 
-def launch_shared(x: Array, out: Array) -> None:
+@registry.variant("transpose", "v2_shared", bytes_per_element=8)
+def launch_v2_shared(x: Array, out: Array) -> None:
     """Launch ``v2_shared`` on device arrays."""
     v2_shared[transpose_grid(x.shape)](x, out)
 
 
-def launch_padded(x: Array, out: Array) -> None:
+@registry.variant("transpose", "v3_padded", bytes_per_element=8)
+def launch_v3_padded(x: Array, out: Array) -> None:
     """Launch ``v3_padded`` on device arrays."""
     v3_padded[transpose_grid(x.shape)](x, out)
 
 
-def launch_padded_loads_first(x: Array, out: Array) -> None:
+@registry.variant("transpose", "v4_padded_loads_first", bytes_per_element=8)
+def launch_v4_padded_loads_first(x: Array, out: Array) -> None:
     """Launch ``v4_padded_loads_first``: one block of 32 x 4 threads per tile."""
     grid, _ = transpose_grid(x.shape)
     v4_padded_loads_first[grid, (TILE, LOADS_ROWS)](x, out)
 
 
-VARIANTS: dict[str, Callable] = {
-    "naive": launch_naive,
-    "shared": launch_shared,
-    "padded": launch_padded,
-    "padded_loads_first": launch_padded_loads_first,
-}
+#: Key -> launcher(x, out) on device arrays.
+VARIANTS: dict[str, Callable] = registry.variants("transpose")
 
 
-def transpose(x: Array, variant: str = "padded") -> Array:
+def transpose(x: Array, variant: str = "v3_padded") -> Array:
     """``x.T`` for a 2-D float32 array of any shape, with the kernel ``VARIANTS[variant]``."""
     check_choice("variant", variant, VARIANTS)
     on_device = check_float32_array("x", x, 2)
@@ -204,7 +204,8 @@ def transpose_report(side: int = 64) -> dict[str, dict]:
 
     x = np.arange(side * side, dtype=np.float32).reshape(side, side)
     report = {}
-    for name, kernel in (("naive", v1_naive), ("shared", v2_shared), ("padded", v3_padded)):
+    for name, kernel in (("v1_naive", v1_naive), ("v2_shared", v2_shared),
+                         ("v3_padded", v3_padded)):
         out = np.full((side, side), np.nan, dtype=np.float32)
         t = trace(kernel, *transpose_grid(x.shape), x, out)
         if not np.array_equal(out, x.T):
@@ -212,7 +213,7 @@ def transpose_report(side: int = 64) -> dict[str, dict]:
         row = {"read_sectors": t.sectors_per_request("x").mean,
                "write_sectors": t.sectors_per_request("out", op="store").mean,
                "tile_store_conflicts": None, "tile_load_conflicts": None}
-        if name != "naive":
+        if name != "v1_naive":
             row["tile_store_conflicts"] = t.bank_conflict_degree("tile", op="store").max
             row["tile_load_conflicts"] = t.bank_conflict_degree("tile", op="load").max
         report[name] = row
