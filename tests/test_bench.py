@@ -3,7 +3,9 @@ simulator for every topic, their reuse on a GPU), and the import of GPU runs mad
 
 import importlib
 import json
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,9 @@ from gpudl.bench import (
 )
 from gpudl.bench.results import check_record, import_results, load_record
 from gpudl.bench.timing import Timing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "book" / "_ext"))
+import gpudl_measured  # noqa: E402  (the book's boxes, book/_ext)
 
 FAST = Timing((1e-3, 2e-3, 3e-3), "cuda-events", True)
 SLOW = Timing((4e-3,), "cuda-events", True)
@@ -159,6 +164,41 @@ def test_every_topic_stores_its_rows_and_bars_in_the_schema(tmp_path, topic):
     if backend.is_simulator():
         assert record["timings_meaningful"] is False
         assert all(b["ratio"] is None and b["verdict"] is None for b in record["bars"])
+    # every view of the topic's boxes draws this run, with rates made up as a GPU's would be
+    fake = _as_if_measured(record)
+    for view in gpudl_measured.TOPICS[topic].VIEWS:
+        lines = gpudl_measured.box_markdown(topic, view, fake, tmp_path / "generated")
+        text = "\n".join(lines)
+        assert "Measured on **Synthetic GPU**" in text, (view, text)
+        assert ("| " in text or "{image}" in text or "Not yet measured" in text), (view, text)
+
+
+def _as_if_measured(record: dict) -> dict:
+    """A synthetic GPU record made from a simulator run: every timing meaningful, every rate
+    and ratio a number (never a measurement: only for drawing the book's views)."""
+    fake = json.loads(json.dumps(record))
+    fake |= {"backend": "cuda", "timings_meaningful": True, "commit": "0123abcd" * 5,
+             "machine": fake["machine"] | {"backend": "cuda", "gpu": "Synthetic GPU",
+                                           "driver": "1.0", "cuda_driver": "13.0"}}
+
+    def fill(value: object) -> None:
+        if isinstance(value, dict):
+            if "median_s" in value:
+                value["meaningful"] = True
+                if value.get("bytes"):
+                    value["gbps"] = value["bytes"] / value["median_s"] / 1e9
+                if value.get("flops"):
+                    value["tflops"] = value["flops"] / value["median_s"] / 1e12
+            for item in value.values():
+                fill(item)
+        elif isinstance(value, list):
+            for item in value:
+                fill(item)
+
+    fill(fake["rows"])
+    for b in fake["bars"]:
+        b |= {"ratio": 1.0, "verdict": True}
+    return fake
 
 
 # --- reuse of a stored run -------------------------------------------------------------------

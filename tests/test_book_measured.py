@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 
 import gpudl_measured  # noqa: E402
+import gpudl_reading  # noqa: E402
+import gpudl_views  # noqa: E402
 
 
 def test_a_box_from_a_stored_run_shows_the_gpu_the_commit_and_the_goals(tmp_path,
@@ -57,17 +59,24 @@ def test_a_box_without_a_stored_run_says_not_yet_measured(tmp_path):
         gpudl_measured.box_markdown("memory", "bars", None, tmp_path)
 
 
-def test_every_view_is_named_after_a_topic_and_its_bars_exist():
-    import importlib
-
+def test_every_topic_s_views_and_bars_come_from_its_bench_module():
     from gpudl.bench import TOPICS
 
-    for topic, views in gpudl_measured.VIEWS.items():
-        assert topic in TOPICS
-        declared = [spec["name"] for spec in
-                    importlib.import_module(f"gpudl.bench.{topic}").BARS]
-        for _, bars in views.values():
-            assert all(any(d.startswith(b.split("{")[0]) for d in declared) for b in bars)
+    assert set(gpudl_measured.TOPICS) == set(TOPICS) == set(gpudl_views.DRAW)
+    for topic, module in gpudl_measured.TOPICS.items():
+        assert module.__name__ == f"gpudl.bench.{topic}"
+        assert list(module.VIEWS) == list(gpudl_views.DRAW[topic]), topic
+        declared = {spec["name"] for spec in module.BARS}
+        for view, bars in module.VIEWS.items():
+            assert set(bars) <= declared, (topic, view)
+        # every bar is shown in some box
+        assert declared == {b for bars in module.VIEWS.values() for b in bars}, topic
+
+
+def test_a_bar_name_with_a_placeholder_matches_each_bar_made_from_it():
+    assert gpudl_measured._held_to(("bucketed_vs_ddp_x{ws}",), "bucketed_vs_ddp_x2")
+    assert not gpudl_measured._held_to(("bucketed_vs_ddp_x{ws}",), "bucketed_vs_ddp")
+    assert not gpudl_measured._held_to(("fused_faster_than_v1",), "fused_faster_than_v10")
 
 
 def _conf(src, results) -> None:
@@ -153,19 +162,19 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
         "# One two\n\nthree four five\n\n```python\nnot counted at all\n```\n\n"
         "```{admonition} Six\nseven eight\n```\n\n```{literalinclude} x.py\n:pyobject: f\n```\n")
     (book / "ch02-b.md").write_text(" ".join(["word"] * 300) + "\n")
-    assert gpudl_measured.prose_words((book / "ch01-a.md").read_text()) == 8
+    assert gpudl_reading.prose_words((book / "ch01-a.md").read_text()) == 8
     run = {"seconds": 125.0, "backend": "simulator", "cpu_threads": 2, "date": "2026-12-01"}
     (labs / "01-a.ipynb").write_text(json.dumps({"metadata": {"gpudl": run}, "cells": []}))
     (labs / "02-b.ipynb").write_text(json.dumps({"metadata": {}, "cells": []}))
-    rows = gpudl_measured.reading_and_lab_times(book, labs)
+    rows = gpudl_reading.reading_and_lab_times(book, labs)
     assert rows[0].startswith("| chapter | words of prose | reading |")
     assert rows[2] == "| 1 | 8 | 0 min | 2 min on the simulator, 2 CPU threads, 2026-12-01 |"
-    minutes = 300 / gpudl_measured.WORDS_PER_MINUTE
+    minutes = 300 / gpudl_reading.WORDS_PER_MINUTE
     assert rows[3] == f"| 2 | 300 | {minutes:.0f} min | not recorded |"
     # the Chinese edition's table: the same numbers, its words in Chinese
-    zh = gpudl_measured.reading_and_lab_times(book, labs, "zh_CN")
+    zh = gpudl_reading.reading_and_lab_times(book, labs, "zh_CN")
     assert zh[0].startswith("| 章 | 正文词数（英文原文） | 阅读时间 |")
     assert zh[2] == "| 1 | 8 | 0 分钟 | 2 分钟，模拟器（simulator），2 个 CPU 线程，2026-12-01 |"
     assert zh[3] == f"| 2 | 300 | {minutes:.0f} 分钟 | 未记录 |"
     with pytest.raises(ValueError, match="language"):
-        gpudl_measured.reading_and_lab_times(book, labs, "fr")
+        gpudl_reading.reading_and_lab_times(book, labs, "fr")

@@ -276,7 +276,7 @@ class LabTimes(SphinxDirective):
     words) and lab times (as recorded in each notebook's metadata when it was last executed)."""
 
     def run(self):
-        from gpudl_measured import reading_and_lab_times
+        from gpudl_reading import reading_and_lab_times
 
         for path in (ROOT / "notebooks").glob("*.ipynb"):
             self.env.note_dependency(str(path))

@@ -42,6 +42,7 @@ from gpudl.parallel.messages import ITEMSIZE, check_allreduce, check_p2p, rank_i
 
 __all__ = [
     "BARS",
+    "VIEWS",
     "allreduce_bandwidth",
     "allreduce_bandwidth_worker",
     "default_sizes",
@@ -58,6 +59,9 @@ __all__ = [
 
 #: No speed goal is set for the links; the rows are what the book's boxes show.
 BARS: tuple[dict, ...] = ()
+#: The book's boxes of this topic (``{gpudl-measured} allreduce <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"busbw": (), "p2p": ()}
 
 
 def gpus_missing(ranks: int) -> str | None:

@@ -28,7 +28,7 @@ from gpudl.kernels import attention as attention_kernels
 from gpudl.kernels import attention_error
 from gpudl.kernels.arrays import poisoned
 
-__all__ = ["BARS", "attention_flops", "run"]
+__all__ = ["BARS", "VIEWS", "attention_flops", "run"]
 
 #: The speed goals: time ratios at s = 4096, d = 64. torch's flash backend takes no float32,
 #: so the FP32 goal is held against SDPA's memory-efficient backend, the fused kernel torch
@@ -45,6 +45,9 @@ BARS = (
      "numerator": "v2_fused s={s}", "denominator": "torch sdpa efficient fp32 s={s}",
      "threshold": 3.0, "compare": "<=", "rate": "median_s"},
 )
+#: The book's boxes of this topic (``{gpudl-measured} attention <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"times": ("fused_faster_than_v1", "fused_within_3x_of_torch_sdpa")}
 
 
 def attention_flops(heads: int, s: int, d: int, causal: bool = False) -> int:

@@ -29,7 +29,7 @@ from gpudl.checks import check_choice, check_instance, check_int, check_ints
 from gpudl.parallel import data as data_parallel
 from gpudl.parallel.launch import spawn
 
-__all__ = ["BARS", "predicted_step_time", "run", "step_times", "step_times_worker"]
+__all__ = ["BARS", "VIEWS", "predicted_step_time", "run", "step_times", "step_times_worker"]
 
 _FIT_BYTES = 4 << 20  # the largest all-reduce step_times_worker fits the ring model to
 
@@ -40,6 +40,9 @@ BARS = (
      "numerator": "bucketed step x{ws}", "denominator": "ddp step x{ws}", "threshold": 1.10,
      "compare": "<=", "rate": "median_s"},
 )
+#: The book's boxes of this topic (``{gpudl-measured} dataparallel <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"steps": ("bucketed_vs_ddp_x{ws}",)}
 
 
 def step_times_worker(rank: int, world_size: int, strategies: Sequence[str],

@@ -29,7 +29,7 @@ from gpudl.kernels.arrays import poisoned
 from gpudl.models import decoder as decoder_model
 from gpudl.models import graphs
 
-__all__ = ["BARS", "GRAPH_KERNELS", "run", "bump_kernel", "rewind_kernel"]
+__all__ = ["BARS", "VIEWS", "GRAPH_KERNELS", "run", "bump_kernel", "rewind_kernel"]
 
 #: Launches in the step that the graph goal is held to.
 GRAPH_KERNELS = 20
@@ -53,6 +53,10 @@ BARS = (
      "numerator": "eager launches", "denominator": "graph replay",
      "threshold": 3.0, "compare": ">=", "rate": "median_s"},
 )
+#: The book's boxes of this topic (``{gpudl-measured} decode <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"attention": ("split_kv_vs_copy",), "gemv": ("gemv_int8_vs_torch_bf16",),
+         "graphs": ("graph_replay_vs_eager",)}
 
 
 def run(s: int | None = None, heads: int | None = None, d: int | None = None,

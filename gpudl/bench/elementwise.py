@@ -27,7 +27,7 @@ from gpudl.kernels import elementwise as elementwise_kernels
 
 __all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
 
-#: The row every streaming kernel's bandwidth is compared with: a torch device-to-device copy.
+#: The row every streaming kernel's bandwidth is compared with, a torch device-to-device copy.
 REFERENCE = "torch copy"
 #: The rows' groups: the kernels against the copy, SAXPY on the CPU and the GPU, divergence.
 GROUPS = ("bandwidth", "cpu_vs_gpu", "divergence")

@@ -56,7 +56,8 @@ from gpudl.bench import ROOT, row
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_choice, check_int
 
-__all__ = ["BARS", "CASES", "KINDS", "run", "measure_launches", "measure_optimizer", "main"]
+__all__ = ["BARS", "VIEWS", "CASES", "KINDS", "run", "measure_launches", "measure_optimizer",
+           "main"]
 
 
 # The kernels do nothing: what is timed is the launch.
@@ -104,6 +105,9 @@ _SUFFIX = {"full launch": "", "launch without the driver call": ", no driver cal
 
 #: The topic has no speed goal; the launch costs are taught, not held to a threshold.
 BARS: tuple[dict, ...] = ()
+#: The book's boxes of this topic (``{gpudl-measured} launch <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"costs": ()}
 
 
 def _row(name: str, samples: list[float], measured: str, **extra: object) -> dict:

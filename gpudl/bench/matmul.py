@@ -25,7 +25,7 @@ from gpudl.checks import check_bool, check_ints
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels.arrays import EPS32, poisoned
 
-__all__ = ["BARS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
+__all__ = ["BARS", "VIEWS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
 
 #: The speed goal of the issue on GPU speed, half of cuBLAS at the largest size (0.7 the aim).
 BARS = (
@@ -35,6 +35,9 @@ BARS = (
      "numerator": [f"{v} n={{n}}" for v in matmul_kernels.VARIANTS], "denominator": "torch n={n}",
      "threshold": 0.50, "rate": "tflops"},
 )
+#: The book's boxes of this topic (``{gpudl-measured} matmul <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"gflops": ("best_matmul_vs_torch",), "mlp": ()}
 
 #: The larger MLP the backward-over-forward measurement uses, and its batch (on a GPU only).
 MLP_SIZES, MLP_BATCH = (1024, 2048, 2048, 10), 8192

@@ -25,10 +25,11 @@ from gpudl.checks import check_bool, check_int
 from gpudl.kernels import memory as memory_kernels
 from gpudl.kernels import reduction as reduction_kernels
 from gpudl.kernels import reduction_error
+from gpudl.kernels import transpose  # noqa: F401  (declares the transpose variants)
 
 __all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
 
-#: The row every kernel's bandwidth is compared with: a torch device-to-device copy.
+#: The row every kernel's bandwidth is compared with, a torch device-to-device copy.
 REFERENCE = "torch copy"
 #: The rows' groups, each drawn in one box of Chapter 2.
 GROUPS = ("copies", "transposes", "reductions")

@@ -31,7 +31,7 @@ from gpudl.interop import tensor_device
 from gpudl.kernels import optim as optim_kernels
 from gpudl.kernels.optim import check_adam_hyper
 
-__all__ = ["BARS", "HYPER", "METHODS", "PER_TENSOR", "float32_hyper", "hyper_used",
+__all__ = ["BARS", "VIEWS", "HYPER", "METHODS", "PER_TENSOR", "float32_hyper", "hyper_used",
            "check_step", "run"]
 
 #: The hyperparameters every timed step uses (Adam's defaults).
@@ -67,6 +67,10 @@ BARS = (
      "numerator": "gpudl multi_tensor [{many}]", "denominator": "torch fused [{many}]",
      "threshold": 1.25, "compare": "<=", "rate": "median_s"},
 )
+#: The book's boxes of this topic (``{gpudl-measured} optim <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"bandwidth": ("fused_adam_vs_copy", "multi_tensor_vs_torch_foreach",
+                       "multi_tensor_vs_torch_fused")}
 
 
 def float32_hyper(hyper: dict) -> dict:

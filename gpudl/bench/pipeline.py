@@ -21,10 +21,13 @@ from gpudl.estimate import bubble_fraction
 from gpudl.parallel import pipeline
 from gpudl.parallel.launch import default_backend
 
-__all__ = ["BARS", "bubble_sweep", "run"]
+__all__ = ["BARS", "VIEWS", "bubble_sweep", "run"]
 
 #: No speed goal; the rows set the measured idle fraction beside the formula's.
 BARS: tuple[dict, ...] = ()
+#: The book's boxes of this topic (``{gpudl-measured} pipeline <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"bubble": ()}
 
 
 def bubble_sweep(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8, 16),

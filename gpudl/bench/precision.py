@@ -22,10 +22,13 @@ from gpudl.bench.timing import Timing, fp32_matmuls, time_cpu, time_cuda
 from gpudl.checks import check_choice, check_int
 from gpudl.estimate import mfu, training_flops
 
-__all__ = ["BARS", "DTYPES", "matmul_timing", "measured_matmul_flops", "run"]
+__all__ = ["BARS", "VIEWS", "DTYPES", "matmul_timing", "measured_matmul_flops", "run"]
 
 #: No speed goal; the rates are ceilings to hold an MFU to.
 BARS: tuple[dict, ...] = ()
+#: The book's boxes of this topic (``{gpudl-measured} precision <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"rates": ()}
 
 #: The dtypes measured, by name.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -29,7 +29,7 @@ from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels import tensor_core_matmul
 from gpudl.kernels.arrays import poisoned
 
-__all__ = ["BARS", "TORCH_DTYPES", "datasheet_spec", "run"]
+__all__ = ["BARS", "VIEWS", "TORCH_DTYPES", "datasheet_spec", "run"]
 
 #: The speed goal of the tensor-core topic: the faster tensor-core matmul's rate over the
 #: faster of Chapter 3's two register-blocked FP32 kernels (v1 to v3 are slower by design).
@@ -45,6 +45,9 @@ BARS = (
         "rate": "tflops",
     },
 )
+#: The book's boxes of this topic (``{gpudl-measured} tensorcores <view>``) and the bars
+#: (of :data:`BARS`) each is held to.
+VIEWS = {"torch": (), "kernels": ("tensor_core_faster_than_best_simt",)}
 
 #: torch.matmul precisions measured, and the datasheet field (gpudl.hardware.PRECISIONS) each
 #: is held to. "tf32" is float32 tensors with TF32 allowed.

@@ -189,7 +189,7 @@ def launch_v4_vector4(a: Array, b: Array, out: Array, threads_per_block: int) ->
     v4_vector4[blocks, threads_per_block](a, b, out)
 
 
-#: Vector add's variants: key -> launcher(a, b, out, threads_per_block) on device arrays.
+#: Vector add's variants, key -> launcher(a, b, out, threads_per_block) on device arrays.
 VARIANTS: dict[str, Callable] = registry.variants("vector_add")
 
 

@@ -370,8 +370,7 @@ def _last_block_pass(x: Array, out: Array) -> None:
     v7_last_block[grid_stride_blocks(x.size), TPB](x, out, partials, arrived)
 
 
-#: Variant name -> launcher(x, out) on device arrays (x.size >= 1); the sum ends in out[0].
-#: Each reads its 4-byte elements once and does one addition per element.
+# Each variant reads its 4-byte elements once and does one addition per element.
 for _key, _launch in (
         ("v1_atomic", functools.partial(atomic_pass, v1_atomic, blocks_for)),
         ("v2_interleaved", functools.partial(tree_passes, v2_interleaved)),
@@ -383,6 +382,7 @@ for _key, _launch in (
                                                  grid_stride_blocks)),
         ("v7_last_block", _last_block_pass)):
     registry.variant("reduce", _key, bytes_per_element=4, flops_per_element=1)(_launch)
+#: Variant name -> launcher(x, out) on device arrays (x.size >= 1); the sum ends in out[0].
 VARIANTS: dict[str, Callable[[Array, Array], None]] = registry.variants("reduce")
 
 

@@ -1,0 +1,294 @@
+"""How each view of a "Measured on a GPU" box is drawn: a table or a figure of one stored record.
+
+:data:`DRAW` maps each topic of ``gpudl.bench`` to its views, the ones its module declares in
+``VIEWS`` (``tests/test_book_measured.py`` holds the two equal), each a function
+``(record, path) -> MyST lines`` that may save a figure at ``path``. The rows a view reads are
+found by the names and groups the bench module exports (``REFERENCE``, ``GROUPS``), never by a
+string written here. ``gpudl_measured`` puts the drawing into its box.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are files, drawn during the build
+
+from gpudl.bench import elementwise, memory  # noqa: E402
+
+NOT_MEASURED = "**Not yet measured**"
+
+
+#: The edition a box is drawn for: the Chinese build saves its figures as ``<name>.zh_CN.png``
+#: with the words that ``locales/zh_CN/figures.po`` has in Chinese (the others, a kernel's name
+#: or a measured number, as they are), so the two editions never write one file.
+LANGUAGE: contextvars.ContextVar[str] = contextvars.ContextVar("language", default="en")
+
+
+def _figure(fig: object, path: Path, alt: str) -> list[str]:
+    import gpudl_figure_text as figure_text
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if LANGUAGE.get() == figure_text.LANGUAGE:
+        family = figure_text.cjk_family()
+        if family is not None:
+            figure_text.translate(fig, figure_text.load(), family)
+        fig.savefig(figure_text.localized(path), dpi=110)
+    else:
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [f"```{{image}} _generated/{path.name}", f":alt: {alt}", "```"]
+
+
+def _row(rows: list[dict], what: str, **wanted: object) -> dict:
+    """The first row with the ``wanted`` fields (``KeyError`` naming ``what`` otherwise)."""
+    for r in rows:
+        if all(r.get(k) == v for k, v in wanted.items()):
+            return r
+    raise KeyError(f"rows: no {what} row with {wanted}")
+
+
+def _rows(record: dict, group: str | None = None, key: str = "group") -> list[dict]:
+    return [r for r in record["rows"] if group is None or r.get(key) == group]
+
+
+def _by_name(record: dict) -> dict[str, dict]:
+    return {r["name"]: r for r in record["rows"]}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
+
+
+def _bandwidth(record: dict, names: list[str], reference: str, title: str, path: Path
+               ) -> list[str]:
+    """A bar per row of ``names`` (GB/s) against the ``reference`` row's line, and a table."""
+    from gpudl import plots
+
+    rows = _by_name(record)
+    fig = plots.rate_bars({"": {n: rows[n]["gbps"] for n in names}},
+                          {"": rows[reference]["gbps"]}, "GB/s", title, reference)
+    table = _table(["kernel", "time (ms)", "GB/s", f"of {reference}"],
+                   [[n, _ms(rows[n]["median_s"]), _num(rows[n]["gbps"]),
+                     f"{rows[n]['gbps'] / rows[reference]['gbps']:.0%}"]
+                    for n in [*names, reference]])
+    return _figure(fig, path, title) + [""] + table
+
+
+def _elementwise_bandwidth(record: dict, path: Path) -> list[str]:
+    reference = elementwise.REFERENCE
+    names = [r["name"] for r in _rows(record, "bandwidth") if r["name"] != reference]
+    return _bandwidth(record, names, reference,
+                      f"Streaming kernels, n = {record['n']:,} float32", path)
+
+
+def _elementwise_divergence(record: dict, path: Path) -> list[str]:
+    rows = _rows(record, "divergence")
+    return _table(["mode", "time (ms)", "paths per warp"],
+                  [[r["name"].split()[-1], _ms(r["median_s"]), str(r["max_paths_per_warp"])]
+                   for r in rows])
+
+
+def _elementwise_cpu_vs_gpu(record: dict, path: Path) -> list[str]:
+    return _table(["SAXPY", "n", "time (ms)", "GB/s"],
+                  [[r["name"].removeprefix("saxpy "), f"{r['n']:,}", _ms(r["median_s"]),
+                    _num(r["gbps"])] for r in _rows(record, "cpu_vs_gpu")])
+
+
+def _allreduce_busbw(record: dict, path: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for ws in sorted({r["world_size"] for r in record["rows"]}):
+        rows = [r for r in record["rows"] if r["world_size"] == ws]
+        ax.plot([r["size_bytes"] for r in rows], [r["busbw_gbs"] for r in rows], "o-",
+                label=f"{ws} GPUs ({rows[0]['backend']})")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="All-reduce")
+    ax.legend()
+    fig.tight_layout()
+    return _figure(fig, path, "all-reduce bus bandwidth against message size")
+
+
+def _memory_group(group: str, title: str) -> Callable[[dict, Path], list[str]]:
+    if group not in memory.GROUPS:
+        raise ValueError(f"group must be one of {memory.GROUPS}, got {group!r}")
+
+    def view(record: dict, path: Path) -> list[str]:
+        reference = memory.REFERENCE
+        names = [r["name"] for r in _rows(record, group) if r["name"] != reference]
+        return _bandwidth(record, names, reference, f"{title}, n = {record['n']:,}", path)
+    return view
+
+
+def _memory_hierarchy(record: dict, path: Path) -> list[str]:
+    if "hierarchy" not in record:
+        return [f"{NOT_MEASURED}: the stored run skipped the memory hierarchy."]
+    levels = record["hierarchy"]
+    lines = _table(["level", "latency (ns)", "cycles", "read bandwidth (GB/s)"],
+                   [[level, _num(r["ns_per_hop"], 1), _num(r["cycles_per_hop"]),
+                     _num(levels["bandwidth"].get(level, {}).get("gbs"))]
+                    for level, r in levels["latency"].items()])
+    return lines + ["", "```text", *record["hierarchy_table"].splitlines(), "```"]
+
+
+def _allreduce_p2p(record: dict, path: Path) -> list[str]:
+    from gpudl import plots
+
+    if not record.get("p2p"):
+        return [f"{NOT_MEASURED} between two GPUs: the stored run skipped it "
+                f"({record.get('p2p_skipped')})."]
+    rows = record["p2p"]
+    fig = plots.bandwidth_vs_size(rows, "gbps", f"send/recv between 2 GPUs ({rows[0]['backend']})")
+    return _figure(fig, path, "point-to-point bandwidth against message size")
+
+
+def _matmul_gflops(record: dict, path: Path) -> list[str]:
+    from gpudl import plots
+
+    groups, references, table = {}, {}, []
+    for size in record["sizes"]:
+        rows = [r for r in record["rows"] if r.get("size") == size]
+        groups[f"n = {size}"] = {r["variant"]: r["tflops"] * 1e3 for r in rows
+                                 if r["variant"] != "torch"}
+        references[f"n = {size}"] = _row(rows, "reference", variant="torch")["tflops"] * 1e3
+        table += [[str(size), r["variant"], _num(r["tflops"] * 1e3),
+                   "n/a" if r["fraction_of_torch"] is None else f"{r['fraction_of_torch']:.0%}"]
+                  for r in rows]
+    fig = plots.rate_bars(groups, references, "GFLOP/s", "float32 matmul (TF32 off)",
+                          "cuBLAS (torch.matmul)")
+    return (_figure(fig, path, "GFLOP/s per matmul variant against cuBLAS") + [""]
+            + _table(["n", "kernel", "GFLOP/s", "of cuBLAS"], table))
+
+
+def _matmul_mlp(record: dict, path: Path) -> list[str]:
+    rows = [r for r in record["rows"] if r["name"].startswith("mlp ")]
+    if not rows:
+        return [f"{NOT_MEASURED}: the stored run has no MLP timing."]
+    return _table(["pass", "time (ms)"], [[r["name"], _ms(r["median_s"])] for r in rows]) + [
+        "", f"Backward over forward: **{record['backward_over_forward']:.2f}**."]
+
+
+def _optim_bandwidth(record: dict, path: Path) -> list[str]:
+    from gpudl import plots
+
+    layouts = list(dict.fromkeys(r["layout"] for r in record["rows"]))
+    groups = {lay: {r["optimizer"]: r["gbps"] for r in record["rows"]
+                    if r["layout"] == lay and r["optimizer"] != "copy"} for lay in layouts}
+    copies = {r["layout"]: r["gbps"] for r in record["rows"] if r["optimizer"] == "copy"}
+    fig = plots.rate_bars(groups, copies, "GB/s (28 B/param; copy: 8 B)",
+                          "One Adam step: effective bandwidth", "device copy")
+    failed = [f"`{r['name']}` ({', '.join(r['check']['failed'])})" for r in record["rows"]
+              if r["check"] and not r["check"]["ok"]]
+    note = ["", "Off the float64 reference by more than its bound in the stored run: "
+            + ", ".join(failed) + "."] if failed else []
+    return _figure(fig, path, "effective bandwidth of one Adam step per variant") + note
+
+
+def _dataparallel_steps(record: dict, path: Path) -> list[str]:
+    return _table(["GPUs", "manual (ms)", "bucketed (ms)", "DDP (ms)", "model (ms)"],
+                  [[str(r["world_size"]), *(_ms(r["step_s"][s]) for s in
+                                            ("manual", "bucketed", "ddp")),
+                    "n/a" if r["predicted_step_s"] is None else _ms(r["predicted_step_s"])]
+                   for r in record["runs"]])
+
+
+def _pipeline_bubble(record: dict, path: Path) -> list[str]:
+    return _table(["schedule", "m", "idle, measured", "idle, formula", "step (ms)"],
+                  [[r["schedule"], str(r["microbatches"]), f"{r['measured']:.3f}",
+                    f"{r['formula']:.3f}", _ms(r["makespan_s"])] for r in record["rows"]])
+
+
+def _precision_rates(record: dict, path: Path) -> list[str]:
+    lines = _table(["", "time (ms)", "TFLOP/s"],
+                   [[r["name"], _ms(r["median_s"]), _num(r["tflops"], 1)]
+                    for r in record["rows"]])
+    if record.get("mfu") is not None:
+        lines += ["", f"MFU of the kernel MLP's step: **{record['mfu']:.1%}** of "
+                  f"{record['peak_flops'] / 1e12:.1f} TFLOP/s ({record['peak_source']})."]
+    return lines
+
+
+def _attention_times(record: dict, path: Path) -> list[str]:
+    return _table(["kernel", "s", "time (ms)", "TFLOP/s"],
+                  [[r["name"].rsplit(" s=", 1)[0], f"{r['s']:,}", _ms(r["median_s"]),
+                    _num(r["tflops"], 1)] for r in record["rows"]])
+
+
+def _tensorcores_torch(record: dict, path: Path) -> list[str]:
+    from gpudl import plots
+
+    rows = [r for r in record["rows"] if r["name"].startswith("torch ")]
+    sizes = sorted({r["size"] for r in rows})
+    groups = {f"n = {n:,}": {r["dtype"]: r["tflops"] for r in rows if r["size"] == n}
+              for n in sizes}
+    fig = plots.rate_bars(groups, {}, "TFLOP/s", "torch.matmul per precision", "")
+    peaks = [[r["dtype"], f"{r['size']:,}", _num(r["tflops"], 1), _num(r["peak_tflops"], 1),
+              "n/a" if r["fraction_of_peak"] is None else f"{r['fraction_of_peak']:.0%}"]
+             for r in rows]
+    return (_figure(fig, path, "TFLOP/s of torch.matmul per precision and size") + [""]
+            + _table(["precision", "n", "TFLOP/s", "datasheet", "of the datasheet"], peaks))
+
+
+def _tensorcores_kernels(record: dict, path: Path) -> list[str]:
+    rows = [r for r in record["rows"] if not r["name"].startswith("torch ")]
+    return _table(["kernel", "n", "time (ms)", "TFLOP/s"],
+                  [[r["variant"], f"{r['size']:,}", _ms(r["median_s"]), _num(r["tflops"], 1)]
+                   for r in rows])
+
+
+def _launch_costs(record: dict, path: Path) -> list[str]:
+    return _table(["launch", "µs (fastest sample)", "what was measured"],
+                  [[r["name"], f"{r['min_s'] * 1e6:.1f}", r["measured"]]
+                   for r in record["rows"]])
+
+
+def _decode_group(group: str) -> Callable[[dict, Path], list[str]]:
+    def view(record: dict, path: Path) -> list[str]:
+        rows = _rows(record, group)
+        return _table(["", "time (µs)", "GB/s"],
+                      [[r["name"], f"{r['median_s'] * 1e6:,.1f}", _num(r["gbps"], 1)]
+                       for r in rows])
+    return view
+
+
+def _decode_graphs(record: dict, path: Path) -> list[str]:
+    rows = _rows(record, "graphs") + _rows(record, "decoder")
+    return _table(["", "kernels", "time (µs)"],
+                  [[r["name"], str(r["kernels"]), f"{r['median_s'] * 1e6:,.1f}"] for r in rows])
+
+
+#: Topic -> view -> how it is drawn; the views are those the topic's module declares in
+#: ``VIEWS``, with the bars each is held to.
+DRAW: dict[str, dict[str, Callable[[dict, Path], list[str]]]] = {
+    "elementwise": {"bandwidth": _elementwise_bandwidth, "divergence": _elementwise_divergence,
+                    "cpu_vs_gpu": _elementwise_cpu_vs_gpu},
+    "memory": {"copies": _memory_group("copies", "Copies"),
+               "transposes": _memory_group("transposes", "Transposes"),
+               "reductions": _memory_group("reductions", "Reductions (bytes read)"),
+               "hierarchy": _memory_hierarchy},
+    "allreduce": {"busbw": _allreduce_busbw, "p2p": _allreduce_p2p},
+    "matmul": {"gflops": _matmul_gflops, "mlp": _matmul_mlp},
+    "optim": {"bandwidth": _optim_bandwidth},
+    "dataparallel": {"steps": _dataparallel_steps},
+    "pipeline": {"bubble": _pipeline_bubble},
+    "precision": {"rates": _precision_rates},
+    "launch": {"costs": _launch_costs},
+    "attention": {"times": _attention_times},
+    "tensorcores": {"torch": _tensorcores_torch, "kernels": _tensorcores_kernels},
+    "decode": {"attention": _decode_group("attention"), "gemv": _decode_group("gemv"),
+               "graphs": _decode_graphs},
+}
