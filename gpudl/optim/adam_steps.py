@@ -20,7 +20,7 @@ from itertools import pairwise
 
 import torch
 
-from gpudl.checks import check_int, check_ints
+from gpudl.checks import check_int, check_ints, check_reals
 from gpudl.interop import KernelArrays
 from gpudl.kernels import optim as kernels
 from gpudl.optim.flat_buffers import FP32_STATE, FlatGroup, adopt
@@ -135,6 +135,7 @@ def step_runs(updated: Sequence[int], steps: Sequence[float]) -> list[tuple[int,
     whose ``steps`` are equal: parameters ``first`` to ``end - 1`` are updated by one launch
     at step ``step``."""
     updated = check_ints("updated", updated, minimum=0, minimum_count=0)
+    steps = check_reals("steps", steps, minimum=0, minimum_count=0)
     if any(b <= a for a, b in pairwise(updated)):
         raise ValueError(f"updated must be increasing, got {list(updated)}")
     if updated and updated[-1] >= len(steps):

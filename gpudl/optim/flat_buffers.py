@@ -83,6 +83,7 @@ def flatten(params: Sequence[torch.Tensor], kernel_arrays: KernelArrays) -> Flat
     slot, with zeroed room for their gradients and moments (adopted at their first step) and
     float32 master weights for low-precision parameters; the buffers' kernel arrays come from
     ``kernel_arrays``."""
+    check_instance("params", params, Sequence)
     check_instance("kernel_arrays", kernel_arrays, KernelArrays)
     params = list(params)
     if not params:

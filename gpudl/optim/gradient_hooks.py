@@ -13,7 +13,7 @@ gradient; the step updates marked parameters only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import torch
 
@@ -29,9 +29,9 @@ class WrittenGradients:
     def __init__(self) -> None:
         self._ids: set[int] = set()
 
-    def watch(self, params: Iterable[torch.Tensor]) -> None:
+    def watch(self, params: Sequence[torch.Tensor]) -> None:
         """Mark each of ``params`` whenever backward accumulates its gradient."""
-        params = list(params)
+        check_instance("params", params, Sequence)
         for i, p in enumerate(params):
             check_tensor(f"params[{i}]", p)
         ids = self._ids  # the hook holds the set, not this object
