@@ -14,6 +14,7 @@ checked by its launcher; its launch configuration by :func:`gpudl.launches.check
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 from typing import Any
@@ -875,11 +876,57 @@ add(f"{_OPT}.sgd.SGD.add_param_group", lambda: dict(param_group={"params": [_par
                      ({"params": [_param(2)], "lr": -1.0},)))
 add(f"{_OPT}.sgd.SGD.step", dict, method("SGD", _sgd, "step"),
     closure=Kind("a closure", (1, "f")))
-none(f"{_OPT}.adam.FlatGroup", "the flat buffers Adam makes itself (variant multi_tensor)")
-none(f"{_OPT}.adam.FlatGroup.in_place", NO_ARGUMENT)
-add(f"{_OPT}.adam.adopt", lambda: dict(tensor=torch.ones(3), slot=torch.zeros(3)),
+_FLAT = f"{_OPT}.flat_buffers"
+
+
+def _flat(n: int = 2) -> Any:
+    return resolve(f"{_FLAT}.flatten")([_param(3) for _ in range(n)],
+                                       resolve("gpudl.interop.KernelArrays")())
+
+
+none(f"{_FLAT}.FlatGroup", "the flat buffers flatten makes (variant multi_tensor)")
+none(f"{_FLAT}.FlatGroup.in_place", NO_ARGUMENT)
+add(f"{_FLAT}.FlatGroup.arrays_for", lambda: dict(first=0, end=2),
+    method("FlatGroup", _flat, "arrays_for"), first=integer(0, 1), end=integer(1, 2))
+add(f"{_FLAT}.adopt", lambda: dict(tensor=torch.ones(3), slot=torch.zeros(3)),
     tensor=tensor(shape=(3,), contiguous=False).more((), (torch.ones(4),)),
     slot=tensor(shape=(3,), contiguous=False))
+add(f"{_FLAT}.flatten",
+    lambda: dict(params=[_param(3)], kernel_arrays=resolve("gpudl.interop.KernelArrays")()),
+    params=Kind("parameters of one dtype", (None, 1, [1]),
+                ([], [_param(3), torch.nn.Parameter(torch.ones(3, dtype=torch.float16))])),
+    kernel_arrays=Kind("KernelArrays", (None, {}), ()))
+_HOOKS = f"{_OPT}.gradient_hooks.WrittenGradients"
+
+
+def _written() -> Any:
+    return resolve(_HOOKS)()
+
+
+none(_HOOKS, NO_ARGUMENT)
+add(f"{_HOOKS}.watch", lambda: dict(params=[_param(3)]), method("WrittenGradients", _written,
+                                                                "watch"),
+    params=Kind("parameters", (None, 1, [1]), ()))
+add(f"{_HOOKS}.mark", lambda: dict(param=_param(3)), method("WrittenGradients", _written, "mark"),
+    param=Kind("a parameter", (None, 1), ()))
+add(f"{_HOOKS}.all_of", lambda: dict(ids=frozenset()),
+    method("WrittenGradients", _written, "all_of"),
+    ids=Kind("a frozenset of ids", (None, {1}, [1]), ()))
+none(f"{_HOOKS}.clear", NO_ARGUMENT)
+_STEPS = f"{_OPT}.adam_steps"
+_PATH = "plumbing: a step path of Adam.step, on the groups and state it checked (tested " \
+        "through Adam.step and tests/test_optim_parts.py)"
+for _name in ("adam_state", "launch_flat", "step_flat", "step_flat_general", "step_per_tensor"):
+    none(f"{_STEPS}.{_name}", _PATH)
+add(f"{_STEPS}.group_scalars", lambda: dict(group=_adam().param_groups[0], step=1),
+    step=COUNT.hashable())
+add(f"{_STEPS}.adopt_parameter",
+    lambda: dict(flat=_flat(1), i=0, states=collections.defaultdict(dict), written=_written(),
+                 name="Adam"),
+    i=integer(0, 0))
+add(f"{_STEPS}.step_runs", lambda: dict(updated=[0, 1], steps=[1.0, 1.0]),
+    updated=Kind("increasing indices", (None, "ab", [1.5]), ([1, 0], [0, 2], [-1])),
+    steps=Kind("step counts", (None, "ab"), ([-1.0, 1.0], [float("nan"), 1.0])))
 add(f"{_OPT}.traffic.traffic_table", lambda: dict(sizes=(3,), variants=("fused",)),
     sizes=ints(1), variants=Kind("variant names", ("fused", None, [1]), (["bogus"],)))
 _T = f"{_OPT}.tensors"

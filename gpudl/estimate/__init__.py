@@ -11,80 +11,17 @@ is importable from :mod:`gpudl.estimate` itself.
 Units throughout: bytes, seconds, and bytes per second (not bits, not GB/s).
 """
 
-from gpudl.estimate.batching import (
-    POLICIES,
-    Request,
-    Served,
-    StepCost,
-    check_requests,
-    request_stream,
-    simulate,
-)
-from gpudl.estimate.bubble import bubble_fraction
-from gpudl.estimate.collectives import (
-    allreduce_bytes_per_rank,
-    allreduce_time,
-    data_parallel_step_time,
-    fit_allreduce,
-)
-from gpudl.estimate.inference import (
-    MODELS,
-    ModelShape,
-    critical_batch,
-    decode_bytes,
-    decode_flops,
-    decode_intensity,
-    decode_step_time,
-    decode_tokens_per_second,
-    kv_cache_bytes,
-    prefill_intensity,
-    prefill_time,
-    tokens_per_price,
-)
-from gpudl.estimate.memory import RECOMPUTE, activation_memory, model_state_memory
-from gpudl.estimate.roofline import KERNEL_INTENSITY, ridge_point, roofline
-from gpudl.estimate.training import (
-    mfu,
-    training_cost,
-    training_energy,
-    training_flops,
-    training_time,
-)
+from importlib import import_module
 
-__all__ = [
-    "bubble_fraction",
-    "allreduce_bytes_per_rank",
-    "allreduce_time",
-    "data_parallel_step_time",
-    "fit_allreduce",
-    "model_state_memory",
-    "training_flops",
-    "mfu",
-    "training_time",
-    "training_cost",
-    "training_energy",
-    "activation_memory",
-    "RECOMPUTE",
-    "roofline",
-    "ridge_point",
-    "KERNEL_INTENSITY",
-    "ModelShape",
-    "MODELS",
-    "kv_cache_bytes",
-    "decode_flops",
-    "decode_bytes",
-    "decode_intensity",
-    "prefill_intensity",
-    "critical_batch",
-    "decode_step_time",
-    "prefill_time",
-    "decode_tokens_per_second",
-    "tokens_per_price",
-    "Request",
-    "StepCost",
-    "Served",
-    "POLICIES",
-    "request_stream",
-    "simulate",
-    "check_requests",
-]
+from gpudl.estimate.batching import *
+from gpudl.estimate.bubble import *
+from gpudl.estimate.collectives import *
+from gpudl.estimate.inference import *
+from gpudl.estimate.memory import *
+from gpudl.estimate.roofline import *
+from gpudl.estimate.training import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("batching", "bubble", "collectives", "inference", "memory", "roofline", "training")
+__all__ = [name for module in _MODULES
+           for name in import_module(f"{__name__}.{module}").__all__]

@@ -6,25 +6,14 @@ Book section: *Chapter 1, GPU hardware and SIMT* (one module per topic: :mod:`.d
 public name is importable from :mod:`gpudl.hardware` itself.
 """
 
-from gpudl.hardware.choosing import PRECISIONS, compare_gpus, peak_flops
-from gpudl.hardware.device import FP32_CORES_PER_SM, SIMULATOR_NAME, DeviceInfo, describe
-from gpudl.hardware.sm_limits import SM_LIMITS, Occupancy, SmLimits, occupancy
-from gpudl.hardware.specs import SPECS, GpuSpec, datasheet_number, spec
+from importlib import import_module
 
-__all__ = [
-    "DeviceInfo",
-    "describe",
-    "FP32_CORES_PER_SM",
-    "SIMULATOR_NAME",
-    "GpuSpec",
-    "SPECS",
-    "spec",
-    "datasheet_number",
-    "PRECISIONS",
-    "peak_flops",
-    "compare_gpus",
-    "SmLimits",
-    "SM_LIMITS",
-    "Occupancy",
-    "occupancy",
-]
+from gpudl.hardware.choosing import *
+from gpudl.hardware.device import *
+from gpudl.hardware.sm_limits import *
+from gpudl.hardware.specs import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("choosing", "device", "sm_limits", "specs")
+__all__ = [name for module in _MODULES
+           for name in import_module(f"{__name__}.{module}").__all__]

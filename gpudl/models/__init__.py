@@ -7,63 +7,17 @@ Book section: *Chapter 3, "Backpropagation from the book's kernels"*, *Chapter 6
 importable from :mod:`gpudl.models` itself.
 """
 
-from gpudl.models.decoder import (
-    CausalSelfAttention,
-    DecoderBlock,
-    DecoderConfig,
-    KernelDecoder,
-    TinyDecoder,
-    generate_torch,
-    launches_per_step,
-    make_decoder,
-    step_bytes_after,
-)
-from gpudl.models.encoder import (
-    BERT_BASE,
-    EncoderBlock,
-    EncoderConfig,
-    FeedForward,
-    SelfAttention,
-    attend,
-    encoder_batch,
-    make_encoder,
-)
-from gpudl.models.graphs import capture, stream_launch
-from gpudl.models.mlp import (
-    FlopCounter,
-    KernelMLP,
-    TorchTwin,
-    accuracy,
-    batches,
-    load_digits_split,
-    train,
-)
+from importlib import import_module
 
-__all__ = [
-    "FlopCounter",
-    "KernelMLP",
-    "TorchTwin",
-    "load_digits_split",
-    "batches",
-    "accuracy",
-    "train",
-    "BERT_BASE",
-    "EncoderConfig",
-    "SelfAttention",
-    "FeedForward",
-    "EncoderBlock",
-    "make_encoder",
-    "attend",
-    "encoder_batch",
-    "DecoderConfig",
-    "CausalSelfAttention",
-    "DecoderBlock",
-    "TinyDecoder",
-    "make_decoder",
-    "generate_torch",
-    "KernelDecoder",
-    "launches_per_step",
-    "step_bytes_after",
-    "capture",
-    "stream_launch",
-]
+from gpudl.models.decoder import *
+from gpudl.models.encoder import *
+from gpudl.models.graphs import *
+from gpudl.models.mlp import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("decoder", "encoder", "graphs", "mlp")
+#: Public names of the modules that stay in their module: not re-exported.
+_KEPT_IN_MODULE = {"DTYPES"}
+__all__ = [name for module in _MODULES
+           for name in import_module(f"{__name__}.{module}").__all__
+           if name not in _KEPT_IN_MODULE]

@@ -37,9 +37,14 @@ One module per topic: :mod:`.tensors` (what the optimizers share), :mod:`.sgd`, 
 and :mod:`.traffic`. Every public name is importable from :mod:`gpudl.optim` itself.
 """
 
-from gpudl.optim.adam import Adam, AdamW
-from gpudl.optim.sgd import SGD
-from gpudl.optim.tensors import LOW_PRECISION
-from gpudl.optim.traffic import traffic_table
+from importlib import import_module
 
-__all__ = ["SGD", "Adam", "AdamW", "LOW_PRECISION", "traffic_table"]
+from gpudl.optim.adam import *
+from gpudl.optim.sgd import *
+from gpudl.optim.tensors import LOW_PRECISION
+from gpudl.optim.traffic import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("adam", "sgd", "traffic")
+__all__ = ["LOW_PRECISION", *(name for module in _MODULES
+                              for name in import_module(f"{__name__}.{module}").__all__)]

@@ -35,54 +35,20 @@ One module per topic: :mod:`.hyper` (the hyperparameters and kernel scalars),
 name is importable from :mod:`gpudl.kernels.optim` itself.
 """
 
-from gpudl.kernels.arrays import EPS32
-from gpudl.kernels.optim.adam import (
-    BYTES_PER_PARAM,
-    DEFAULT_VARIANT,
-    VARIANTS,
-    adam_element,
-    adam_step,
-    launch_fused,
-    launch_multi_tensor,
-    launch_shared,
-    v1_unfused,
-    v2_fused,
-    v3_shared,
-    v4_multi_tensor,
-)
-from gpudl.kernels.optim.hyper import (
-    AdamScalars,
-    SgdScalars,
-    adam_scalars,
-    check_adam_hyper,
-    check_sgd_hyper,
-    sgd_scalars,
-)
-from gpudl.kernels.optim.mixed import (
-    LOW_DTYPES,
-    adam_mixed,
-    adam_step_mixed,
-    bf16_to_f32,
-    f32_to_bf16,
-    launch_mixed,
-)
-from gpudl.kernels.optim.reference import (
-    adam_error_bound,
-    reference_adam,
-    reference_sgd,
-    sgd_error_bound,
-)
-from gpudl.kernels.optim.sgd import launch_sgd, sgd_kernel, sgd_momentum_kernel, sgd_step
-from gpudl.kernels.optim.traffic import THREADS, Traffic, launch, recorded_launches, traffic
+from importlib import import_module
 
-__all__ = [
-    "THREADS", "EPS32", "BYTES_PER_PARAM", "VARIANTS", "DEFAULT_VARIANT", "LOW_DTYPES",
-    "AdamScalars", "SgdScalars", "Traffic",
-    "check_adam_hyper", "check_sgd_hyper", "adam_scalars", "sgd_scalars",
-    "reference_adam", "adam_error_bound", "reference_sgd", "sgd_error_bound",
-    "adam_element", "bf16_to_f32", "f32_to_bf16",
-    "v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor", "adam_mixed", "sgd_kernel",
-    "sgd_momentum_kernel",
-    "launch", "launch_fused", "launch_shared", "launch_multi_tensor", "launch_mixed",
-    "launch_sgd", "adam_step", "adam_step_mixed", "sgd_step", "traffic", "recorded_launches",
-]
+from gpudl.kernels.arrays import EPS32
+from gpudl.kernels.optim.adam import *
+from gpudl.kernels.optim.hyper import *
+from gpudl.kernels.optim.mixed import *
+from gpudl.kernels.optim.reference import *
+from gpudl.kernels.optim.sgd import *
+from gpudl.kernels.optim.traffic import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("hyper", "reference", "adam", "mixed", "sgd", "traffic")
+#: Public names of the modules that stay in their module: not re-exported.
+_KEPT_IN_MODULE = {"blocks_for"}
+__all__ = ["EPS32", *(name for module in _MODULES
+                      for name in import_module(f"{__name__}.{module}").__all__
+                      if name not in _KEPT_IN_MODULE)]

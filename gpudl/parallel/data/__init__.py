@@ -17,65 +17,15 @@ gradient timeline). One module per topic:
 Every public name is importable from :mod:`gpudl.parallel.data` itself.
 """
 
-from gpudl.parallel.data.buckets import BUCKET_VARIANTS, GradientBuckets, kernel_stream, rank_device
-from gpudl.parallel.data.comms import (
-    broadcast_parameters,
-    check_replicas,
-    ring_all_reduce,
-    ring_all_reduce_check,
-    ring_all_reduce_worker,
-    ring_chunks,
-)
-from gpudl.parallel.data.sampling import (
-    Setup,
-    check_plan,
-    global_order,
-    make_dataset,
-    rank_indices,
-    sampler_plan,
-)
-from gpudl.parallel.data.timeline import expected_buckets, gradient_timeline, timeline_worker
-from gpudl.parallel.data.training import (
-    STRATEGIES,
-    TOLERANCE,
-    Replica,
-    check_strategy,
-    compare,
-    main,
-    run,
-    run_many,
-    run_worker,
-    train_worker,
-)
+from importlib import import_module
 
-__all__ = [
-    "BUCKET_VARIANTS",
-    "STRATEGIES",
-    "TOLERANCE",
-    "GradientBuckets",
-    "Replica",
-    "Setup",
-    "broadcast_parameters",
-    "check_plan",
-    "check_replicas",
-    "check_strategy",
-    "compare",
-    "expected_buckets",
-    "global_order",
-    "gradient_timeline",
-    "kernel_stream",
-    "main",
-    "make_dataset",
-    "rank_device",
-    "rank_indices",
-    "ring_all_reduce",
-    "ring_all_reduce_check",
-    "ring_all_reduce_worker",
-    "ring_chunks",
-    "run",
-    "run_many",
-    "run_worker",
-    "sampler_plan",
-    "timeline_worker",
-    "train_worker",
-]
+from gpudl.parallel.data.buckets import *
+from gpudl.parallel.data.comms import *
+from gpudl.parallel.data.sampling import *
+from gpudl.parallel.data.timeline import *
+from gpudl.parallel.data.training import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("sampling", "comms", "timeline", "buckets", "training")
+__all__ = [name for module in _MODULES
+           for name in import_module(f"{__name__}.{module}").__all__]

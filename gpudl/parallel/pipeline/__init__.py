@@ -8,40 +8,13 @@ gpudl.parallel.pipeline gpipe 8``). Every public name is importable from
 :mod:`gpudl.parallel.pipeline` itself.
 """
 
-from gpudl.parallel.pipeline.comms import exchange
-from gpudl.parallel.pipeline.schedule import (
-    SCHEDULES,
-    check_schedule,
-    idle_fraction,
-    schedule,
-    simulate,
-    stage_layers,
-)
-from gpudl.parallel.pipeline.training import (
-    CPU_CONFIG,
-    CPU_PACE_S,
-    ENGINES,
-    GPU_CONFIG,
-    PipelinePlan,
-    main,
-    pipeline_worker,
-    run_pipelines,
-)
+from importlib import import_module
 
-__all__ = [
-    "CPU_CONFIG",
-    "CPU_PACE_S",
-    "ENGINES",
-    "GPU_CONFIG",
-    "SCHEDULES",
-    "PipelinePlan",
-    "check_schedule",
-    "exchange",
-    "idle_fraction",
-    "main",
-    "pipeline_worker",
-    "run_pipelines",
-    "schedule",
-    "simulate",
-    "stage_layers",
-]
+from gpudl.parallel.pipeline.comms import *
+from gpudl.parallel.pipeline.schedule import *
+from gpudl.parallel.pipeline.training import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("comms", "schedule", "training")
+__all__ = [name for module in _MODULES
+           for name in import_module(f"{__name__}.{module}").__all__]

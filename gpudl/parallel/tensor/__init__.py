@@ -29,44 +29,13 @@ the same split for ``parallelize_module``.
 two processes and prints how far each is from one process.
 """
 
-from gpudl.parallel.tensor.comms import (
-    copy_to_parallel,
-    count_all_reduces,
-    gather,
-    reduce_from_parallel,
-)
-from gpudl.parallel.tensor.layers import (
-    ColumnParallelLinear,
-    ParallelFeedForward,
-    ParallelSelfAttention,
-    RowParallelLinear,
-    full_gradients,
-    parallelize_block,
-)
-from gpudl.parallel.tensor.training import (
-    ENGINES,
-    TENSOR_CONFIG,
-    TensorParallelRun,
-    main,
-    run_tensor_parallel,
-    tensor_parallel_worker,
-)
+from importlib import import_module
 
-__all__ = [
-    "ENGINES",
-    "TENSOR_CONFIG",
-    "ColumnParallelLinear",
-    "ParallelFeedForward",
-    "ParallelSelfAttention",
-    "RowParallelLinear",
-    "TensorParallelRun",
-    "copy_to_parallel",
-    "count_all_reduces",
-    "full_gradients",
-    "gather",
-    "main",
-    "parallelize_block",
-    "reduce_from_parallel",
-    "run_tensor_parallel",
-    "tensor_parallel_worker",
-]
+from gpudl.parallel.tensor.comms import *
+from gpudl.parallel.tensor.layers import *
+from gpudl.parallel.tensor.training import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("comms", "layers", "training")
+__all__ = [name for module in _MODULES
+           for name in import_module(f"{__name__}.{module}").__all__]

@@ -23,43 +23,16 @@ Every public name of stage 1 is importable from :mod:`gpudl.parallel.zero` itsel
 from :mod:`gpudl.parallel.zero.fsdp`.
 """
 
-from gpudl.parallel.zero.comms import (
-    all_gather_shards,
-    all_reduce_mean_then_slice,
-    reduce_scatter_mean,
-)
-from gpudl.parallel.zero.optimizer import NaiveZeroAdam, ZeroAdam, padded_numel, shard_range
-from gpudl.parallel.zero.training import (
-    ATOL,
-    LR,
-    OPTIMIZERS,
-    RTOL,
-    STEPS,
-    format_table,
-    main,
-    matches_reference,
-    max_difference,
-    train_worker,
-    zero_training,
-)
+from importlib import import_module
 
-__all__ = [
-    "ATOL",
-    "LR",
-    "OPTIMIZERS",
-    "RTOL",
-    "STEPS",
-    "NaiveZeroAdam",
-    "ZeroAdam",
-    "all_gather_shards",
-    "all_reduce_mean_then_slice",
-    "format_table",
-    "main",
-    "matches_reference",
-    "max_difference",
-    "padded_numel",
-    "reduce_scatter_mean",
-    "shard_range",
-    "train_worker",
-    "zero_training",
-]
+from gpudl.parallel.zero.comms import *
+from gpudl.parallel.zero.optimizer import *
+from gpudl.parallel.zero.training import *
+
+#: The modules whose public names this package re-exports, in this order.
+_MODULES = ("comms", "optimizer", "training")
+#: Public names of the modules that stay in their module: not re-exported.
+_KEPT_IN_MODULE = {"all_gather_flat", "reduce_scatter_flat"}
+__all__ = [name for module in _MODULES
+           for name in import_module(f"{__name__}.{module}").__all__
+           if name not in _KEPT_IN_MODULE]
