@@ -235,6 +235,12 @@ none("gpudl.registry.factory", _DECORATOR)
 none("gpudl.registry.kernel_modules", NO_ARGUMENT)
 none("gpudl.registry.load_all", NO_ARGUMENT)
 none("gpudl.registry.module_section", "module: a module's name, any str (None if not imported)")
+none("gpudl.registry.Variant", RECORD)
+none("gpudl.registry.variant", "a decorator: its family, key, kernels and per-element figures are "
+                               "checked when it declares a variant (tests/test_variants.py)")
+none("gpudl.registry.variant_records", "family: a declared family's name, any str (KeyError "
+                                       "naming the families otherwise, tests/test_variants.py)")
+none("gpudl.registry.variants", "family: as variant_records")
 none("gpudl.resources.Report", RECORD)
 none("gpudl.resources.parse", "text: ptxas's report, any str (ValueError without an entry)")
 none("gpudl.resources.assemble_many", "texts and ccs: one compute capability per PTX text, "
@@ -685,7 +691,7 @@ add(f"{_O}.reference.sgd_error_bound",
 _F4 = float32(1, (4,)).more((), (f32(5),))
 add(f"{_O}.adam.adam_step", lambda: dict(p=f32(4), g=f32(4), m=f32(4), v=f32(4), step=1),
     p=float32(1, (4,)), g=_F4, m=_F4, v=_F4, step=COUNT, decoupled=BOOL, maximize=BOOL,
-    variant=choice("unfused", "fused", "shared", "multi_tensor"), **_ADAM)
+    variant=choice("v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor"), **_ADAM)
 add(f"{_O}.sgd.sgd_step", lambda: dict(p=f32(4), g=f32(4), buf=f32(4), first=True,
                                         momentum=0.9),
     p=float32(1, (4,)), g=_F4, buf=_F4.without(None).more((), (None,)), first=BOOL, lr=real(0),
@@ -697,8 +703,8 @@ add(f"{_O}.mixed.adam_step_mixed",
                  m=f32(4), v=f32(4), step=1),
     p_low=_LOW, g_low=_LOW.more((np.ones(4, np.int16),)), master=_F4, m=_F4, v=_F4,
     step=COUNT, decoupled=BOOL, maximize=BOOL, **_ADAM)
-for _name in ("adam.v1_unfused", "adam.launch_fused", "adam.launch_shared",
-              "adam.launch_multi_tensor", "mixed.launch_mixed", "sgd.launch_sgd"):
+for _name in ("adam.v1_unfused", "adam.launch_v2_fused", "adam.launch_v3_shared",
+              "adam.launch_v4_multi_tensor", "mixed.launch_mixed", "sgd.launch_sgd"):
     none(f"{_O}.{_name}", "a launcher on kernel arrays and scalars its entry point checked "
                           "(adam_step, adam_step_mixed, sgd_step, gpudl.optim)")
 add(f"{_O}.traffic.blocks_for", lambda: dict(n=5), n=SIZE)
@@ -824,7 +830,8 @@ add(f"{_OPT}.sgd.SGD", lambda: dict(params=[_param(3)], lr=0.1, momentum=0.9),
     lr=_TORCH_LR, momentum=real(0), dampening=FINITE, weight_decay=real(0), nesterov=BOOL,
     maximize=BOOL, foreach=_SWITCH, fused=_SWITCH, differentiable=_SWITCH)
 _ADAM_OPTIONS = dict(lr=_TORCH_LR, betas=_BETAS, eps=real(0), weight_decay=real(0),
-                     maximize=BOOL, variant=choice("unfused", "fused", "shared", "multi_tensor"),
+                     maximize=BOOL,
+                     variant=choice("v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor"),
                      foreach=_SWITCH, fused=_SWITCH, capturable=_SWITCH,
                      differentiable=_SWITCH, amsgrad=Kind("amsgrad", (), (True,)))
 add(f"{_OPT}.adam.Adam", lambda: dict(params=[_param(3)]), decoupled_weight_decay=BOOL,
@@ -844,7 +851,7 @@ _ADAM_STATE = Kind("an Adam state_dict", (None, [1], _state(exp_avg=[1.0] * 3)),
     {"state": {}, "param_groups": [{"params": [0, 1], "lr": 0.1}]}))
 
 
-def _adam(variant: str = "fused") -> Any:
+def _adam(variant: str = "v2_fused") -> Any:
     return resolve(f"{_OPT}.adam.Adam")([_param(3)], variant=variant)
 
 
@@ -927,8 +934,8 @@ add(f"{_STEPS}.adopt_parameter",
 add(f"{_STEPS}.step_runs", lambda: dict(updated=[0, 1], steps=[1.0, 1.0]),
     updated=Kind("increasing indices", (None, "ab", [1.5]), ([1, 0], [0, 2], [-1])),
     steps=Kind("step counts", (None, "ab"), ([-1.0, 1.0], [float("nan"), 1.0])))
-add(f"{_OPT}.traffic.traffic_table", lambda: dict(sizes=(3,), variants=("fused",)),
-    sizes=ints(1), variants=Kind("variant names", ("fused", None, [1]), (["bogus"],)))
+add(f"{_OPT}.traffic.traffic_table", lambda: dict(sizes=(3,), variants=("v2_fused",)),
+    sizes=ints(1), variants=Kind("variant names", ("v2_fused", None, [1]), (["bogus"],)))
 _T = f"{_OPT}.tensors"
 add(f"{_T}.hyperparameter", lambda: dict(name="lr", value=0.1),
     value=Kind("a number or a one-element tensor", (),

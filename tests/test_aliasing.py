@@ -187,7 +187,7 @@ OPTIMIZERS = {
     **{f"adam-{v}": (lambda ps, v=v: optim.Adam(ps, lr=0.01, variant=v))
        for v in optim_kernels.VARIANTS},
     "adamw-bf16-multi_tensor": lambda ps: optim.AdamW(ps, lr=0.01),
-    "adam-fp16-fused": lambda ps: optim.Adam(ps, lr=0.01, variant="fused"),
+    "adam-fp16-fused": lambda ps: optim.Adam(ps, lr=0.01, variant="v2_fused"),
 }
 DTYPES = {"adamw-bf16-multi_tensor": torch.bfloat16, "adam-fp16-fused": torch.float16}
 

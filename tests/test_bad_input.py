@@ -28,7 +28,7 @@ from gpudl.parallel.zero import max_difference
 
 NAN = float("nan")
 ROOT = Path(__file__).resolve().parent.parent
-ADAM_VARIANTS = ("unfused", "fused", "shared", "multi_tensor")
+ADAM_VARIANTS = ("v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor")
 
 
 # --- NaN never passes "equal" -------------------------------------------------------------

@@ -58,10 +58,11 @@ def test_the_launch_path_without_the_driver_call():
 def test_the_optimizer_host_time_counts_one_launch_against_one_per_tensor():
     rows = launch_cost.measure_optimizer(tensors=20, size=3, steps=2)
     by = {r["variant"]: r for r in rows}
-    assert set(by) == {"multi_tensor", "fused"}
-    assert by["multi_tensor"]["launches_per_step"] == 1
-    assert by["fused"]["launches_per_step"] == 20
-    assert by["multi_tensor"]["conversions_per_step"] == by["fused"]["conversions_per_step"] == 0
+    assert set(by) == {"v4_multi_tensor", "v2_fused"}
+    assert by["v4_multi_tensor"]["launches_per_step"] == 1
+    assert by["v2_fused"]["launches_per_step"] == 20
+    assert by["v4_multi_tensor"]["conversions_per_step"] == 0
+    assert by["v2_fused"]["conversions_per_step"] == 0
     if backend.is_simulator():
-        assert by["fused"]["measured"] == "host time, launches not run"
+        assert by["v2_fused"]["measured"] == "host time, launches not run"
     assert all(r["runs"] == 2 and r["min_s"] > 0 for r in rows)

@@ -39,7 +39,7 @@ def test_hyper_used_rounds_only_for_torch_fused_on_a_gpu():
     assert bench.hyper_used("torch fused", cuda) == bench.float32_hyper(bench.HYPER)
     assert bench.hyper_used("torch fused", cpu) == bench.HYPER
     assert bench.hyper_used("torch foreach", cuda) == bench.HYPER
-    assert bench.hyper_used("gpudl fused", cuda) == bench.HYPER
+    assert bench.hyper_used("adam_v2_fused", cuda) == bench.HYPER
 
 
 def test_torch_fused_passes_its_check_here():
@@ -52,13 +52,13 @@ def test_torch_fused_passes_its_check_here():
 
 def test_bench_checks_and_rates_every_method():
     result = bench.run(sizes=(33,), small=(2, 5), repeats=1)
-    methods = ["copy", *(f"gpudl {v}" for v in VARIANTS), "torch foreach", "torch fused"]
+    methods = ["copy", *(f"adam_{v}" for v in VARIANTS), "torch foreach", "torch fused"]
     assert [r["optimizer"] for r in result["rows"]] == methods * 2
     assert result["rows"][0]["name"] == "copy [1 tensor of 33]"
     assert {r["params"] for r in result["rows"]} == {33, 10}
     assert all(r["check"]["ok"] for r in result["rows"] if r["optimizer"] != "copy")
     assert [b["name"] for b in result["bars"]] == [spec["name"] for spec in bench.BARS]
-    assert find_bar(result, "fused_adam_vs_copy")["numerator"] == "gpudl fused [1 tensor of 33]"
+    assert find_bar(result, "fused_adam_vs_copy")["numerator"] == "adam_v2_fused [1 tensor of 33]"
     assert find_bar(result, "multi_tensor_vs_torch_fused")["denominator"] == (
         "torch fused [2 tensors of 5]")
     if backend.is_simulator():
@@ -76,8 +76,8 @@ def test_a_peer_that_fails_its_check_is_timed_and_recorded(monkeypatch, capsys):
 
 
 def test_a_gpudl_variant_that_fails_its_check_stops_the_benchmark(monkeypatch):
-    monkeypatch.setitem(bench.METHODS, "gpudl fused", rounding_peer)
-    with pytest.raises(RuntimeError, match="gpudl fused: array.s. v off"):
+    monkeypatch.setitem(bench.METHODS, "adam_v2_fused", rounding_peer)
+    with pytest.raises(RuntimeError, match="adam_v2_fused: array.s. v off"):
         bench.run(sizes=(300,), small=(2, 5), repeats=1)
 
 

@@ -157,7 +157,7 @@ def test_empty_arrays_need_no_launch():
     if not backend.is_simulator():
         return
     with optim.traffic() as t:
-        optim.adam_step(*[np.zeros(0, np.float32) for _ in range(4)], step=1, variant="fused")
+        optim.adam_step(*[np.zeros(0, np.float32) for _ in range(4)], step=1, variant="v2_fused")
     assert t.launches == 0
 
 
@@ -297,13 +297,13 @@ def counted(fn, *args, **kwargs) -> optim.Traffic:
 @pytest.mark.simulator_only
 @pytest.mark.parametrize(("variant", "hp", "launches", "device_bytes", "shared_bytes"), [
     # lerp m (12), v *= b2 (8), v += w g g (12), sqrt (8), / bc2 (8), + eps (8), addcdiv (16)
-    ("unfused", {}, 7, 72, 0),
-    ("unfused", {"weight_decay": 0.1}, 8, 84, 0),  # + g_eff = g + wd p (12)
-    ("unfused", {"weight_decay": 0.1, "maximize": True}, 9, 92, 0),  # + g_eff = -g (8)
-    ("unfused", {"weight_decay": 0.1, "decoupled": True}, 8, 80, 0),  # + p *= decay (8)
-    ("fused", {"weight_decay": 0.1}, 1, 28, 0),  # read p, g, m, v; write p, m, v
-    ("shared", {}, 1, 28, 56),  # + 4 stores, 4 loads, 3 stores, 3 loads of shared words
-    ("multi_tensor", {"maximize": True}, 1, 28, 0),
+    ("v1_unfused", {}, 7, 72, 0),
+    ("v1_unfused", {"weight_decay": 0.1}, 8, 84, 0),  # + g_eff = g + wd p (12)
+    ("v1_unfused", {"weight_decay": 0.1, "maximize": True}, 9, 92, 0),  # + g_eff = -g (8)
+    ("v1_unfused", {"weight_decay": 0.1, "decoupled": True}, 8, 80, 0),  # + p *= decay (8)
+    ("v2_fused", {"weight_decay": 0.1}, 1, 28, 0),  # read p, g, m, v; write p, m, v
+    ("v3_shared", {}, 1, 28, 56),  # + 4 stores, 4 loads, 3 stores, 3 loads of shared words
+    ("v4_multi_tensor", {"maximize": True}, 1, 28, 0),
 ])
 def test_launches_and_bytes_per_parameter(variant, hp, launches, device_bytes, shared_bytes):
     arrays = adam_state(N_TRAFFIC, 8)

@@ -64,7 +64,7 @@ def assert_tracks(ours: torch.nn.Module, theirs: torch.nn.Module, steps: int) ->
 @pytest.mark.parametrize(("make_ours", "make_theirs", "steps"), [
     (lambda ps: optim.Adam(ps, lr=0.01, weight_decay=0.01),
      lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.01), 100),
-    (lambda ps: optim.Adam(ps, lr=0.01, variant="fused"),
+    (lambda ps: optim.Adam(ps, lr=0.01, variant="v2_fused"),
      lambda ps: torch.optim.Adam(ps, lr=0.01), 100),
     (lambda ps: optim.AdamW(ps, lr=0.01, betas=(0.8, 0.99)),
      lambda ps: torch.optim.AdamW(ps, lr=0.01, betas=(0.8, 0.99)), 100),
@@ -74,9 +74,9 @@ def assert_tracks(ours: torch.nn.Module, theirs: torch.nn.Module, steps: int) ->
     (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3),
      lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3), 100),
     # The variants kept to measure claim C6 cost a few simulated launches each: fewer steps.
-    (lambda ps: optim.Adam(ps, lr=0.01, variant="unfused"),
+    (lambda ps: optim.Adam(ps, lr=0.01, variant="v1_unfused"),
      lambda ps: torch.optim.Adam(ps, lr=0.01), 10),
-    (lambda ps: optim.AdamW(ps, lr=0.01, variant="shared", maximize=True),
+    (lambda ps: optim.AdamW(ps, lr=0.01, variant="v3_shared", maximize=True),
      lambda ps: torch.optim.AdamW(ps, lr=0.01, maximize=True), 10),
 ], ids=["adam-multi_tensor", "adam-fused", "adamw", "sgd-nesterov", "sgd-dampening",
         "adam-unfused", "adamw-shared"])
@@ -104,7 +104,7 @@ adam_hyper = st.fixed_dictionaries({
 # ignored maximize (so it saw no cancellation), and its derivation ignored the large relative
 # error that cancellation gives v and the denominator (its R term)
 @example(hp={"lr": 0.03125, "betas": (0.5, 0.0), "eps": 0.0, "weight_decay": 0.09375,
-             "maximize": True}, decoupled=False, variant="unfused", seed=12179)
+             "maximize": True}, decoupled=False, variant="v1_unfused", seed=12179)
 def test_every_step_matches_torch_for_any_hyperparameters(hp, decoupled, variant, seed):
     # Each step starts both optimizers from torch's state (teacher forcing), so the check is
     # the float32 bound of one step, at every step, with no drift to allow for.
@@ -145,7 +145,7 @@ def test_every_step_matches_torch_for_any_hyperparameters(hp, decoupled, variant
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # simulated inf - inf
-@pytest.mark.parametrize("variant", ["fused", "multi_tensor"])
+@pytest.mark.parametrize("variant", ["v2_fused", "v4_multi_tensor"])
 def test_nan_and_inf_gradients_as_torch(variant):
     ours, theirs = small_model(), small_model()
     o_opt = optim.Adam(ours.parameters(), lr=0.01, variant=variant)
@@ -168,7 +168,7 @@ def test_nan_and_inf_gradients_as_torch(variant):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("variant", ["fused", "multi_tensor"])
+@pytest.mark.parametrize("variant", ["v2_fused", "v4_multi_tensor"])
 def test_mixed_precision_keeps_fp32_master_weights(dtype, variant):
     low = small_model(dtype=dtype)
     master = [p.detach().float().clone().requires_grad_() for p in low.parameters()]
@@ -225,7 +225,7 @@ def test_closure_groups_and_scheduler_like_torch():
     assert_tracks(ours, theirs, 5)
 
 
-@pytest.mark.parametrize("variant", ["fused", "multi_tensor"])
+@pytest.mark.parametrize("variant", ["v2_fused", "v4_multi_tensor"])
 def test_state_dict_round_trip(variant):
     model = small_model()
     opt = optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1, variant=variant)
@@ -288,7 +288,7 @@ def test_multi_tensor_keeps_the_group_in_flat_buffers():
     model = small_model()
     params = list(model.parameters())
     opt = optim.Adam(params, lr=0.01)  # multi_tensor is the default
-    assert opt.defaults["variant"] == "multi_tensor"
+    assert opt.defaults["variant"] == "v4_multi_tensor"
     train(model, opt, 2)
     # parameters, gradients and moments are consecutive views of one buffer each
     itemsize = 4
@@ -306,7 +306,7 @@ def test_multi_tensor_keeps_the_group_in_flat_buffers():
 
 
 def test_parameters_without_gradients_are_skipped_as_torch_skips_them():
-    for variant in ("fused", "multi_tensor"):
+    for variant in ("v2_fused", "v4_multi_tensor"):
         ours, theirs = small_model(), small_model()
         o_opt = optim.Adam(ours.parameters(), lr=0.1, weight_decay=0.1, variant=variant)
         t_opt = torch.optim.Adam(theirs.parameters(), lr=0.1, weight_decay=0.1)
@@ -325,7 +325,7 @@ def test_a_parameter_unused_after_zero_grad_is_skipped_like_torch():
     # After zero_grad() (set_to_none=True) torch sees a None gradient for a parameter that the
     # next loss does not use, and leaves it alone; the flat buffer holds zeros for it, which
     # Adam would still turn into a step (its moments are not zero). Both variants must skip it.
-    for variant in ("fused", "multi_tensor"):
+    for variant in ("v2_fused", "v4_multi_tensor"):
         ours, theirs = small_model(), small_model()
         o_opt = optim.Adam(ours.parameters(), lr=0.1, variant=variant)
         t_opt = torch.optim.Adam(theirs.parameters(), lr=0.1)
@@ -383,8 +383,8 @@ def test_bad_parameters_and_options():
         optim.SGD([torch.zeros(3, dtype=torch.float16, device=DEVICE, requires_grad=True)])
     with pytest.raises(TypeError, match="dtype"):
         optim.Adam([torch.zeros(3, dtype=torch.int64, device=DEVICE)])
-    with pytest.raises(ValueError, match="'fused' or 'multi_tensor'"):
-        optim.Adam(small_model(dtype=torch.bfloat16).parameters(), variant="shared")
+    with pytest.raises(ValueError, match="'v2_fused' or 'v4_multi_tensor'"):
+        optim.Adam(small_model(dtype=torch.bfloat16).parameters(), variant="v3_shared")
     with pytest.raises(ValueError, match="variant must be one of"):
         optim.Adam(small_model().parameters(), variant="fastest")
     with pytest.raises(ValueError, match="amsgrad"):
@@ -392,17 +392,17 @@ def test_bad_parameters_and_options():
     emb = torch.nn.Embedding(5, 2, sparse=True).to(DEVICE)
     emb(torch.tensor([1, 2], device=DEVICE)).sum().backward()
     with pytest.raises(TypeError, match="sparse"):
-        optim.Adam(emb.parameters(), variant="fused").step()
+        optim.Adam(emb.parameters(), variant="v2_fused").step()
     if DEVICE.type == "cuda":
         with pytest.raises(ValueError, match="must be on cuda"):
             optim.Adam([torch.zeros(3, requires_grad=True)])
 
 
 def test_added_parameter_groups_are_checked_too():
-    opt = optim.Adam(small_model().parameters(), variant="shared")
+    opt = optim.Adam(small_model().parameters(), variant="v3_shared")
     with pytest.raises(TypeError, match="dtype"):
         opt.add_param_group({"params": [torch.zeros(2, dtype=torch.float64, device=DEVICE)]})
-    with pytest.raises(ValueError, match="'fused' or 'multi_tensor'"):
+    with pytest.raises(ValueError, match="'v2_fused' or 'v4_multi_tensor'"):
         opt.add_param_group({"params": [torch.zeros(2, dtype=torch.float16, device=DEVICE)]})
     sgd = optim.SGD(small_model().parameters())
     with pytest.raises(TypeError, match="dtype"):

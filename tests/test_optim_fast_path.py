@@ -177,7 +177,7 @@ def test_a_loaded_state_is_adopted_then_stepped_in_one_launch(counts, monkeypatc
     assert all(int(other.state[p]["step"].item()) == 4 for p in twin)
 
 
-@pytest.mark.parametrize("variant", ["fused", "unfused", "shared"])
+@pytest.mark.parametrize("variant", ["v2_fused", "v1_unfused", "v3_shared"])
 def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, counts):
     params = many_parameters(3, seed=4)
     opt = optim.Adam(params, lr=0.01, variant=variant)
@@ -188,7 +188,7 @@ def test_per_tensor_variants_convert_nothing_after_their_first_step(variant, cou
         opt.zero_grad(set_to_none=False)  # gradients stay where they are
         backward(params, step)
         opt.step()
-    per_tensor = {"fused": 1, "shared": 1, "unfused": 7}[variant]
+    per_tensor = {"v2_fused": 1, "v3_shared": 1, "v1_unfused": 7}[variant]
     assert counts.launches == 2 * 3 * per_tensor and counts.conversions == 0
 
 

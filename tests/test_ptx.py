@@ -21,7 +21,7 @@ QUOTED = ROOT / "book" / "ptx"  # the lines Chapter 2 quotes, one file per kerne
 NEW = ["copy_v2_k_loads", "copy_v3_vector4", "vector_add_v3_k_loads", "vector_add_v4_vector4",
        "saxpy_v2_k_loads", "transpose_v4_padded_loads_first", "reduce_v7_last_block"]
 OLD = ["copy_v1_naive", "vector_add_v2_grid_stride", "reduce_v6_one_pass_atomic"]
-OTHERS = ["timing_hold", "adam_multi_tensor"]  # compiled for sm_90 too (the simulator checks
+OTHERS = ["timing_hold", "adam_v4_multi_tensor"]  # compiled for sm_90 too (the simulator checks
 # no types): the GPU-only sleep of gpudl.bench.timing, and the optimizer's one launch
 CH09 = [name for name in ptx.kernels()  # Chapter 9's kernels (the graph's two run on GPUs only)
         if name.startswith(("decode_", "paged_", "quant_", "decoder_", "ch09_"))]

@@ -30,14 +30,14 @@ def test_step_bytes_match_what_the_kernels_access():
     assert traced_bytes(optim_kernels.sgd_step, p, g, None, first=True, lr=0.1) == counts["sgd"]
     assert traced_bytes(optim_kernels.sgd_step, p, g, m, first=False, lr=0.1,
                         momentum=0.9) == counts["sgd_momentum"]
-    for variant in ("fused", "unfused"):
+    for variant in ("v2_fused", "v1_unfused"):
         assert traced_bytes(optim_kernels.adam_step, p, g, m, v, step=1,
                             variant=variant) == counts[f"adam_{variant}"]
     half = p.astype(np.float16)
     assert traced_bytes(optim_kernels.adam_step_mixed, half, g.astype(np.float16), p, m, v,
                         step=1) == counts["adam_mixed"]
     # no kernel here keeps bfloat16 moments: half the bytes of fp32's seven values
-    assert counts["adam_bf16_no_master"] == counts["adam_fused"] // 2 == 14
+    assert counts["adam_bf16_no_master"] == counts["adam_v2_fused"] // 2 == 14
 
 
 def test_adam_time_bound_by_hand():
@@ -69,8 +69,8 @@ def test_step_time_model_launches_are_the_optimizers():
 
 def test_step_time_model_by_hand():
     sizes = [10_000] * 1_000
-    fused = ch04.step_time_model(sizes, "fused", 5e-6, 3.35e12)
-    multi = ch04.step_time_model(sizes, "multi_tensor", 5e-6, 3.35e12)
+    fused = ch04.step_time_model(sizes, "v2_fused", 5e-6, 3.35e12)
+    multi = ch04.step_time_model(sizes, "v4_multi_tensor", 5e-6, 3.35e12)
     assert fused["time_s"] == pytest.approx(1000 * 5e-6 + 28e7 / 3.35e12)  # 5.08 ms
     assert multi["time_s"] == pytest.approx(5e-6 + 28e7 / 3.35e12)  # 0.089 ms
     assert ch04.break_even_size(5e-6, 3.35e12) == pytest.approx(598_214, rel=1e-5)

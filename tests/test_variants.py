@@ -12,6 +12,7 @@ from gpudl.kernels import (
     elementwise,
     matmul,
     memory,
+    optim,
     quant,
     reduction,
     tensor_core_matmul,
@@ -22,7 +23,7 @@ TABLES = {"vector_add": elementwise.VARIANTS, "saxpy": elementwise.SAXPY_VARIANT
           "copy": memory.COPY_VARIANTS, "transpose": transpose.VARIANTS,
           "reduce": reduction.VARIANTS, "matmul": matmul.VARIANTS,
           "tensor_core": tensor_core_matmul.VARIANTS, "quant": quant.VARIANTS,
-          "buckets": buckets.VARIANTS}
+          "buckets": buckets.VARIANTS, "adam": optim.VARIANTS}
 
 
 def test_every_module_table_is_the_registry_s():

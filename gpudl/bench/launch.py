@@ -10,7 +10,7 @@ kernels of 2 and 4 arrays, and one of 4 arrays and 9 scalars (Adam's 13 argument
 numba device arrays, with torch tensors converted at every call
 (:func:`gpudl.interop.as_kernel_array`) and with tensors whose arrays are kept
 (:class:`gpudl.interop.KernelArrays`); and the host time of one :class:`gpudl.optim.Adam` step
-over 1,000 tensors, one launch (``multi_tensor``) or one per tensor (``fused``).
+over 1,000 tensors, one launch (``v4_multi_tensor``) or one per tensor (``v2_fused``).
 
 What is measured depends on the machine, and each row says which (``measured``):
 
@@ -193,7 +193,7 @@ def measure_launches(calls: int | None = None, repeats: int | None = None,
 
 def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = None) -> list[dict]:
     """Host seconds per ``step()`` of :class:`gpudl.optim.Adam` over ``tensors`` parameters of
-    ``size`` elements, gradients in place, for the ``multi_tensor`` and ``fused`` variants;
+    ``size`` elements, gradients in place, for the ``v4_multi_tensor`` and ``v2_fused`` variants;
     with the kernel launches on a GPU, without them on the simulator (where a launch would
     be simulated). Each row also counts the launches and the tensor-to-array conversions of
     one step after the first."""
@@ -205,7 +205,7 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
         check_int(name, value, 1)
     device = interop.tensor_device()
     rows = []
-    for variant in ("multi_tensor", "fused"):
+    for variant in ("v4_multi_tensor", "v2_fused"):
         params = [torch.nn.Parameter(torch.randn(size, device=device)) for _ in range(tensors)]
         opt = optim.Adam(params, lr=1e-3, variant=variant)
         for p in params:

@@ -24,8 +24,7 @@ from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_bool, check_int
 from gpudl.kernels import memory as memory_kernels
 from gpudl.kernels import reduction as reduction_kernels
-from gpudl.kernels import reduction_error
-from gpudl.kernels import transpose  # noqa: F401  (declares the transpose variants)
+from gpudl.kernels import reduction_error, transpose
 
 __all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
 
@@ -34,7 +33,7 @@ REFERENCE = "torch copy"
 #: The rows' groups, each drawn in one box of Chapter 2.
 GROUPS = ("copies", "transposes", "reductions")
 _COPY = registry.variant_records("copy")
-_TRANSPOSE = registry.variant_records("transpose")
+_TRANSPOSE = registry.variant_records(transpose.FAMILY)
 _REDUCE = registry.variant_records("reduce")
 _REDUCTIONS = [v.name for v in _REDUCE.values()]
 _COPIES = [v.name for v in _COPY.values()]

@@ -26,6 +26,7 @@ from gpudl.kernels.arrays import Array, launch_into_poisoned
 
 __all__ = [
     "BLOCK_ROWS",
+    "FAMILY",
     "LOADS_ROWS",
     "PADDED",
     "TILE",
@@ -176,8 +177,10 @@ def launch_v4_padded_loads_first(x: Array, out: Array) -> None:
     v4_padded_loads_first[grid, (TILE, LOADS_ROWS)](x, out)
 
 
+#: The family of the transposes in :mod:`gpudl.registry` (their one names: ``transpose_v1_naive``).
+FAMILY = "transpose"
 #: Key -> launcher(x, out) on device arrays.
-VARIANTS: dict[str, Callable] = registry.variants("transpose")
+VARIANTS: dict[str, Callable] = registry.variants(FAMILY)
 
 
 def transpose(x: Array, variant: str = "v3_padded") -> Array:

@@ -9,13 +9,13 @@ torch's constructor signatures and checks, used exactly as torch's are (paramete
 whose layout is torch's). Their ``step()`` launches :mod:`gpudl.kernels.optim`'s kernels on the
 tensors' own memory (``gpudl.interop.as_kernel_array``): nothing is copied.
 
-Adam and AdamW take a ``variant``, one of :data:`gpudl.kernels.optim.VARIANTS`. ``unfused``,
-``fused`` and ``shared`` launch their kernels once per parameter tensor. ``multi_tensor`` (the
-default) launches one kernel per parameter group: at its first step it moves the group's
-parameters, gradients and moments into flat buffers, one per kind, with every tensor a view
-into them (PyTorch FSDP's flat parameters, DeepSpeed's and Megatron's contiguous buffers do
-the same); a group of one contiguous parameter keeps it where it is, as its own flat buffer.
-Backward passes then accumulate gradients straight into the flat gradient buffer, and
+Adam and AdamW take a ``variant``, one of :data:`gpudl.kernels.optim.VARIANTS`. ``v1_unfused``,
+``v2_fused`` and ``v3_shared`` launch their kernels once per parameter tensor.
+``v4_multi_tensor`` (the default) launches one kernel per parameter group: at its first step it
+moves the group's parameters, gradients and moments into flat buffers, one per kind, with every
+tensor a view into them (PyTorch FSDP's flat parameters, DeepSpeed's and Megatron's contiguous
+buffers do the same); a group of one contiguous parameter keeps it where it is, as its own flat
+buffer. Backward passes then accumulate gradients straight into the flat gradient buffer, and
 :meth:`Adam.zero_grad` zeroes it in place instead of setting gradients to ``None``.
 
 The host's work per step is kept out of the way of the GPU's. Kernel arrays are made once per
@@ -28,7 +28,7 @@ each gradient and parameter is still its view of the buffers, and launches once:
 runs per parameter. Anything else (a new gradient tensor, a parameter without a gradient, a
 state loaded from a checkpoint) takes the general path, which adopts it into the buffers.
 
-Parameters may be float32, or float16 or bfloat16 with the ``fused`` or ``multi_tensor``
+Parameters may be float32, or float16 or bfloat16 with the ``v2_fused`` or ``v4_multi_tensor``
 variant: then the optimizer keeps float32 master weights (state ``"master"``) and moments,
 and writes the parameters rounded to nearest even (mixed precision). The kernels run on the
 default CUDA stream, where PyTorch also runs its work unless it is told to use another one.

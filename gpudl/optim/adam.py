@@ -4,7 +4,7 @@ one launch per parameter group over flat buffers.
 Book section: *Chapter 4, "Multi-tensor: one launch for the whole model"* and *"What a launch
 costs"*.
 
-``multi_tensor`` (the default variant) launches one kernel per parameter group: at its first
+``v4_multi_tensor`` (the default variant) launches one kernel per parameter group: at its first
 step it moves the group's parameters, gradients and moments into flat buffers, one per kind,
 with every tensor a view into them (:mod:`gpudl.optim.flat_buffers`); a group of one
 contiguous parameter keeps it where it is, as its own flat buffer. Backward passes then
@@ -53,7 +53,7 @@ class Adam(torch.optim.Optimizer):
     and each beta a number or a one-element tensor), except that ``amsgrad=True`` and torch's
     implementation switches (``foreach``, ``fused``, ``capturable``, ``differentiable``) are
     refused; ``variant`` is this book's. ``flat_groups`` maps a (group index, dtype) to its
-    :class:`~gpudl.optim.flat_buffers.FlatGroup` (variant ``multi_tensor``),
+    :class:`~gpudl.optim.flat_buffers.FlatGroup` (variant ``v4_multi_tensor``),
     ``written_gradients`` which of their gradients backward wrote
     (:class:`~gpudl.optim.gradient_hooks.WrittenGradients`); ``kernel_arrays`` keeps the kernel
     arrays made from the tensors (:class:`gpudl.interop.KernelArrays`)."""
@@ -121,9 +121,9 @@ class Adam(torch.optim.Optimizer):
     def _check_group(self, group: dict, dtypes: tuple[torch.dtype, ...]) -> None:
         check_choice("variant", group["variant"], kernels.VARIANTS)
         low = [d for d in dtypes if d in LOW_PRECISION]
-        if low and group["variant"] not in ("fused", "multi_tensor"):
-            raise ValueError(f"{sorted(map(str, low))} parameters need variant 'fused' or "
-                             f"'multi_tensor' (float32 master weights), got "
+        if low and group["variant"] not in ("v2_fused", "v4_multi_tensor"):
+            raise ValueError(f"{sorted(map(str, low))} parameters need variant 'v2_fused' or "
+                             f"'v4_multi_tensor' (float32 master weights), got "
                              f"{group['variant']!r}")
 
     @torch.no_grad()
@@ -135,7 +135,7 @@ class Adam(torch.optim.Optimizer):
         for index, group in enumerate(self.param_groups):
             dtypes = self._group_dtypes(index)
             self._check_group(group, dtypes)
-            if group["variant"] == "multi_tensor":
+            if group["variant"] == "v4_multi_tensor":
                 for dtype in dtypes:
                     adam_steps.step_flat(self._flat_group(index, dtype), group, self.state,
                                          self.written_gradients, name)
@@ -155,7 +155,7 @@ class Adam(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """torch's ``zero_grad``, except for gradients held in a flat buffer (variant
-        ``multi_tensor``): those are zeroed in place and kept, so that the next backward
+        ``v4_multi_tensor``): those are zeroed in place and kept, so that the next backward
         pass accumulates into the buffer again. With ``set_to_none=True`` they count as
         absent until backward writes into them, so a parameter that then receives no
         gradient is skipped by :meth:`step`, as torch skips a ``None`` gradient."""

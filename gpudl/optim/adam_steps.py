@@ -4,13 +4,12 @@ Book section: *Chapter 4, "Multi-tensor: one launch for the whole model"* and *"
 costs"*.
 
 :func:`step_per_tensor` launches ``VARIANTS[variant]`` once per parameter with a gradient
-(variants ``unfused``, ``fused``, ``shared``). :func:`step_flat` (variant ``multi_tensor``)
-launches once for a whole :class:`~gpudl.optim.flat_buffers.FlatGroup` when nothing has
-changed since the last step; otherwise :func:`step_flat_general` adopts what is new into the
-buffers (:func:`adopt_parameter`) and launches once per run of consecutive parameters with a
-gradient and one step count (:func:`step_runs`). ``states`` is the optimizer's ``state``,
-``name`` its class's name, for error messages.
-"""
+(variants ``v1_unfused``, ``v2_fused``, ``v3_shared``). :func:`step_flat` (variant
+``v4_multi_tensor``) launches once for a whole :class:`~gpudl.optim.flat_buffers.FlatGroup` when
+nothing has changed since the last step; otherwise :func:`step_flat_general` adopts what is new
+into the buffers (:func:`adopt_parameter`) and launches once per run of consecutive parameters
+with a gradient and one step count (:func:`step_runs`). ``states`` is the optimizer's ``state``,
+``name`` its class's name, for error messages."""
 
 from __future__ import annotations
 
@@ -89,7 +88,7 @@ def launch_flat(a: dict[str, object], k: kernels.AdamScalars) -> None:
         kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"], a["exp_avg_sq"],
                              k)
     else:
-        kernels.launch_multi_tensor(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
+        kernels.launch_v4_multi_tensor(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
 
 
 def step_flat(flat: FlatGroup, group: dict, states: States, written: WrittenGradients,

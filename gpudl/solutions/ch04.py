@@ -37,8 +37,8 @@ def step_bytes_per_param() -> dict[str, int]:
     return {
         "sgd": 2 * FP32 + FP32,  # read p, g; write p
         "sgd_momentum": 3 * FP32 + 2 * FP32,  # read p, g, buf; write p, buf
-        "adam_fused": 4 * FP32 + 3 * FP32,  # read p, g, m, v; write p, m, v
-        "adam_unfused": unfused_values * FP32,  # 11 reads and 7 writes
+        "adam_v2_fused": 4 * FP32 + 3 * FP32,  # read p, g, m, v; write p, m, v
+        "adam_v1_unfused": unfused_values * FP32,  # 11 reads and 7 writes
         # read g (half), master, m, v; write master, m, v, p (half)
         "adam_mixed": HALF + 3 * FP32 + 3 * FP32 + HALF,
         "adam_bf16_no_master": 4 * HALF + 3 * HALF,  # everything in bfloat16
@@ -68,9 +68,9 @@ def shared_memory_adam_capacity(gpu: str = "H100 SXM") -> int:
 
 
 #: Kernel launches per parameter tensor and bytes per parameter of each Adam variant;
-#: ``multi_tensor`` launches once per step whatever the number of tensors.
-VARIANT_COSTS = {"unfused": (7, 72), "fused": (1, 28), "shared": (1, 28),
-                 "multi_tensor": (None, 28)}
+#: ``v4_multi_tensor`` launches once per step whatever the number of tensors.
+VARIANT_COSTS = {"v1_unfused": (7, 72), "v2_fused": (1, 28), "v3_shared": (1, 28),
+                 "v4_multi_tensor": (None, 28)}
 
 
 def step_time_model(sizes: list[int], variant: str, launch_s: float,

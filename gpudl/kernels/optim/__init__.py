@@ -12,11 +12,11 @@ parameter as ``p + (-step_size * m) / denom``. All arithmetic is float32 on floa
 The Adam variants (:data:`VARIANTS`) compute the same thing and differ in how many times the
 update crosses the memory bus:
 
-* ``unfused``: one kernel per elementwise operation, as an eager framework runs it;
-* ``fused``: one kernel, one pass: 28 bytes per parameter;
-* ``shared``: ``fused`` with the four arrays staged through shared memory, as the source
+* ``v1_unfused``: one kernel per elementwise operation, as an eager framework runs it;
+* ``v2_fused``: one kernel, one pass: 28 bytes per parameter;
+* ``v3_shared``: ``v2_fused`` with the four arrays staged through shared memory, as the source
   articles suggest; the same 28 bytes of device memory, plus the shared traffic;
-* ``multi_tensor``: ``fused`` in a grid-stride loop over a grid sized to the GPU, so that one
+* ``v4_multi_tensor``: ``v2_fused`` in a grid-stride loop over a grid sized to the GPU, so that one
   launch covers any number of elements: :mod:`gpudl.optim` keeps all the tensors of a
   parameter group in flat buffers and updates them with one launch per step.
 

@@ -13,11 +13,11 @@ as ``p + (-step_size * m) / denom``. All arithmetic is float32 on float32 state.
 The variants (:data:`VARIANTS`) compute the same thing and differ in how many times the
 update crosses the memory bus:
 
-* ``unfused``: one kernel per elementwise operation, as an eager framework runs it;
-* ``fused``: one kernel, one pass: 28 bytes per parameter;
-* ``shared``: ``fused`` with the four arrays staged through shared memory, as the source
+* ``v1_unfused``: one kernel per elementwise operation, as an eager framework runs it;
+* ``v2_fused``: one kernel, one pass: 28 bytes per parameter;
+* ``v3_shared``: ``v2_fused`` with the four arrays staged through shared memory, as the source
   articles suggest; the same 28 bytes of device memory, plus the shared traffic;
-* ``multi_tensor``: ``fused`` in a grid-stride loop over a grid sized to the GPU, so that one
+* ``v4_multi_tensor``: ``v2_fused`` in a grid-stride loop over a grid sized to the GPU, so that one
   launch covers any number of elements: :mod:`gpudl.optim` keeps all the tensors of a
   parameter group in flat buffers and updates them with one launch per step.
 """
@@ -42,7 +42,7 @@ from gpudl.kernels.optim.traffic import THREADS, blocks_for, launch
 
 __all__ = [
     "BYTES_PER_PARAM", "DEFAULT_VARIANT", "VARIANTS",
-    "adam_element", "adam_step", "launch_fused", "launch_multi_tensor", "launch_shared",
+    "adam_element", "adam_step", "launch_v2_fused", "launch_v3_shared", "launch_v4_multi_tensor",
     "v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor",
 ]
 
@@ -83,7 +83,7 @@ def adam_element(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, 
 # fixed cost, which dominates for small tensors.
 
 
-@registry.kernel("adam_neg_into", "void(float32[::1], float32[::1])")
+@registry.kernel("adam_v1_neg_into", "void(float32[::1], float32[::1])")
 @cuda.jit
 def _neg_into(x, out):
     i = cuda.grid(1)
@@ -91,7 +91,8 @@ def _neg_into(x, out):
         out[i] = -x[i]
 
 
-@registry.kernel("adam_add_scaled_into", "void(float32[::1], float32[::1], float32, float32[::1])")
+@registry.kernel("adam_v1_add_scaled_into",
+                 "void(float32[::1], float32[::1], float32, float32[::1])")
 @cuda.jit
 def _add_scaled_into(x, y, a, out):  # out = x + a y  (torch: grad.add(param, alpha=wd))
     i = cuda.grid(1)
@@ -99,7 +100,7 @@ def _add_scaled_into(x, y, a, out):  # out = x + a y  (torch: grad.add(param, al
         out[i] = x[i] + a * y[i]
 
 
-@registry.kernel("adam_scale", "void(float32[::1], float32)")
+@registry.kernel("adam_v1_scale", "void(float32[::1], float32)")
 @cuda.jit
 def _scale(x, a):  # x *= a  (torch: mul_)
     i = cuda.grid(1)
@@ -107,7 +108,7 @@ def _scale(x, a):  # x *= a  (torch: mul_)
         x[i] = x[i] * a
 
 
-@registry.kernel("adam_lerp", "void(float32[::1], float32[::1], float32)")
+@registry.kernel("adam_v1_lerp", "void(float32[::1], float32[::1], float32)")
 @cuda.jit
 def _lerp_(x, y, w):  # x = lerp(x, y, w)  (torch: lerp_)
     i = cuda.grid(1)
@@ -115,7 +116,7 @@ def _lerp_(x, y, w):  # x = lerp(x, y, w)  (torch: lerp_)
         x[i] = _lerp(x[i], y[i], w)
 
 
-@registry.kernel("adam_add_square", "void(float32[::1], float32[::1], float32)")
+@registry.kernel("adam_v1_add_square", "void(float32[::1], float32[::1], float32)")
 @cuda.jit
 def _add_square(x, y, a):  # x += a y y  (torch: addcmul_(y, y, value=a))
     i = cuda.grid(1)
@@ -124,7 +125,7 @@ def _add_square(x, y, a):  # x += a y y  (torch: addcmul_(y, y, value=a))
         x[i] = x[i] + a * yi * yi
 
 
-@registry.kernel("adam_sqrt_into", "void(float32[::1], float32[::1])")
+@registry.kernel("adam_v1_sqrt_into", "void(float32[::1], float32[::1])")
 @cuda.jit
 def _sqrt_into(x, out):  # out = sqrt(x)  (torch: sqrt, a new tensor)
     i = cuda.grid(1)
@@ -132,7 +133,7 @@ def _sqrt_into(x, out):  # out = sqrt(x)  (torch: sqrt, a new tensor)
         out[i] = float32(math.sqrt(x[i]))
 
 
-@registry.kernel("adam_div_scalar", "void(float32[::1], float32)")
+@registry.kernel("adam_v1_div_scalar", "void(float32[::1], float32)")
 @cuda.jit
 def _div_scalar(x, a):  # x /= a  (torch: div)
     i = cuda.grid(1)
@@ -140,7 +141,7 @@ def _div_scalar(x, a):  # x /= a  (torch: div)
         x[i] = x[i] / a
 
 
-@registry.kernel("adam_add_scalar", "void(float32[::1], float32)")
+@registry.kernel("adam_v1_add_scalar", "void(float32[::1], float32)")
 @cuda.jit
 def _add_scalar(x, a):  # x += a  (torch: add_)
     i = cuda.grid(1)
@@ -148,7 +149,7 @@ def _add_scalar(x, a):  # x += a  (torch: add_)
         x[i] = x[i] + a
 
 
-@registry.kernel("adam_addcdiv", "void(float32[::1], float32[::1], float32[::1], float32)")
+@registry.kernel("adam_v1_addcdiv", "void(float32[::1], float32[::1], float32[::1], float32)")
 @cuda.jit
 def _addcdiv(x, t1, t2, a):  # x += a t1 / t2  (torch: addcdiv_)
     i = cuda.grid(1)
@@ -156,6 +157,10 @@ def _addcdiv(x, t1, t2, a):  # x += a t1 / t2  (torch: addcdiv_)
         x[i] = x[i] + a * t1[i] / t2[i]
 
 
+@registry.variant("adam", "v1_unfused", bytes_per_element=72, kernels=(
+    "adam_v1_neg_into", "adam_v1_add_scaled_into", "adam_v1_scale", "adam_v1_lerp",
+    "adam_v1_add_square", "adam_v1_sqrt_into", "adam_v1_div_scalar", "adam_v1_add_scalar",
+    "adam_v1_addcdiv"))
 def v1_unfused(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """Adam unfused: the launches of torch's single-tensor code, one per operation."""
     blocks = blocks_for(p.size)
@@ -184,7 +189,7 @@ def v1_unfused(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
 # and one launch per tensor. Adam is memory-bound (about 12 flops for 28 bytes), so its time
 # should approach the time a copy of the same bytes takes.
 # (threads_per_block: traffic.THREADS on a GPU, 256; the simulator launches 32)
-@registry.kernel("adam_fused",
+@registry.kernel("adam_v2_fused",
                  "void(float32[::1], float32[::1], float32[::1], float32[::1], boolean, float32, "
                  "float32, float32, float32, float32, float32, float32, float32)",
                  threads_per_block=256)
@@ -236,7 +241,7 @@ def v3_shared(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_size, bc2
 # them out so), it is one launch per step for the whole model instead of one per tensor: the
 # bytes are v2's, and what it saves is the fixed cost of every launch but one, which is what
 # dominates for models made of many small tensors.
-@registry.kernel("adam_multi_tensor",
+@registry.kernel("adam_v4_multi_tensor",
                  "void(float32[::1], float32[::1], float32[::1], float32[::1], boolean, float32, "
                  "float32, float32, float32, float32, float32, float32, float32)",
                  threads_per_block=256)
@@ -248,29 +253,28 @@ def v4_multi_tensor(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_siz
                                          beta2, w2, neg_step_size, bc2_sqrt, eps)
 
 
-def launch_fused(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
+@registry.variant("adam", "v2_fused", bytes_per_element=BYTES_PER_PARAM)
+def launch_v2_fused(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """One ``v2_fused`` launch, one thread per element."""
     launch(v2_fused, blocks_for(p.size), p, g, m, v, *k)
 
 
-def launch_shared(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
+@registry.variant("adam", "v3_shared", bytes_per_element=BYTES_PER_PARAM)
+def launch_v3_shared(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """One ``v3_shared`` launch, one thread per element."""
     launch(v3_shared, blocks_for(p.size), p, g, m, v, *k)
 
 
-def launch_multi_tensor(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
+@registry.variant("adam", "v4_multi_tensor", bytes_per_element=BYTES_PER_PARAM)
+def launch_v4_multi_tensor(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """One ``v4_multi_tensor`` launch over one wave of resident blocks."""
     launch(v4_multi_tensor, grid_stride_blocks(p.size, THREADS), p, g, m, v, *k)
 
 
 #: Adam variant name -> launcher(p, g, m, v, scalars) on kernel arrays, updating in place.
-VARIANTS: dict[str, Callable[[Array, Array, Array, Array, AdamScalars], None]] = {
-    "unfused": v1_unfused,
-    "fused": launch_fused,
-    "shared": launch_shared,
-    "multi_tensor": launch_multi_tensor,
-}
-DEFAULT_VARIANT = "multi_tensor"
+VARIANTS: dict[str, Callable[[Array, Array, Array, Array, AdamScalars], None]] = (
+    registry.variants("adam"))
+DEFAULT_VARIANT = "v4_multi_tensor"
 
 _SCRATCH: dict[str, Array] = {}
 

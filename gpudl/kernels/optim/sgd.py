@@ -31,7 +31,7 @@ def _sgd_gradient(g, p, maximize, l2):
 
 # sgd_kernel: torch.optim.SGD's step without momentum, p -= lr * g, in one pass: 12 bytes per
 # parameter (read p, g; write p).
-@registry.kernel("sgd_v1", "void(float32[::1], float32[::1], boolean, float32, float32)")
+@registry.kernel("sgd", "void(float32[::1], float32[::1], boolean, float32, float32)")
 @cuda.jit
 def sgd_kernel(p, g, maximize, l2, neg_lr):
     i = cuda.grid(1)
