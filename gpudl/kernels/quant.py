@@ -43,6 +43,7 @@ from gpudl.checks import (
     check_array,
     check_choice,
     check_float32_array,
+    check_host_or_device,
     check_int,
     check_kernel_array,
 )
@@ -229,9 +230,9 @@ VARIANTS: dict[str, Callable[..., None]] = {
 
 
 def _check_weights(q: Array, scale: Array) -> bool:
-    on_device = check_kernel_array("q", q, 2, np.int8)
-    if check_float32_array("scale", scale, 1) != on_device:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
+    check_kernel_array("q", q, 2, np.int8)
+    check_float32_array("scale", scale, 1)
+    on_device = check_host_or_device({"q": q, "scale": scale})
     _check_shapes(None, q, scale)
     return on_device
 
@@ -256,8 +257,8 @@ def gemv_int8(x: Array, q: Array, scale: Array,
     check_choice("variant", variant, tuple(VARIANTS))
     on_device = _check_weights(q, scale)
     ndim = getattr(x, "ndim", None)
-    if check_float32_array("x", x, ndim if ndim in (1, 2) else 2) != on_device:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
+    check_float32_array("x", x, ndim if ndim in (1, 2) else 2)
+    check_host_or_device({"x": x, "q": q})
     _check_shapes(x, q, scale)
     in_features = q.shape[1]
     rows = x.reshape(1, in_features) if x.ndim == 1 else x

@@ -59,7 +59,7 @@ from gpudl.kernels.optim.hyper import (
     sgd_scalars,
 )
 from gpudl.kernels.optim.mixed import (
-    LOW_DTYPES,
+    LOW_FORMATS,
     adam_mixed,
     adam_step_mixed,
     bf16_to_f32,
@@ -76,7 +76,7 @@ from gpudl.kernels.optim.sgd import launch_sgd, sgd_kernel, sgd_momentum_kernel,
 from gpudl.kernels.optim.traffic import THREADS, Traffic, launch, recorded_launches, traffic
 
 __all__ = [
-    "THREADS", "EPS32", "BYTES_PER_PARAM", "VARIANTS", "DEFAULT_VARIANT", "LOW_DTYPES",
+    "THREADS", "EPS32", "BYTES_PER_PARAM", "VARIANTS", "DEFAULT_VARIANT", "LOW_FORMATS",
     "AdamScalars", "SgdScalars", "Traffic",
     "check_adam_hyper", "check_sgd_hyper", "adam_scalars", "sgd_scalars",
     "reference_adam", "adam_error_bound", "reference_sgd", "sgd_error_bound",

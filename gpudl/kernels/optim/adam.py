@@ -295,5 +295,6 @@ def adam_step(p: Array, g: Array, m: Array, v: Array, *, step: int, lr: float = 
     check_choice("variant", variant, VARIANTS)
     k = adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
     arrays = {"p": p, "g": g, "m": m, "v": v}
-    kinds = {check_float32_array(name, x, 1) for name, x in arrays.items()}
-    launch_in_place(VARIANTS[variant], arrays, ("p", "m", "v"), kinds, k)
+    for name, x in arrays.items():
+        check_float32_array(name, x, 1)
+    launch_in_place(VARIANTS[variant], arrays, ("p", "m", "v"), k)

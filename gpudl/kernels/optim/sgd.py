@@ -86,6 +86,7 @@ def sgd_step(p: Array, g: Array, buf: Array | None, *, first: bool, lr: float = 
         if buf is None:
             raise ValueError("a momentum buffer is needed when momentum != 0, got None")
         arrays["buf"] = buf
-    kinds = {check_float32_array(name, x, 1) for name, x in arrays.items()}
+    for name, x in arrays.items():
+        check_float32_array(name, x, 1)
     launch = launch_sgd if k.has_momentum else (lambda p_, g_, k_: launch_sgd(p_, g_, None, k_))
-    launch_in_place(launch, arrays, tuple(name for name in arrays if name != "g"), kinds, k)
+    launch_in_place(launch, arrays, tuple(name for name in arrays if name != "g"), k)
