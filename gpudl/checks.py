@@ -245,7 +245,7 @@ def check_float_array(name: str, x: object, ndim: int,
     """Check that ``x`` is a C-contiguous ``ndim``-D NumPy or numba device array holding the
     floating-point format ``dtype`` (a name of :data:`FLOAT_DTYPES`, or a tuple of names any
     of which will do); return True if it is on the device (:func:`check_kernel_array`)."""
-    formats = (dtype,) if isinstance(dtype, str) else tuple(dtype)
+    formats = dtype if isinstance(dtype, tuple) else (dtype,)
     return _check_kernel_array(name, x, ndim, {
         float_dtype(f): "bfloat16 (int16 bits)" if f == "bfloat16" else f for f in formats})
 

@@ -110,6 +110,7 @@ def check_arrays(same_shape: bool = False, dtype: str = "float32",
     C-contiguous, of that rank (:func:`gpudl.checks.check_float_array`), all on the host or
     all on the device (:func:`gpudl.checks.check_host_or_device`), and with ``same_shape``
     of one shape. Return True if they are on the device."""
+    float_dtype(dtype)
     for name, (x, ndim) in arrays.items():
         check_float_array(name, x, ndim, dtype)
     if same_shape:

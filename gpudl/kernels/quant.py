@@ -49,6 +49,7 @@ from gpudl.checks import (
 )
 from gpudl.kernels.arrays import EPS32, poisoned, returned, to_device, zeros
 from gpudl.kernels.decode import plain_launch
+from gpudl.kernels.grid import blocks_to_cover
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -212,7 +213,7 @@ def v2_dequantize_in_registers(x, q, scale, y):
 def _launch_v1(x: Array, q: Array, scale: Array, y: Array, launch: Launch = plain_launch,
                workspace: Array | None = None) -> None:
     w = poisoned(q.shape) if workspace is None else workspace
-    blocks = min(_MAX_BLOCKS, -(-q.size // _ELEMENTWISE))
+    blocks = blocks_to_cover(q.size, _ELEMENTWISE, _MAX_BLOCKS)
     launch(v1_dequantize, blocks, _ELEMENTWISE, q, scale, w)
     launch(v1_gemv, q.shape[0], WARP, x, w, y)
 
@@ -244,7 +245,7 @@ def dequantize_int8(q: Array, scale: Array) -> Array:
     if q.size == 0:
         return zeros(q.shape, on_device)
     w = poisoned(q.shape)
-    blocks = min(_MAX_BLOCKS, -(-q.size // _ELEMENTWISE))
+    blocks = blocks_to_cover(q.size, _ELEMENTWISE, _MAX_BLOCKS)
     v1_dequantize[blocks, _ELEMENTWISE](to_device(q), to_device(scale), w)
     return returned(w, on_device)
 
