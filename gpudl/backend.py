@@ -24,6 +24,8 @@ import os
 import sys
 from typing import TypeVar
 
+from gpudl.checks import check_choice  # NumPy only: numba is not imported yet
+
 __all__ = ["name", "pick", "is_simulator", "WARP_SIZE"]
 
 WARP_SIZE = 32
@@ -49,10 +51,8 @@ def _driver_sees_a_gpu() -> bool:
 
 def _decide() -> str:
     requested = os.environ.get("GPUDL_BACKEND", "").strip().lower()
-    if requested and requested not in _VALID:
-        raise ValueError(
-            f"GPUDL_BACKEND must be one of {_VALID} (or unset), got {requested!r}"
-        )
+    if requested:
+        check_choice("GPUDL_BACKEND (when set)", requested, _VALID)
     numba_loaded = "numba" in sys.modules
     if numba_loaded:
         import numba

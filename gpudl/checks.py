@@ -34,8 +34,11 @@ __all__ = [
     "check_callable",
     "check_choice",
     "check_compute_capability",
+    "FLOAT_DTYPES",
     "check_equal",
     "check_float32_array",
+    "check_float_array",
+    "check_host_or_device",
     "check_instance",
     "check_int",
     "check_ints",
@@ -47,6 +50,7 @@ __all__ = [
     "check_tensor",
     "check_widths",
     "fail",
+    "float_dtype",
     "is_device_array",
     "largest",
     "largest_difference",
@@ -222,24 +226,66 @@ def is_device_array(x: object) -> bool:
     return bool(getattr(x, "__cuda_ndarray__", False))
 
 
+#: The floating-point formats a kernel array may hold, by name (the names a kernel declares
+#: as its ``precision`` in :mod:`gpudl.registry`), and the NumPy dtype that holds each:
+#: bfloat16 has no NumPy dtype, so kernels see it through its bit pattern, int16
+#: (``tensor.view(torch.int16)``, :mod:`gpudl.interop`).
+FLOAT_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+                "bfloat16": np.dtype(np.int16)}
+
+
+def float_dtype(dtype: str) -> np.dtype:
+    """The NumPy dtype that holds the floating-point format ``dtype``, a name of
+    :data:`FLOAT_DTYPES` (:func:`check_choice`)."""
+    return FLOAT_DTYPES[check_choice("dtype", dtype, FLOAT_DTYPES)]
+
+
+def check_float_array(name: str, x: object, ndim: int,
+                      dtype: str | tuple[str, ...] = "float32") -> bool:
+    """Check that ``x`` is a C-contiguous ``ndim``-D NumPy or numba device array holding the
+    floating-point format ``dtype`` (a name of :data:`FLOAT_DTYPES`, or a tuple of names any
+    of which will do); return True if it is on the device (:func:`check_kernel_array`)."""
+    formats = dtype if isinstance(dtype, tuple) else (dtype,)
+    return _check_kernel_array(name, x, ndim, {
+        float_dtype(f): "bfloat16 (int16 bits)" if f == "bfloat16" else f for f in formats})
+
+
 def check_float32_array(name: str, x: object, ndim: int) -> bool:
     """Check that ``x`` is a float32, ``ndim``-D, C-contiguous NumPy or numba device array;
-    return True if it is on the device (:func:`check_kernel_array` with float32)."""
-    return check_kernel_array(name, x, ndim, np.float32)
+    return True if it is on the device (:func:`check_float_array` with float32)."""
+    return check_float_array(name, x, ndim, "float32")
+
+
+def check_host_or_device(arrays: Mapping[str, object]) -> bool:
+    """True if every array of ``arrays`` (name -> array) is a numba device array, False if
+    every one is on the host; a ``TypeError`` naming one of each for a mix (a kernel's
+    host function returns host arrays for host inputs and device arrays for device ones)."""
+    on_device = {name: is_device_array(x) for name, x in arrays.items()}
+    if len(set(on_device.values())) > 1:
+        device = next(name for name, here in on_device.items() if here)
+        host = next(name for name, here in on_device.items() if not here)
+        raise TypeError(f"{device} is a numba device array but {host} is not: give all host "
+                        "arrays or all device arrays, not a mix")
+    return any(on_device.values())
 
 
 def check_kernel_array(name: str, x: object, ndim: int, dtype: type) -> bool:
     """Check that ``x`` is a C-contiguous ``ndim``-D NumPy or numba device array of
-    ``dtype`` (float32 data, int32 lengths and block tables, int8 weights); return True if
-    it is on the device. ``TypeError`` for the wrong type or dtype, ``ValueError`` for the
-    wrong rank or a strided view, each naming ``name``."""
+    ``dtype`` (int32 lengths and block tables, int8 weights; float data goes through
+    :func:`check_float_array`); return True if it is on the device. ``TypeError`` for the
+    wrong type or dtype, ``ValueError`` for the wrong rank or a strided view, each naming
+    ``name``."""
+    return _check_kernel_array(name, x, ndim, {np.dtype(dtype): str(np.dtype(dtype))})
+
+
+def _check_kernel_array(name: str, x: object, ndim: int, dtypes: dict[np.dtype, str]) -> bool:
     on_device = is_device_array(x)
     if not (on_device or isinstance(x, np.ndarray)):
         raise TypeError(
             f"{name} must be a NumPy array or a numba device array, got {type(x).__name__}"
         )
-    if x.dtype != np.dtype(dtype):
-        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {x.dtype}")
+    if np.dtype(x.dtype) not in dtypes:
+        raise TypeError(f"{name} must have dtype {' or '.join(dtypes.values())}, got {x.dtype}")
     if x.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got {x.ndim}-D with shape {x.shape}")
     if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):

@@ -44,6 +44,7 @@ from pathlib import Path
 from gpudl import backend, registry
 from gpudl.checks import (
     OneLineArgumentParser,
+    check_choice,
     check_compute_capability,
     check_positive,
 )
@@ -217,14 +218,6 @@ def _first_job(name: str) -> Job:
     return entry.module, entry.function, signature, args, entry.item
 
 
-def _check_kernel(argument: str, name: object) -> None:
-    if not isinstance(name, str):
-        raise TypeError(f"{argument} must be a kernel's name (a str), got {name!r}")
-    if name not in kernels():
-        raise ValueError(f"unknown kernel {name!r} ({argument}); choose from "
-                         f"{sorted(kernels())}")
-
-
 def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
              timeout: float = 600) -> dict[str, str]:
     """The PTX of each registered kernel in ``names`` (its first signature) for ``cc``."""
@@ -233,14 +226,14 @@ def ptx_many(names: list[str], cc: tuple[int, int] = _DEFAULT_CC,
     if not isinstance(names, list | tuple):
         raise TypeError(f"names must be a list of kernel names, got {names!r}")
     for i, name in enumerate(names):
-        _check_kernel(f"names[{i}]", name)
+        check_choice(f"names[{i}]", name, sorted(kernels()))
     texts = compile_many([_first_job(name) for name in names], cc, timeout)
     return dict(zip(names, texts, strict=True))
 
 
 def ptx(name: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
     """The PTX of the registered kernel ``name`` for ``cc``."""
-    _check_kernel("name", name)
+    check_choice("name", name, sorted(kernels()))
     return ptx_many([name], cc)[name]
 
 

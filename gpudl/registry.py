@@ -47,9 +47,9 @@ from pathlib import Path
 
 from gpudl.checks import check_choice, check_int, check_real
 
-__all__ = ["F1", "F2", "F3", "F4", "I1", "KERNELS", "PRECISIONS", "VARIANT_KEY", "Kernel",
-           "Variant", "factory", "kernel", "kernel_modules", "load_all", "module_section",
-           "variant", "variant_records", "variants"]
+__all__ = ["F1", "F2", "F3", "F4", "I1", "KERNELS", "NO_FLOAT64", "PRECISIONS", "VARIANT_KEY",
+           "Kernel", "Variant", "factory", "kernel", "kernel_modules", "load_all",
+           "module_section", "variant", "variant_records", "variants"]
 
 #: Signature spellings of the arrays most kernels take (contiguous float32 of 1 to 4
 #: dimensions, and contiguous int32 vectors).
@@ -57,8 +57,13 @@ F1, F2, F3, F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, ::1]", "float
 I1 = "int32[::1]"
 
 #: What a kernel computes in, one of "float32" (its PTX holds no float64 instruction),
-#: "float64" (a float64 twin, or an exact check) or "integer" (bits and counts only).
-PRECISIONS = ("float32", "float64", "integer")
+#: "float16" or "bfloat16" (its data in that format, bfloat16 as int16 bits, arithmetic in
+#: it or in float32: no float64 instruction either), "float64" (a float64 twin, or an exact
+#: check) or "integer" (bits and counts only). The floating-point names are those of
+#: :data:`gpudl.checks.FLOAT_DTYPES`, with which its host function checks and allocates.
+PRECISIONS = ("float32", "float16", "bfloat16", "float64", "integer")
+#: The precisions whose kernels' PTX must hold no float64 instruction (``.f64``).
+NO_FLOAT64 = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,8 @@ EXCEPTION = "an exception class"
 NO_ARGUMENT = "takes no argument"
 CLI = "a command line: its arguments are parsed and checked by argparse (tests/test_cli*.py)"
 CHECK = "an input check itself: what it refuses is tested in tests/test_checks.py"
+#: A floating-point format of kernel arrays (gpudl.checks.FLOAT_DTYPES).
+_FORMAT = choice("float32", "float16", "bfloat16")
 PLUMBING = ("plumbing that the checked entry points call with arrays they checked "
             "(gpudl.kernels.arrays)")
 
@@ -107,11 +109,13 @@ none("gpudl.backend.name", NO_ARGUMENT)
 none("gpudl.backend.is_simulator", NO_ARGUMENT)
 none("gpudl.backend.pick", "returns one of its two arguments, whatever they are")
 for _name in ("check_array", "check_bool", "check_callable", "check_choice",
-              "check_compute_capability", "check_equal", "check_float32_array", "check_instance",
-              "check_int", "check_ints", "check_kernel_array", "check_positive", "check_real",
+              "check_compute_capability", "check_equal", "check_float32_array",
+              "check_float_array", "check_host_or_device", "check_instance", "check_int",
+              "check_ints", "check_kernel_array", "check_positive", "check_real",
               "check_real_mapping", "check_reals", "check_tensor", "check_widths",
               "is_device_array", "largest", "largest_difference", "within"):
     none(f"gpudl.checks.{_name}", CHECK)
+add("gpudl.checks.float_dtype", lambda: dict(dtype="float16"), dtype=_FORMAT)
 none("gpudl.checks.OneLineArgumentParser", CLI)
 none("gpudl.checks.OneLineArgumentParser.error", CLI)
 none("gpudl.checks.fail", "prints a command's error line (tests/test_cli.py)")
@@ -365,7 +369,9 @@ _V1 = float32(1)
 add(f"{_K}.grid.thread_ids", lambda: dict(blocks=1, threads_per_block=32), blocks=COUNT,
     threads_per_block=integer(1, 1024))
 add(f"{_K}.grid.blocks_to_cover", lambda: dict(n=10, threads_per_block=32), n=SIZE,
-    threads_per_block=COUNT)
+    threads_per_block=COUNT, maximum=COUNT.allowing_none())
+add(f"{_K}.grid.tiles_to_cover", lambda: dict(shape=(3, 5), tile=32), tile=COUNT,
+    shape=Kind("a 2-D shape", (None, 3, (3, 1.5), "3,5", (3,)), ((0, 5), (3, -1))))
 add(f"{_K}.grid.resident_blocks", lambda: dict(threads_per_block=32),
     threads_per_block=integer(1, 1024))
 add(f"{_K}.grid.grid_stride_blocks", lambda: dict(n=10, threads_per_block=32), n=SIZE,
@@ -374,12 +380,12 @@ add(f"{_K}.grid.check_threads_per_block", lambda: dict(threads_per_block=32),
     threads_per_block=_TPB)
 
 _ARRAYS = "gpudl.kernels.arrays"
-add(f"{_ARRAYS}.filled", lambda: dict(shape=4, byte=0), byte=integer(0, 255),
+add(f"{_ARRAYS}.filled", lambda: dict(shape=4, byte=0), byte=integer(0, 255), dtype=_FORMAT,
     shape=Kind("a shape", (1.5, None, "4", (2, 1.5)), (-1, (2, -1))))
 add(f"{_ARRAYS}.poisoned", lambda: dict(shape=4),
-    shape=Kind("a shape", (1.5, None, "4", (2, 1.5)), (-1, (2, -1))))
+    shape=Kind("a shape", (1.5, None, "4", (2, 1.5)), (-1, (2, -1))), dtype=_FORMAT)
 add(f"{_ARRAYS}.zeros", lambda: dict(shape=4, on_device=False), on_device=BOOL,
-    shape=Kind("a shape", (1.5, None, "4"), (-1, (2, -1))))
+    shape=Kind("a shape", (1.5, None, "4"), (-1, (2, -1))), dtype=_FORMAT)
 add(f"{_ARRAYS}.to_device", lambda: dict(x=f32(4)), x=Kind("an array", (None, [1.0], 1.0)))
 add(f"{_ARRAYS}.check_shape", lambda: dict(name="shape", shape=(2, 3)),
     shape=Kind("a shape", (1.5, None, "4", (2, 1.5)), (-1, (2, -1))))
@@ -388,7 +394,7 @@ none(f"{_ARRAYS}.launch_into_poisoned", PLUMBING)
 none(f"{_ARRAYS}.launch_in_place", PLUMBING)
 add(f"{_ARRAYS}.check_arrays", lambda: dict(x=(f32(4), 1)),
     x=Kind("an (array, rank) pair", ((f32(4).astype(np.float64), 1), (None, 1)),
-           ((f32(4, 1), 1),)))
+           ((f32(4, 1), 1),)), dtype=_FORMAT)
 
 _E1 = f"{_K}.elementwise"
 add(f"{_E1}.reference_vector_add", lambda: dict(a=f32(5), b=f32(5)),
@@ -449,8 +455,6 @@ _RVARIANT = choice("v1_atomic", "v2_interleaved", "v3_sequential", "v4_first_add
 add(f"{_R}.reference_sum", lambda: dict(x=f32(5)), x=float32(1))
 add(f"{_R}.reduce_sum", lambda: dict(x=f32(5)), x=_V1, variant=_RVARIANT)
 add(f"{_R}.check_variant", lambda: dict(variant="v1_atomic"), variant=_RVARIANT)
-add(f"{_R}.blocks_for", lambda: dict(n=5), n=SIZE)
-add(f"{_R}.grid_stride_blocks", lambda: dict(n=5), n=SIZE)
 for _name in ("atomic_pass", "grid_stride_passes", "tree_passes", "zero_accumulator"):
     none(f"{_R}.{_name}", "a launcher on device arrays its entry point (reduce_sum) checked; "
                           "gpudl.launches.check_launch checks its launch")
@@ -707,7 +711,6 @@ for _name in ("adam.v1_unfused", "adam.launch_v2_fused", "adam.launch_v3_shared"
               "adam.launch_v4_multi_tensor", "mixed.launch_mixed", "sgd.launch_sgd"):
     none(f"{_O}.{_name}", "a launcher on kernel arrays and scalars its entry point checked "
                           "(adam_step, adam_step_mixed, sgd_step, gpudl.optim)")
-add(f"{_O}.traffic.blocks_for", lambda: dict(n=5), n=SIZE)
 none(f"{_O}.traffic.launch", "the one launch of the optimizer kernels, called by launchers")
 none(f"{_O}.traffic.Traffic", RECORD)
 add(f"{_O}.traffic.Traffic.total", dict, method("Traffic", lambda: resolve(

@@ -36,7 +36,7 @@ def test_override_to_simulator_sets_numba_flag():
 def test_bad_override_is_a_clear_error():
     out = run_python("import gpudl", GPUDL_BACKEND="tpu")
     assert out.returncode != 0
-    assert "GPUDL_BACKEND must be one of" in out.stderr
+    assert "GPUDL_BACKEND (when set) must be one of" in out.stderr
 
 
 def test_numba_imported_first_with_the_other_target_is_an_error():

@@ -44,3 +44,11 @@ def test_resident_blocks_reads_device_attributes_the_driver_has(monkeypatch):
         assert grid.grid_stride_blocks(1000, 256) == 4
     finally:
         grid._resident_blocks.cache_clear()
+
+
+def test_blocks_to_cover_caps_at_maximum_and_tiles_cover_a_matrix():
+    assert grid.blocks_to_cover(1000, 256) == 4
+    assert grid.blocks_to_cover(1000, 256, maximum=3) == 3
+    assert grid.blocks_to_cover(0, 256, maximum=3) == 0
+    assert grid.tiles_to_cover((33, 64), 32) == (2, 2)
+    assert grid.tiles_to_cover((1, 70), 32) == (3, 1)

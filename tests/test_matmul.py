@@ -161,10 +161,12 @@ def test_poisoned_output_catches_a_launcher_that_skips_a_tile(monkeypatch):
 def test_device_arrays_in_give_a_device_array_out_and_are_left_alone():
     a, b = random_matrix((19, 23), 15), random_matrix((23, 18), 16)
     a_d, b_d = cuda.to_device(a), cuda.to_device(b)
-    for args in [(a_d, b_d), (a, b_d), (a_d, b)]:
-        out = matmul_kernels.matmul(*args, variant="v4_register_1d")
-        assert not isinstance(out, np.ndarray) and hasattr(out, "copy_to_host")
-        assert_within_bound(out.copy_to_host(), a, b)
+    out = matmul_kernels.matmul(a_d, b_d, variant="v4_register_1d")
+    assert not isinstance(out, np.ndarray) and hasattr(out, "copy_to_host")
+    assert_within_bound(out.copy_to_host(), a, b)
+    for args in [(a, b_d), (a_d, b)]:  # a mix is refused, naming both arguments
+        with pytest.raises(TypeError, match="is a numba device array but"):
+            matmul_kernels.matmul(*args, variant="v4_register_1d")
     np.testing.assert_array_equal(a_d.copy_to_host(), a)
     np.testing.assert_array_equal(b_d.copy_to_host(), b)
 

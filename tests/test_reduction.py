@@ -16,7 +16,7 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 from numba import cuda
 
 from gpudl.bench import find_bar, load_or_run
-from gpudl.kernels import reduction, reduction_error
+from gpudl.kernels import grid, reduction, reduction_error
 from gpudl.kernels.grid import resident_blocks
 
 TPB = reduction.THREADS_PER_BLOCK
@@ -198,7 +198,7 @@ class Spy:
 )
 def test_real_first_pass_writes_every_block_partial(passes, kernel, n):
     grid_stride = passes is reduction.grid_stride_passes
-    blocks = reduction.grid_stride_blocks(n) if grid_stride else math.ceil(n / TPB)
+    blocks = grid.grid_stride_blocks(n, TPB) if grid_stride else math.ceil(n / TPB)
     x = make_data(n, seed=n, kind="positive")
     spy = Spy(kernel)
     out = reduction.poisoned(1)
@@ -244,7 +244,7 @@ def last_block_with_a_stale_counter(x, out):
     partials, arrived = reduction.workspace()
     arrived.copy_to_device(np.ones(1, dtype=np.int32))
     try:
-        reduction.v7_last_block[reduction.grid_stride_blocks(x.size), TPB](
+        reduction.v7_last_block[grid.grid_stride_blocks(x.size, TPB), TPB](
             x, out, partials, arrived
         )
     finally:
@@ -303,7 +303,7 @@ def test_v7_is_one_launch_without_allocation_or_memset(monkeypatch):
     for _ in range(3):  # the same answer each time, from the workspace the last block reset
         reduction.VARIANTS["v7_last_block"](x, out)
         assert_within_bound(float(out.copy_to_host()[0]), x.copy_to_host(), "v7_last_block")
-    assert spy.grids == [reduction.grid_stride_blocks(x.size)] * 3
+    assert spy.grids == [grid.grid_stride_blocks(x.size, TPB)] * 3
 
 
 def test_v7_leaves_its_counter_at_zero_and_its_partials_poisoned():

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudl import backend
-from gpudl.checks import check_compute_capability, check_int
+from gpudl.checks import check_choice, check_compute_capability, check_int
 
 __all__ = ["SM_LIMITS", "Occupancy", "SmLimits", "occupancy"]
 
@@ -90,14 +90,8 @@ def _round_up(x: int, unit: int) -> int:
 
 
 def _sm_limits(compute_capability: object) -> SmLimits:
-    supported = ", ".join(f"({a}, {b})" for a, b in SM_LIMITS)
     compute_capability = check_compute_capability("compute_capability", compute_capability)
-    if compute_capability not in SM_LIMITS:
-        raise ValueError(
-            f"no occupancy table for compute_capability {compute_capability}; "
-            f"supported: {supported}"
-        )
-    return SM_LIMITS[compute_capability]
+    return SM_LIMITS[check_choice("compute_capability", compute_capability, SM_LIMITS)]
 
 
 def occupancy(

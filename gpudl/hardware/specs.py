@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudl.checks import check_real
+from gpudl.checks import check_choice, check_real
 
 __all__ = ["GpuSpec", "SPECS", "datasheet_number", "spec"]
 
@@ -109,9 +109,4 @@ def datasheet_number(value: float | None) -> str:
 def spec(name: str, argument: str = "name") -> GpuSpec:
     """The :class:`GpuSpec` called ``name``; a ``ValueError`` lists the known names (a
     ``TypeError`` if ``name`` is not a str), naming ``argument``."""
-    if not isinstance(name, str):
-        raise TypeError(f"{argument} must be a GPU's name (a str), got "
-                        f"{type(name).__name__} {name!r}")
-    if name not in SPECS:
-        raise ValueError(f"no GPU called {name!r} ({argument}); known: {', '.join(SPECS)}")
-    return SPECS[name]
+    return SPECS[check_choice(argument, name, SPECS)]

@@ -24,7 +24,15 @@ import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv import driver
 
-from gpudl.checks import check_bool, check_float32_array, check_int, check_ints, is_device_array
+from gpudl.checks import (
+    check_bool,
+    check_float_array,
+    check_host_or_device,
+    check_int,
+    check_ints,
+    float_dtype,
+    is_device_array,
+)
 
 __all__ = [
     "EPS32",
@@ -55,27 +63,30 @@ def check_shape(name: str, shape: object) -> tuple[int, ...]:
     return (check_int(name, shape, 0),)
 
 
-def filled(shape: Shape, byte: int) -> Any:
-    """A float32 device array with every byte set to ``byte`` on the device: 0xFF makes
-    every element NaN, 0 makes it 0.0."""
+def filled(shape: Shape, byte: int, dtype: str = "float32") -> Any:
+    """A device array of the floating-point format ``dtype`` (a name of
+    :data:`gpudl.checks.FLOAT_DTYPES`: float32, float16, or bfloat16 as int16 bits) with
+    every byte set to ``byte`` on the device: 0xFF makes every element NaN in each format,
+    0 makes it 0.0."""
     shape = check_shape("shape", shape)
     check_int("byte", byte, 0, 255)
-    out = cuda.device_array(shape, dtype=np.float32)
+    out = cuda.device_array(shape, dtype=float_dtype(dtype))
     if out.size:
         driver.device_memset(out, byte, out.nbytes)
     return out
 
 
-def poisoned(shape: Shape) -> Any:
-    """A float32 device array of NaN (see :func:`filled`)."""
-    return filled(shape, 0xFF)
+def poisoned(shape: Shape, dtype: str = "float32") -> Any:
+    """A device array of NaN in the floating-point format ``dtype`` (see :func:`filled`)."""
+    return filled(shape, 0xFF, dtype)
 
 
-def zeros(shape: Shape, on_device: bool) -> Array:
-    """A float32 array of zeros, on the device or on the host."""
+def zeros(shape: Shape, on_device: bool, dtype: str = "float32") -> Array:
+    """An array of zeros of the floating-point format ``dtype``, on the device or on the
+    host."""
     if not check_bool("on_device", on_device):
-        return np.zeros(check_shape("shape", shape), np.float32)
-    return filled(shape, 0)
+        return np.zeros(check_shape("shape", shape), float_dtype(dtype))
+    return filled(shape, 0, dtype)
 
 
 def to_device(x: Array) -> Array:
@@ -93,51 +104,54 @@ def returned(out: Array, on_device: bool) -> Array:
     return out if on_device else out.copy_to_host()
 
 
-def check_arrays(same_shape: bool = False, **arrays: tuple[object, int]) -> bool:
-    """Check each ``name=(array, ndim)``: float32, C-contiguous, of that rank
-    (:func:`gpudl.checks.check_float32_array`), all on the host or all on the device, and
-    with ``same_shape`` of one shape. Return True if they are on the device."""
-    kinds = {check_float32_array(name, x, ndim) for name, (x, ndim) in arrays.items()}
+def check_arrays(same_shape: bool = False, dtype: str = "float32",
+                 **arrays: tuple[object, int]) -> bool:
+    """Check each ``name=(array, ndim)``: of the floating-point format ``dtype``,
+    C-contiguous, of that rank (:func:`gpudl.checks.check_float_array`), all on the host or
+    all on the device (:func:`gpudl.checks.check_host_or_device`), and with ``same_shape``
+    of one shape. Return True if they are on the device."""
+    float_dtype(dtype)
+    for name, (x, ndim) in arrays.items():
+        check_float_array(name, x, ndim, dtype)
     if same_shape:
         shapes = {name: x.shape for name, (x, _) in arrays.items()}
         if len(set(shapes.values())) > 1:
             raise ValueError(f"inputs must have the same shape, got {shapes}")
-    if len(kinds) > 1:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
-    return kinds == {True}
+    return check_host_or_device({name: x for name, (x, _) in arrays.items()})
 
 
 def launch_into_poisoned(launch: Callable[..., None], inputs: Sequence[Array],
-                         shapes: Sequence[Shape], on_device: bool) -> tuple[Array, ...]:
+                         shapes: Sequence[Shape], on_device: bool,
+                         dtype: str = "float32") -> tuple[Array, ...]:
     """Run ``launch(*inputs, *outputs)`` on the device: host ``inputs`` are copied there
-    first, each output is a poisoned array of its shape in ``shapes``, and the outputs are
-    returned as the inputs came (:func:`returned`). When no output has an element, zeros
-    are returned without a launch (a grid of 0 blocks is an error)."""
+    first, each output is a poisoned array of its shape in ``shapes`` and of the
+    floating-point format ``dtype``, and the outputs are returned as the inputs came
+    (:func:`returned`). When no output has an element, zeros are returned without a launch
+    (a grid of 0 blocks is an error)."""
     if all(math.prod(np.atleast_1d(shape)) == 0 for shape in shapes):
-        return tuple(zeros(shape, on_device) for shape in shapes)
-    outputs = [poisoned(shape) for shape in shapes]  # NaN, set on the device: no host copy
+        return tuple(zeros(shape, on_device, dtype) for shape in shapes)
+    outputs = [poisoned(shape, dtype) for shape in shapes]  # NaN, set on the device
     launch(*(to_device(x) for x in inputs), *outputs)
     return tuple(returned(out, on_device) for out in outputs)
 
 
 def launch_in_place(launch: Callable[..., None], arrays: dict[str, Array],
-                    outputs: Sequence[str], kinds: set[bool], *scalars: Any) -> None:
+                    outputs: Sequence[str], *scalars: Any) -> None:
     """Run ``launch(*arrays.values(), *scalars)``, which updates some of them in place.
-    ``kinds`` holds each array's "on the device?" (from the checks): all device arrays are
-    updated where they are; all NumPy arrays go to the device, and the ``outputs`` among them
-    come back into the caller's arrays. ``TypeError`` for a mix, ``ValueError`` for arrays of
-    different sizes; nothing is launched for empty arrays."""
-    if len(kinds) > 1:
-        raise TypeError("arrays must be all NumPy arrays or all device arrays, got a mix")
+    All device arrays are updated where they are; all NumPy arrays go to the device, and the
+    ``outputs`` among them come back into the caller's arrays. ``TypeError`` for a mix
+    (:func:`gpudl.checks.check_host_or_device`), ``ValueError`` for arrays of different
+    sizes; nothing is launched for empty arrays."""
+    on_device = check_host_or_device(arrays)
     sizes = {name: x.size for name, x in arrays.items()}
     if len(set(sizes.values())) > 1:
         raise ValueError(f"arrays must have the same size, got {sizes}")
     if next(iter(arrays.values())).size == 0:
         return
-    if kinds == {True}:
+    if on_device:
         launch(*arrays.values(), *scalars)
         return
-    on_device = {name: to_device(x) for name, x in arrays.items()}
-    launch(*on_device.values(), *scalars)
+    copies = {name: to_device(x) for name, x in arrays.items()}
+    launch(*copies.values(), *scalars)
     for name in outputs:
-        on_device[name].copy_to_host(arrays[name])
+        copies[name].copy_to_host(arrays[name])

@@ -33,6 +33,7 @@ from gpudl import registry
 from gpudl.checks import check_array, check_equal, check_tensor
 from gpudl.interop import as_kernel_array
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
+from gpudl.kernels.grid import blocks_to_cover
 from gpudl.kernels.nn import MAX_BLOCKS, THREADS_PER_BLOCK
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -96,10 +97,6 @@ def _backward_kernel(dy, x, b, dx):
         dx[i, j] = dy[i, j] * (cdf + z * pdf)
 
 
-def _grid(n: int) -> tuple[int, int]:
-    return min(MAX_BLOCKS, math.ceil(n / THREADS_PER_BLOCK)), THREADS_PER_BLOCK
-
-
 def _check_bias(x: Array, b: Array) -> None:
     check_equal("b.shape[0]", b.shape[0], "x.shape[1]", x.shape[1])
 
@@ -110,7 +107,8 @@ def bias_gelu(x: Array, b: Array) -> Array:
     _check_bias(x, b)
     y = poisoned(x.shape)
     if y.size:
-        _forward_kernel[_grid(y.size)](to_device(x), to_device(b), y)
+        blocks = blocks_to_cover(y.size, THREADS_PER_BLOCK, MAX_BLOCKS)
+        _forward_kernel[blocks, THREADS_PER_BLOCK](to_device(x), to_device(b), y)
     return returned(y, on_device)
 
 
@@ -122,7 +120,8 @@ def bias_gelu_backward(dy: Array, x: Array, b: Array) -> Array:
     check_equal("dy.shape", dy.shape, "x.shape", x.shape)
     dx = poisoned(x.shape)
     if dx.size:
-        _backward_kernel[_grid(dx.size)](to_device(dy), to_device(x), to_device(b), dx)
+        blocks = blocks_to_cover(dx.size, THREADS_PER_BLOCK, MAX_BLOCKS)
+        _backward_kernel[blocks, THREADS_PER_BLOCK](to_device(dy), to_device(x), to_device(b), dx)
     return returned(dx, on_device)
 
 
@@ -140,7 +139,8 @@ class BiasGeLU(torch.autograd.Function):
         x, b = x.contiguous(), b.contiguous()
         y = _poisoned_like(x)
         if y.numel():
-            _forward_kernel[_grid(y.numel())](
+            blocks = blocks_to_cover(y.numel(), THREADS_PER_BLOCK, MAX_BLOCKS)
+            _forward_kernel[blocks, THREADS_PER_BLOCK](
                 as_kernel_array(x, "x"), as_kernel_array(b, "b"), as_kernel_array(y, "y"))
         ctx.save_for_backward(x, b)
         return y
@@ -152,7 +152,8 @@ class BiasGeLU(torch.autograd.Function):
         dy = dy.contiguous()
         dx = _poisoned_like(x)
         if dx.numel():
-            _backward_kernel[_grid(dx.numel())](
+            blocks = blocks_to_cover(dx.numel(), THREADS_PER_BLOCK, MAX_BLOCKS)
+            _backward_kernel[blocks, THREADS_PER_BLOCK](
                 as_kernel_array(dy, "dy"), as_kernel_array(x, "x"), as_kernel_array(b, "b"),
                 as_kernel_array(dx, "dx"))
         return dx, dx.sum(dim=0)

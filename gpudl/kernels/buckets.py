@@ -30,6 +30,7 @@ from gpudl.checks import (
     check_choice,
     check_equal,
     check_float32_array,
+    check_host_or_device,
     check_ints,
     check_real,
 )
@@ -220,12 +221,10 @@ def _check(grads: Sequence[Array], bucket: Array, variant: str) -> None:
         raise TypeError(f"grads must be a list of arrays, got {type(grads).__name__}")
     if not grads:
         raise ValueError("grads must list at least one gradient array, got none")
-    on_device = check_float32_array("bucket", bucket, 1)
-    for i, grad in enumerate(grads):
-        if check_float32_array(f"grads[{i}]", grad, 1) != on_device:
-            where = "a device array" if on_device else "a host array"
-            raise ValueError(f"grads[{i}] and bucket must all be device arrays or all host "
-                             f"arrays; bucket is {where}, grads[{i}] is not")
+    arrays = {"bucket": bucket} | {f"grads[{i}]": grad for i, grad in enumerate(grads)}
+    for name, x in arrays.items():
+        check_float32_array(name, x, 1)
+    check_host_or_device(arrays)
     total = sum(g.size for g in grads)
     if bucket.size != total:
         raise ValueError(f"bucket must hold exactly the {total} elements of grads, "

@@ -4,8 +4,10 @@ Book section: *Chapter 1, "Threads, blocks, grids and warps"*.
 
 :func:`thread_ids` records what each thread of a launch reads from ``blockIdx``,
 ``threadIdx``, ``cuda.grid(1)``, its warp and its lane. :func:`blocks_to_cover` gives one
-thread per element; :func:`grid_stride_blocks` gives one full wave of resident blocks, for
-kernels that loop over the elements in strides of the whole grid.
+thread per element (optionally at most so many blocks, for a kernel that loops over its
+grid); :func:`grid_stride_blocks` gives one full wave of resident blocks, for kernels that
+loop over the elements in strides of the whole grid; :func:`tiles_to_cover` gives one block
+per square tile of a matrix. Every kernel module sizes its grids here.
 
 Every launch is held to CUDA's limits by :func:`gpudl.launches.check_launch`.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import functools
 
 from gpudl import backend, registry
-from gpudl.checks import check_int
+from gpudl.checks import check_int, check_ints
 from gpudl.launches import MAX_THREADS_PER_BLOCK
 
 # isort: split
@@ -29,6 +31,7 @@ __all__ = [
     "grid_stride_blocks",
     "resident_blocks",
     "thread_ids",
+    "tiles_to_cover",
 ]
 
 #: The columns of :func:`thread_ids`.
@@ -55,12 +58,24 @@ def thread_ids(blocks: int, threads_per_block: int) -> np.ndarray:
     return out.copy_to_host()
 
 
-def blocks_to_cover(n: int, threads_per_block: int) -> int:
+def blocks_to_cover(n: int, threads_per_block: int, maximum: int | None = None) -> int:
     """Blocks of ``threads_per_block`` threads for one thread per element of ``n`` (0 for no
-    element)."""
+    element); at most ``maximum`` blocks where it is given, for a kernel that loops over its
+    grid (the grid-stride loop covers the rest)."""
     check_int("n", n, 0)
     check_int("threads_per_block", threads_per_block, 1)
-    return -(-n // threads_per_block)
+    blocks = -(-n // threads_per_block)
+    return blocks if maximum is None else min(blocks, check_int("maximum", maximum, 1))
+
+
+def tiles_to_cover(shape: tuple[int, int], tile: int) -> tuple[int, int]:
+    """The grid of one block per ``tile`` x ``tile`` tile of a ``(rows, cols)`` matrix, as
+    ``griddim`` ``(x, y)``: x along the columns, y along the rows."""
+    if not isinstance(shape, tuple | list) or len(shape) != 2:
+        raise TypeError(f"shape must be a (rows, cols) tuple, got {shape!r}")
+    rows, cols = check_ints("shape", shape, 1)
+    check_int("tile", tile, 1)
+    return blocks_to_cover(cols, tile), blocks_to_cover(rows, tile)
 
 
 def resident_blocks(threads_per_block: int) -> int:

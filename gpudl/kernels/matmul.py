@@ -38,8 +38,8 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from gpudl import registry
-from gpudl.checks import check_array, check_choice, check_equal, check_float32_array, check_int
-from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
+from gpudl.checks import check_array, check_choice, check_equal, check_int
+from gpudl.kernels.arrays import EPS32, check_arrays, launch_into_poisoned, zeros
 from gpudl.launches import check_launch
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -312,7 +312,7 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
     """``a @ b`` for float32 (M, K) and (K, N) arrays of any sizes, computed by the kernel
     ``VARIANTS[variant]`` into a NaN-poisoned output."""
     _check_variant(variant)
-    on_device = check_float32_array("a", a, 2) | check_float32_array("b", b, 2)
+    on_device = check_arrays(a=(a, 2), b=(b, 2))
     if a.shape[1] != b.shape[0]:
         raise ValueError(
             f"inner dimensions do not match: a has shape {a.shape} and b has shape {b.shape} "

@@ -41,6 +41,7 @@ from gpudl.checks import (
     is_device_array,
 )
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
+from gpudl.kernels.grid import blocks_to_cover
 from gpudl.kernels.matmul import flops as matmul_flops
 from gpudl.kernels.matmul import matmul
 from gpudl.kernels.transpose import transpose
@@ -205,10 +206,6 @@ def _sgd_kernel(param, grad, lr):
         param[i] -= lr * grad[i]
 
 
-def _grid_1d(n: int) -> tuple[int, int]:
-    return min(MAX_BLOCKS, math.ceil(n / THREADS_PER_BLOCK)), THREADS_PER_BLOCK
-
-
 # ------------------------------------------------------------------------------------------
 # Public layers
 # ------------------------------------------------------------------------------------------
@@ -225,7 +222,8 @@ def linear_forward(x: Array, w: Array, b: Array) -> Array:
     x_d, w_d, b_d = (to_device(v) for v in (x, w, b))
     y = _matmul(x_d, w_d)
     if y.size:
-        _add_bias_kernel[_grid_1d(y.size)](y, b_d)
+        blocks = blocks_to_cover(y.size, THREADS_PER_BLOCK, MAX_BLOCKS)
+        _add_bias_kernel[blocks, THREADS_PER_BLOCK](y, b_d)
     return returned(y, on_device)
 
 
@@ -244,7 +242,7 @@ def linear_backward(x: Array, w: Array, dy: Array) -> tuple[Array, Array, Array]
     dw = _matmul(transpose(x_d), dy_d)
     db = poisoned((dy.shape[1],))
     if db.size:
-        _column_sum_kernel[math.ceil(db.size / THREADS_PER_BLOCK), THREADS_PER_BLOCK](dy_d, db)
+        _column_sum_kernel[blocks_to_cover(db.size, THREADS_PER_BLOCK), THREADS_PER_BLOCK](dy_d, db)
     return returned(dx, on_device), returned(dw, on_device), returned(db, on_device)
 
 
@@ -254,7 +252,8 @@ def relu_forward(x: Array) -> Array:
     x_d = to_device(x)
     out = poisoned(x.shape)
     if out.size:
-        _relu_kernel[_grid_1d(out.size)](x_d, out)
+        blocks = blocks_to_cover(out.size, THREADS_PER_BLOCK, MAX_BLOCKS)
+        _relu_kernel[blocks, THREADS_PER_BLOCK](x_d, out)
     return returned(out, on_device)
 
 
@@ -265,7 +264,8 @@ def relu_backward(x: Array, dy: Array) -> Array:
     x_d, dy_d = to_device(x), to_device(dy)
     dx = poisoned(x.shape)
     if dx.size:
-        _relu_backward_kernel[_grid_1d(dx.size)](x_d, dy_d, dx)
+        blocks = blocks_to_cover(dx.size, THREADS_PER_BLOCK, MAX_BLOCKS)
+        _relu_backward_kernel[blocks, THREADS_PER_BLOCK](x_d, dy_d, dx)
     return returned(dx, on_device)
 
 
@@ -283,7 +283,7 @@ def softmax_cross_entropy(logits: Array, labels: Array) -> tuple[float, Array]:
     batch = logits.shape[0]
     dlogits = poisoned(logits.shape)
     loss_sum = cuda.to_device(np.zeros(1, dtype=np.float32))
-    blocks = math.ceil(batch / THREADS_PER_BLOCK)
+    blocks = blocks_to_cover(batch, THREADS_PER_BLOCK)
     _softmax_xent_kernel[blocks, THREADS_PER_BLOCK](
         to_device(logits), labels if on_device else cuda.to_device(labels_host),
         np.float32(1.0 / batch), dlogits, loss_sum)
@@ -303,7 +303,8 @@ def sgd_update(param: Array, grad: Array, lr: float) -> None:
     check_equal("grad.shape", grad.shape, "param.shape", param.shape)
     check_positive("lr", lr)
     if param.size:
-        _sgd_kernel[_grid_1d(param.size)](param.ravel(), grad.ravel(), np.float32(lr))
+        blocks = blocks_to_cover(param.size, THREADS_PER_BLOCK, MAX_BLOCKS)
+        _sgd_kernel[blocks, THREADS_PER_BLOCK](param.ravel(), grad.ravel(), np.float32(lr))
 
 
 # ------------------------------------------------------------------------------------------

@@ -43,11 +43,13 @@ from gpudl.checks import (
     check_array,
     check_choice,
     check_float32_array,
+    check_host_or_device,
     check_int,
     check_kernel_array,
 )
 from gpudl.kernels.arrays import EPS32, poisoned, returned, to_device, zeros
 from gpudl.kernels.decode import plain_launch
+from gpudl.kernels.grid import blocks_to_cover
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -213,7 +215,7 @@ def v2_dequantize_in_registers(x, q, scale, y):
 def _launch_v1(x: Array, q: Array, scale: Array, y: Array, launch: Launch = plain_launch,
                workspace: Array | None = None) -> None:
     w = poisoned(q.shape) if workspace is None else workspace
-    blocks = min(_MAX_BLOCKS, -(-q.size // _ELEMENTWISE))
+    blocks = blocks_to_cover(q.size, _ELEMENTWISE, _MAX_BLOCKS)
     launch(v1_dequantize, blocks, _ELEMENTWISE, q, scale, w)
     launch(v1_gemv, q.shape[0], WARP, x, w, y)
 
@@ -229,9 +231,9 @@ VARIANTS: dict[str, Callable[..., None]] = registry.variants("quant")
 
 
 def _check_weights(q: Array, scale: Array) -> bool:
-    on_device = check_kernel_array("q", q, 2, np.int8)
-    if check_float32_array("scale", scale, 1) != on_device:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
+    check_kernel_array("q", q, 2, np.int8)
+    check_float32_array("scale", scale, 1)
+    on_device = check_host_or_device({"q": q, "scale": scale})
     _check_shapes(None, q, scale)
     return on_device
 
@@ -243,7 +245,7 @@ def dequantize_int8(q: Array, scale: Array) -> Array:
     if q.size == 0:
         return zeros(q.shape, on_device)
     w = poisoned(q.shape)
-    blocks = min(_MAX_BLOCKS, -(-q.size // _ELEMENTWISE))
+    blocks = blocks_to_cover(q.size, _ELEMENTWISE, _MAX_BLOCKS)
     v1_dequantize[blocks, _ELEMENTWISE](to_device(q), to_device(scale), w)
     return returned(w, on_device)
 
@@ -256,8 +258,8 @@ def gemv_int8(x: Array, q: Array, scale: Array,
     check_choice("variant", variant, tuple(VARIANTS))
     on_device = _check_weights(q, scale)
     ndim = getattr(x, "ndim", None)
-    if check_float32_array("x", x, ndim if ndim in (1, 2) else 2) != on_device:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix")
+    check_float32_array("x", x, ndim if ndim in (1, 2) else 2)
+    check_host_or_device({"x": x, "q": q})
     _check_shapes(x, q, scale)
     in_features = q.shape[1]
     rows = x.reshape(1, in_features) if x.ndim == 1 else x

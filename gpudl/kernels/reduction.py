@@ -31,9 +31,8 @@ from numba.cuda.cudadrv import driver
 
 from gpudl import registry
 from gpudl.checks import check_choice, check_float32_array
-from gpudl.kernels import grid
 from gpudl.kernels.arrays import Array, poisoned, to_device
-from gpudl.kernels.grid import blocks_to_cover
+from gpudl.kernels.grid import blocks_to_cover, grid_stride_blocks
 
 __all__ = [
     "THREADS_PER_BLOCK",
@@ -49,8 +48,6 @@ __all__ = [
     "LOADS",
     "ACCUMULATORS",
     "atomic_pass",
-    "blocks_for",
-    "grid_stride_blocks",
     "grid_stride_passes",
     "check_variant",
     "reduce_sum",
@@ -309,17 +306,6 @@ def v7_last_block(x, out, partials, arrived):
 # ------------------------------------------------------------------------------------------
 
 
-def blocks_for(n: int) -> int:
-    """Blocks of TPB threads for one thread per element of ``n``."""
-    return blocks_to_cover(n, TPB)
-
-
-def grid_stride_blocks(n: int) -> int:
-    """One full wave of resident blocks of TPB threads (4 on the simulator), at most enough
-    to cover ``n`` elements once."""
-    return grid.grid_stride_blocks(n, TPB)
-
-
 def zero_accumulator(out: Array) -> None:
     """Set the accumulator of an atomic variant to 0, on the device."""
     driver.device_memset(out, 0, out.nbytes)
@@ -328,7 +314,7 @@ def zero_accumulator(out: Array) -> None:
 def tree_passes(kernel: Callable, x: Array, out: Array) -> None:
     """One thread per element: n values -> ceil(n / 256) partials -> ... -> out[0]."""
     while x.size > TPB:
-        partials = poisoned(blocks_for(x.size))
+        partials = poisoned(blocks_to_cover(x.size, TPB))
         kernel[partials.size, TPB](x, partials)
         x = partials
     kernel[1, TPB](x, out)
@@ -336,7 +322,7 @@ def tree_passes(kernel: Callable, x: Array, out: Array) -> None:
 
 def grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
     """A fixed grid writes one partial per block; one block then sums them into out[0]."""
-    blocks = grid_stride_blocks(x.size)
+    blocks = grid_stride_blocks(x.size, TPB)
     if blocks > 1:
         partials = poisoned(blocks)
         kernel[blocks, TPB](x, partials)
@@ -344,10 +330,12 @@ def grid_stride_passes(kernel: Callable, x: Array, out: Array) -> None:
     kernel[1, TPB](x, out)
 
 
-def atomic_pass(kernel: Callable, blocks_for: Callable[[int], int], x: Array, out: Array) -> None:
-    """Zero the accumulator out[0], then one launch whose threads or blocks add into it."""
+def atomic_pass(kernel: Callable, blocks: Callable[[int, int], int], x: Array,
+                out: Array) -> None:
+    """Zero the accumulator out[0], then one launch of ``blocks(x.size, TPB)`` blocks whose
+    threads or blocks add into it."""
     zero_accumulator(out)
-    kernel[blocks_for(x.size), TPB](x, out)
+    kernel[blocks(x.size, TPB), TPB](x, out)
 
 
 _WORKSPACES: dict[object, tuple[Array, Array]] = {}
@@ -360,19 +348,19 @@ def workspace() -> tuple[Array, Array]:
     key = "simulator" if backend.is_simulator() else cuda.get_current_device().id
     if key not in _WORKSPACES:
         counter = cuda.to_device(np.zeros(1, dtype=np.int32))
-        _WORKSPACES[key] = (poisoned(grid.grid_stride_blocks(1 << 62, TPB)), counter)
+        _WORKSPACES[key] = (poisoned(grid_stride_blocks(1 << 62, TPB)), counter)
     return _WORKSPACES[key]
 
 
 def _last_block_pass(x: Array, out: Array) -> None:
     """One launch of v7 over a wave of blocks, with the preallocated workspace."""
     partials, arrived = workspace()
-    v7_last_block[grid_stride_blocks(x.size), TPB](x, out, partials, arrived)
+    v7_last_block[grid_stride_blocks(x.size, TPB), TPB](x, out, partials, arrived)
 
 
 # Each variant reads its 4-byte elements once and does one addition per element.
 for _key, _launch in (
-        ("v1_atomic", functools.partial(atomic_pass, v1_atomic, blocks_for)),
+        ("v1_atomic", functools.partial(atomic_pass, v1_atomic, blocks_to_cover)),
         ("v2_interleaved", functools.partial(tree_passes, v2_interleaved)),
         ("v3_sequential", functools.partial(tree_passes, v3_sequential)),
         ("v4_first_add_grid_stride", functools.partial(grid_stride_passes,

@@ -19,15 +19,8 @@ import numpy as np
 
 from gpudl.checks import check_float32_array, check_int
 from gpudl.kernels.arrays import EPS32
-from gpudl.kernels.reduction import (
-    ACCUMULATORS,
-    LOADS,
-    LOG2_TPB,
-    TPB,
-    blocks_for,
-    check_variant,
-    grid_stride_blocks,
-)
+from gpudl.kernels.grid import blocks_to_cover, grid_stride_blocks
+from gpudl.kernels.reduction import ACCUMULATORS, LOADS, LOG2_TPB, TPB, check_variant
 
 __all__ = ["addition_depth", "error_bound"]
 
@@ -50,18 +43,18 @@ def addition_depth(n: int, variant: str) -> int:
     if variant in ("v2_interleaved", "v3_sequential"):
         launches, size = 1, n
         while size > TPB:
-            launches, size = launches + 1, blocks_for(size)
+            launches, size = launches + 1, blocks_to_cover(size, TPB)
         return min(n, launches * LOG2_TPB)
-    blocks = grid_stride_blocks(n)
+    blocks = grid_stride_blocks(n, TPB)
     per_thread = math.ceil(n / (blocks * TPB))
     if variant == "v7_last_block":
         chain = math.ceil(per_thread / ACCUMULATORS) + LOADS - 1 + 2
-        return min(n, chain + LOG2_TPB + blocks_for(blocks) + LOG2_TPB)
+        return min(n, chain + LOG2_TPB + blocks_to_cover(blocks, TPB) + LOG2_TPB)
     depth = per_thread + LOG2_TPB
     if variant == "v6_one_pass_atomic":
         depth += blocks
     elif blocks > 1:
-        depth += blocks_for(blocks) + LOG2_TPB
+        depth += blocks_to_cover(blocks, TPB) + LOG2_TPB
     return min(n, depth)
 
 

@@ -47,7 +47,7 @@ from gpudl.checks import (
     check_int,
     is_device_array,
 )
-from gpudl.kernels.arrays import EPS32, launch_into_poisoned, zeros
+from gpudl.kernels.arrays import EPS32, check_arrays, launch_into_poisoned, zeros
 from gpudl.kernels.mma import ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
 from gpudl.kernels.mma import K as MMA_K
 from gpudl.kernels.mma import M as MMA_M
@@ -267,7 +267,7 @@ def matmul(a: Array, b: Array, variant: str = "v2_shared_tiles") -> Array:
     """``bf16(a) @ bf16(b)`` in float32 for float32 (M, K) and (K, N) arrays of any sizes,
     on tensor cores (compute capability 8.0 or later; the simulator emulates them)."""
     check_choice("variant", variant, VARIANTS)
-    on_device = check_float32_array("a", a, 2) | check_float32_array("b", b, 2)
+    on_device = check_arrays(a=(a, 2), b=(b, 2))
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions do not match: a has shape {a.shape} and b has "
                          f"shape {b.shape} (a.shape[1] must equal b.shape[0])")

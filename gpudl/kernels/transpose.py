@@ -11,7 +11,6 @@ before a launch; empty results are returned without a launch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba is imported)
@@ -21,8 +20,9 @@ import numpy as np
 from numba import cuda, float32
 
 from gpudl import registry
-from gpudl.checks import check_array, check_choice, check_float32_array, check_int, check_ints
+from gpudl.checks import check_array, check_choice, check_float32_array, check_int
 from gpudl.kernels.arrays import Array, launch_into_poisoned
+from gpudl.kernels.grid import tiles_to_cover
 
 __all__ = [
     "BLOCK_ROWS",
@@ -146,10 +146,7 @@ def v4_padded_loads_first(x, out):
 
 def transpose_grid(shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
     """``(griddim, blockdim)`` of a transpose of an array of ``shape``: one block per tile."""
-    if not isinstance(shape, tuple | list) or len(shape) != 2:
-        raise TypeError(f"shape must be a (rows, cols) tuple, got {shape!r}")
-    rows, cols = check_ints("shape", shape, 1)
-    return (math.ceil(cols / TILE), math.ceil(rows / TILE)), (TILE, BLOCK_ROWS)
+    return tiles_to_cover(shape, TILE), (TILE, BLOCK_ROWS)
 
 
 @registry.variant("transpose", "v1_naive", bytes_per_element=8)

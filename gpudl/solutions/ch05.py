@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from gpudl.checks import check_int
+from gpudl.checks import check_choice, check_int
 from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time, data_parallel_step_time
 from gpudl.parallel.data import ring_chunks
 from gpudl.parallel.reference import make_mlp
@@ -36,9 +36,8 @@ def simulated_replicas(dims: Sequence[int], x: torch.Tensor, y: torch.Tensor, wo
     check_int("world_size", world_size, 1)
     if len(x) % world_size:
         raise ValueError(f"the batch of {len(x)} must split into {world_size} equal shares")
-    if combine not in ("mean", "sum") or optimizer not in ("sgd", "adam"):
-        raise ValueError(f"combine must be 'mean' or 'sum' and optimizer 'sgd' or 'adam', "
-                         f"got {combine!r}, {optimizer!r}")
+    check_choice("combine", combine, ("mean", "sum"))
+    check_choice("optimizer", optimizer, ("sgd", "adam"))
     model = make_mlp(dims)
     params = list(model.parameters())
     opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(params, lr=lr)

@@ -36,9 +36,9 @@ from numba import cuda, float32
 from gpudl import registry
 from gpudl.checks import check_choice, check_float32_array
 from gpudl.kernels.arrays import Array, launch_in_place
-from gpudl.kernels.grid import grid_stride_blocks
+from gpudl.kernels.grid import blocks_to_cover, grid_stride_blocks
 from gpudl.kernels.optim.hyper import AdamScalars, adam_scalars
-from gpudl.kernels.optim.traffic import THREADS, blocks_for, launch
+from gpudl.kernels.optim.traffic import THREADS, launch
 
 __all__ = [
     "BYTES_PER_PARAM", "DEFAULT_VARIANT", "VARIANTS",
@@ -163,7 +163,7 @@ def _addcdiv(x, t1, t2, a):  # x += a t1 / t2  (torch: addcdiv_)
     "adam_v1_addcdiv"))
 def v1_unfused(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """Adam unfused: the launches of torch's single-tensor code, one per operation."""
-    blocks = blocks_for(p.size)
+    blocks = blocks_to_cover(p.size, THREADS)
     if k.maximize or k.l2 != 0:  # a new gradient array, as torch makes one
         g_eff = _scratch("grad", p.size)
         if k.maximize:
@@ -256,13 +256,13 @@ def v4_multi_tensor(p, g, m, v, maximize, l2, decay, w1, beta2, w2, neg_step_siz
 @registry.variant("adam", "v2_fused", bytes_per_element=BYTES_PER_PARAM)
 def launch_v2_fused(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """One ``v2_fused`` launch, one thread per element."""
-    launch(v2_fused, blocks_for(p.size), p, g, m, v, *k)
+    launch(v2_fused, blocks_to_cover(p.size, THREADS), p, g, m, v, *k)
 
 
 @registry.variant("adam", "v3_shared", bytes_per_element=BYTES_PER_PARAM)
 def launch_v3_shared(p: Array, g: Array, m: Array, v: Array, k: AdamScalars) -> None:
     """One ``v3_shared`` launch, one thread per element."""
-    launch(v3_shared, blocks_for(p.size), p, g, m, v, *k)
+    launch(v3_shared, blocks_to_cover(p.size, THREADS), p, g, m, v, *k)
 
 
 @registry.variant("adam", "v4_multi_tensor", bytes_per_element=BYTES_PER_PARAM)
@@ -299,5 +299,6 @@ def adam_step(p: Array, g: Array, m: Array, v: Array, *, step: int, lr: float = 
     check_choice("variant", variant, VARIANTS)
     k = adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
     arrays = {"p": p, "g": g, "m": m, "v": v}
-    kinds = {check_float32_array(name, x, 1) for name, x in arrays.items()}
-    launch_in_place(VARIANTS[variant], arrays, ("p", "m", "v"), kinds, k)
+    for name, x in arrays.items():
+        check_float32_array(name, x, 1)
+    launch_in_place(VARIANTS[variant], arrays, ("p", "m", "v"), k)

@@ -13,19 +13,20 @@ import numpy as np
 from numba import cuda, float32, int16, uint16, uint32
 
 from gpudl import registry
-from gpudl.checks import check_float32_array, is_device_array
+from gpudl.checks import FLOAT_DTYPES, check_float_array
 from gpudl.kernels.arrays import Array, launch_in_place
 from gpudl.kernels.grid import grid_stride_blocks
 from gpudl.kernels.optim.adam import adam_element
 from gpudl.kernels.optim.hyper import AdamScalars, adam_scalars
 from gpudl.kernels.optim.traffic import THREADS, launch
 
-__all__ = ["LOW_DTYPES", "adam_mixed", "adam_step_mixed", "bf16_to_f32", "f32_to_bf16",
+__all__ = ["LOW_FORMATS", "adam_mixed", "adam_step_mixed", "bf16_to_f32", "f32_to_bf16",
            "launch_mixed"]
 
-#: NumPy dtypes of low-precision parameters and gradients, float16, or bfloat16 seen through
-#: its bit pattern as int16 (NumPy has no bfloat16; ``tensor.view(torch.int16)``).
-LOW_DTYPES = (np.dtype(np.float16), np.dtype(np.int16))
+#: The formats of low-precision parameters and gradients: float16, or bfloat16 seen through
+#: its bit pattern as int16 (NumPy has no bfloat16; ``tensor.view(torch.int16)``), names of
+#: :data:`gpudl.checks.FLOAT_DTYPES`.
+LOW_FORMATS = ("float16", "bfloat16")
 
 
 @cuda.jit(device=True, inline=True)
@@ -83,25 +84,9 @@ def adam_mixed(p_low, g_low, master, m, v, bf16, maximize, l2, decay, w1, beta2,
 def launch_mixed(p_low: Array, g_low: Array, master: Array, m: Array, v: Array,
                  k: AdamScalars) -> None:
     """One ``adam_mixed`` launch over one wave of resident blocks."""
-    bf16 = np.dtype(p_low.dtype) == np.int16
+    bf16 = np.dtype(p_low.dtype) == FLOAT_DTYPES["bfloat16"]
     launch(adam_mixed, grid_stride_blocks(master.size, THREADS), p_low, g_low, master, m, v,
             bf16, *k)
-
-
-
-def _check_low(name: str, x: object) -> bool:
-    on_device = is_device_array(x)
-    if not (on_device or isinstance(x, np.ndarray)):
-        raise TypeError(f"{name} must be a NumPy array or a numba device array, got "
-                        f"{type(x).__name__}")
-    if np.dtype(x.dtype) not in LOW_DTYPES:
-        raise TypeError(f"{name} must be float16, or int16 holding bfloat16 bits, got "
-                        f"{x.dtype}")
-    if x.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got {x.ndim}-D with shape {x.shape}")
-    if not (x.is_c_contiguous() if on_device else x.flags.c_contiguous):
-        raise ValueError(f"{name} must be contiguous, got a strided view")
-    return on_device
 
 
 def adam_step_mixed(p_low: Array, g_low: Array, master: Array, m: Array, v: Array, *,
@@ -113,10 +98,12 @@ def adam_step_mixed(p_low: Array, g_low: Array, master: Array, m: Array, v: Arra
     The master weights, ``m`` and ``v`` take the fp32 step; ``p_low`` receives the new master
     weights rounded to nearest, ties to even."""
     k = adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
-    kinds = {_check_low("p_low", p_low), _check_low("g_low", g_low)}
+    check_float_array("p_low", p_low, 1, LOW_FORMATS)
+    check_float_array("g_low", g_low, 1, LOW_FORMATS)
     if p_low.dtype != g_low.dtype:
         raise TypeError(f"p_low and g_low must have the same dtype, got {p_low.dtype} and "
                         f"{g_low.dtype}")
     arrays = {"p_low": p_low, "g_low": g_low, "master": master, "m": m, "v": v}
-    kinds |= {check_float32_array(name, arrays[name], 1) for name in ("master", "m", "v")}
-    launch_in_place(launch_mixed, arrays, ("p_low", "master", "m", "v"), kinds, k)
+    for name in ("master", "m", "v"):
+        check_float_array(name, arrays[name], 1)
+    launch_in_place(launch_mixed, arrays, ("p_low", "master", "m", "v"), k)

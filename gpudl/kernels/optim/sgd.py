@@ -13,8 +13,9 @@ from numba import cuda
 from gpudl import registry
 from gpudl.checks import check_float32_array
 from gpudl.kernels.arrays import Array, launch_in_place
+from gpudl.kernels.grid import blocks_to_cover
 from gpudl.kernels.optim.hyper import SgdScalars, sgd_scalars
-from gpudl.kernels.optim.traffic import blocks_for, launch
+from gpudl.kernels.optim.traffic import THREADS, launch
 
 __all__ = ["launch_sgd", "sgd_kernel", "sgd_momentum_kernel", "sgd_step"]
 
@@ -68,10 +69,11 @@ def launch_sgd(p: Array, g: Array, buf: Array | None, k: SgdScalars) -> None:
         given = "None" if buf is None else "an array"
         raise ValueError("a momentum buffer is needed exactly when momentum != 0, got "
                          f"momentum={float(k.momentum)} and buf={given}")
+    blocks = blocks_to_cover(p.size, THREADS)
     if buf is None:
-        launch(sgd_kernel, blocks_for(p.size), p, g, k.maximize, k.l2, k.neg_lr)
+        launch(sgd_kernel, blocks, p, g, k.maximize, k.l2, k.neg_lr)
     else:
-        launch(sgd_momentum_kernel, blocks_for(p.size), p, g, buf, k.maximize, k.l2, k.first,
+        launch(sgd_momentum_kernel, blocks, p, g, buf, k.maximize, k.l2, k.first,
                 k.momentum, k.w, k.nesterov, k.neg_lr)
 
 
@@ -86,6 +88,7 @@ def sgd_step(p: Array, g: Array, buf: Array | None, *, first: bool, lr: float = 
         if buf is None:
             raise ValueError("a momentum buffer is needed when momentum != 0, got None")
         arrays["buf"] = buf
-    kinds = {check_float32_array(name, x, 1) for name, x in arrays.items()}
+    for name, x in arrays.items():
+        check_float32_array(name, x, 1)
     launch = launch_sgd if k.has_momentum else (lambda p_, g_, k_: launch_sgd(p_, g_, None, k_))
-    launch_in_place(launch, arrays, tuple(name for name in arrays if name != "g"), kinds, k)
+    launch_in_place(launch, arrays, tuple(name for name in arrays if name != "g"), k)

@@ -16,17 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudl import backend
-from gpudl.checks import check_bool, check_choice, check_int
+from gpudl.checks import check_bool, check_choice
 
-__all__ = ["THREADS", "Traffic", "blocks_for", "launch", "recorded_launches", "traffic"]
+__all__ = ["THREADS", "Traffic", "launch", "recorded_launches", "traffic"]
 
 #: Threads per block; one warp on the simulator, which runs each thread as a Python thread.
 THREADS = backend.pick(gpu=256, sim=32)
-
-
-def blocks_for(n: int) -> int:
-    """Blocks of ``THREADS`` threads for one thread per element of ``n``."""
-    return -(-check_int("n", n, 0) // THREADS)
 
 
 @dataclass

@@ -79,9 +79,9 @@ class PipelinePlan:
         check_choice("schedule", self.schedule, SCHEDULES)
         check_schedule(self.schedule, self.microbatches)
         check_choice("engine", self.engine, ENGINES)
-        if self.engine == "torch" and self.schedule not in _TORCH_SCHEDULES:
-            raise ValueError(f"torch.distributed.pipelining runs {tuple(_TORCH_SCHEDULES)}, "
-                             f"got schedule {self.schedule!r}")
+        if self.engine == "torch":
+            check_choice("schedule (with engine 'torch', torch.distributed.pipelining)",
+                         self.schedule, _TORCH_SCHEDULES)
         check_int("steps", self.steps, 1)
         check_int("batch", self.batch, 1)
         check_positive("lr", self.lr)
