@@ -46,7 +46,7 @@ class WrittenGradients:
         return id(param) in self._ids
 
     def all_of(self, ids: frozenset[int]) -> bool:
-        """Has every parameter in ``ids`` (their ``id``s) a written gradient? One set
+        """Has every parameter in ``ids`` (the ``id()`` of each) a written gradient? One set
         operation, no Python per parameter."""
         check_instance("ids", ids, frozenset)
         return ids <= self._ids
