@@ -186,6 +186,16 @@ class Variant:
         """The variant's one name, ``<family>_<key>``."""
         return f"{self.family}_{self.key}"
 
+    @property
+    def precision(self) -> str:
+        """The precision its kernels declare (:data:`PRECISIONS`): the format of the arrays
+        its host function checks and allocates."""
+        found = {KERNELS[k].precision for k in self.kernels if k in KERNELS}
+        if len(found) != 1 or any(k not in KERNELS for k in self.kernels):
+            raise ValueError(f"variant {self.name}: its kernels {list(self.kernels)} must be "
+                             f"registered with one precision, got {sorted(found)}")
+        return found.pop()
+
 
 #: Family -> key -> :class:`Variant`, in the order the modules declared them.
 VARIANTS: dict[str, dict[str, Variant]] = {}

@@ -392,6 +392,9 @@ add(f"{_ARRAYS}.check_shape", lambda: dict(name="shape", shape=(2, 3)),
 none(f"{_ARRAYS}.returned", PLUMBING)
 none(f"{_ARRAYS}.launch_into_poisoned", PLUMBING)
 none(f"{_ARRAYS}.launch_in_place", PLUMBING)
+add(f"{_ARRAYS}.from_float32", lambda: dict(x=f32(4), dtype="float16"), x=_V1, dtype=_FORMAT)
+add(f"{_ARRAYS}.rounding_bound", lambda: dict(exact=np.ones(3), dtype="float16"), dtype=_FORMAT)
+add(f"{_ARRAYS}.to_float64", lambda: dict(x=f32(4), dtype="float32"), x=_V1, dtype=_FORMAT)
 add(f"{_ARRAYS}.check_arrays", lambda: dict(x=(f32(4), 1)),
     x=Kind("an (array, rank) pair", ((f32(4).astype(np.float64), 1), (None, 1)),
            ((f32(4, 1), 1),)), dtype=_FORMAT)

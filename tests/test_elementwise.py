@@ -132,9 +132,9 @@ def test_a_k_loads_launch_one_block_short_leaves_its_elements_poisoned(monkeypat
         blocks = math.ceil(out.size / (elementwise_kernels.K * threads_per_block)) - 1
         elementwise_kernels.v3_k_loads[blocks, threads_per_block](a, b, out)
 
-    monkeypatch.setitem(elementwise_kernels.VARIANTS, "short", one_block_short)
+    monkeypatch.setitem(elementwise_kernels.VARIANTS, "v3_k_loads", one_block_short)
     a, b = random_vectors(600, seed=13)  # 3 blocks of 256
-    out = elementwise_kernels.vector_add(a, b, variant="short", threads_per_block=32)
+    out = elementwise_kernels.vector_add(a, b, variant="v3_k_loads", threads_per_block=32)
     assert not np.isnan(out[:512]).any() and np.isnan(out[512:]).all()
 
 
@@ -165,16 +165,16 @@ def test_poisoned_output_catches_a_launcher_that_writes_only_half(monkeypatch):
         blocks = math.ceil(out.size / 2 / threads_per_block)
         elementwise_kernels.v1_naive[blocks, threads_per_block](a, b, out)
 
-    monkeypatch.setitem(elementwise_kernels.VARIANTS, "broken", first_half_only)
+    monkeypatch.setitem(elementwise_kernels.VARIANTS, "v1_naive", first_half_only)
     monkeypatch.setitem(
-        elementwise_kernels.VARIANTS, "nothing", lambda a, b, out, threads_per_block: None
+        elementwise_kernels.VARIANTS, "v2_grid_stride", lambda a, b, out, threads_per_block: None
     )
     a, b = random_vectors(600, seed=9)
-    out = elementwise_kernels.vector_add(a, b, variant="broken", threads_per_block=32)
+    out = elementwise_kernels.vector_add(a, b, variant="v1_naive", threads_per_block=32)
     assert np.isnan(out[320:]).all() and not np.isnan(out[:320]).any()
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(out, elementwise_kernels.reference_vector_add(a, b), rtol=2**-24)
-    assert np.isnan(elementwise_kernels.vector_add(a, b, variant="nothing")).all()
+    assert np.isnan(elementwise_kernels.vector_add(a, b, variant="v2_grid_stride")).all()
 
 
 # ------------------------------------------------------------------------------------------

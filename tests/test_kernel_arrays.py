@@ -83,3 +83,57 @@ def test_check_host_or_device():
     assert checks.check_host_or_device({"x": device, "y": device}) is True
     with pytest.raises(TypeError, match="y is a numba device array but x is not"):
         checks.check_host_or_device({"x": host, "y": device})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_rounding_to_a_format_is_one_rounding_and_reads_back_exactly(dtype):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(1000) * 10.0 ** rng.integers(-3, 4, 1000)).astype(np.float32)
+    x[:4] = (np.nan, 1.0, -0.0, 1e-7)  # 1e-7: a float16 subnormal
+    low = arrays.from_float32(x, dtype)
+    assert low.dtype == checks.float_dtype(dtype)
+    back = arrays.to_float64(low, dtype)
+    assert np.isnan(back[0]) and back[1] == 1.0 and np.signbit(back[2])
+    exact = x[1:].astype(np.float64)
+    assert np.all(np.abs(back[1:] - exact) <= arrays.rounding_bound(exact, dtype))
+    normal = np.abs(exact) >= 2.0**-14  # float16's smallest normal: the relative bound holds
+    np.testing.assert_allclose(back[1:][normal], exact[normal],
+                               rtol=arrays.UNIT_ROUNDOFF[dtype], atol=0)
+    if dtype == "float16":
+        np.testing.assert_array_equal(low[1:], x[1:].astype(np.float16))
+
+
+def test_bfloat16_rounds_ties_to_even():
+    # 1 + 2**-8 lies halfway between bfloat16's 1 and 1 + 2**-7: ties go to the even one, 1
+    x = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-8 + 2.0**-20], np.float32)
+    np.testing.assert_array_equal(arrays.to_float64(arrays.from_float32(x, "bfloat16"),
+                                                    "bfloat16"), [1.0, 1 + 2.0**-6, 1 + 2.0**-7])
+
+
+def test_conversions_refuse_device_arrays_and_other_formats():
+    with pytest.raises(TypeError, match="NumPy array"):
+        arrays.from_float32(cuda.to_device(np.ones(3, np.float32)), "float16")
+    with pytest.raises(TypeError, match="must have dtype float32"):
+        arrays.from_float32(np.ones(3, np.float64), "float16")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        arrays.to_float64(np.ones(3, np.float32), "float8")
+
+
+def test_a_variant_s_precision_is_its_kernels_and_sets_the_format_vector_add_checks():
+    records = registry.variant_records("vector_add")
+    assert {v.precision for v in records.values()} == {"float32"}
+    with pytest.raises(TypeError, match="a must have dtype float32, got float16"):
+        vector_add(np.ones(3, np.float16), np.ones(3, np.float16))
+    broken = registry.Variant("vector_add", "v9_made_up", vector_add, ("no_such_kernel",),
+                              None, None)
+    with pytest.raises(ValueError, match="must be registered with one precision"):
+        _ = broken.precision
+
+
+def test_the_rounding_bound_is_tight_and_nan_never_passes():
+    exact = np.array([1 + 2.0**-11, 3.0, np.nan])
+    bound = arrays.rounding_bound(exact, "float16")
+    assert bound[0] == pytest.approx(2.0**-11 * (1 + 2.0**-11) + 2.0**-25)
+    got = arrays.to_float64(arrays.from_float32(exact.astype(np.float32), "float16"), "float16")
+    assert abs(got[0] - exact[0]) <= bound[0] < 2.0**-10  # a tie: off by exactly half an ulp
+    assert not np.abs(got[2] - exact[2]) <= bound[2]

@@ -22,7 +22,7 @@ from numba import cuda
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
 from gpudl.checks import check_int
-from gpudl.kernels import divergence
+from gpudl.kernels import arrays, divergence
 from gpudl.kernels import elementwise as elementwise_kernels
 
 __all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
@@ -80,13 +80,23 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     print(f"[elementwise] n = {n:,} float32, {how}, {backend.name()}", flush=True)
 
     rows = []
+    inputs = {"float32": (x_host, y_host, x, y, out)}  # each format's inputs, made once
     for v in _VECTOR_ADD.values():
-        timing = time_cuda(v.launch, x, y, out, tpb, **batched)
-        np.testing.assert_allclose(
-            out.copy_to_host(), elementwise_kernels.reference_vector_add(x_host, y_host)
-        )
+        if v.precision not in inputs:
+            a, b = (arrays.from_float32(h, v.precision) for h in (x_host, y_host))
+            inputs[v.precision] = (a, b, cuda.to_device(a), cuda.to_device(b),
+                                   arrays.poisoned(n, v.precision))
+        a, b, a_d, b_d, out_v = inputs[v.precision]
+        timing = time_cuda(v.launch, a_d, b_d, out_v, tpb, **batched)
+        # one rounding of the exact sum to the variant's format
+        exact = elementwise_kernels.reference_vector_add(
+            *(arrays.to_float64(h, v.precision) for h in (a, b)))
+        got = arrays.to_float64(out_v.copy_to_host(), v.precision)
+        if not np.all(np.abs(got - exact) <= arrays.rounding_bound(exact, v.precision)):
+            raise RuntimeError(f"{v.name}: a sum is off the exact one by more than one rounding "
+                               f"to {v.precision}")
         rows.append(row(v.name, timing, v.bytes_per_element * n, v.flops_per_element * n,
-                        group="bandwidth", n=n))
+                        group="bandwidth", n=n, precision=v.precision))
     saxpy_expected = elementwise_kernels.reference_saxpy(alpha, x_host, y_host)
     saxpy_timings = {}
     for v in _SAXPY.values():

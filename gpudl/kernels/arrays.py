@@ -36,14 +36,18 @@ from gpudl.checks import (
 
 __all__ = [
     "EPS32",
+    "UNIT_ROUNDOFF",
     "check_arrays",
     "check_shape",
     "filled",
+    "from_float32",
     "launch_in_place",
     "launch_into_poisoned",
     "poisoned",
     "returned",
+    "rounding_bound",
     "to_device",
+    "to_float64",
     "zeros",
 ]
 
@@ -53,6 +57,43 @@ Shape = int | tuple[int, ...]
 #: The machine epsilon of float32, 2**-23 (twice the unit roundoff), the unit in which the
 #: kernels' error bounds are written.
 EPS32 = float(np.finfo(np.float32).eps)
+#: Format -> its unit roundoff (half an ulp of 1), float32 2**-24, float16 2**-11 and bfloat16
+#: 2**-8. One rounding to the format is off by at most this much, relative, in its normal
+#: range; :func:`rounding_bound` adds the subnormal range's absolute half-step.
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: Format -> half its smallest subnormal, the most one rounding of a tiny value is off by.
+_HALF_SUBNORMAL = {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
+
+
+def rounding_bound(exact: np.ndarray, dtype: str) -> np.ndarray:
+    """How far, elementwise, one rounding of ``exact`` (float64) to the format ``dtype`` may
+    be from it: ``UNIT_ROUNDOFF[dtype] * |exact|`` plus half the format's smallest subnormal
+    (barring overflow)."""
+    float_dtype(dtype)
+    return UNIT_ROUNDOFF[dtype] * np.abs(np.asarray(exact, np.float64)) + _HALF_SUBNORMAL[dtype]
+
+
+def from_float32(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The float32 host vector ``x`` rounded to nearest (ties to even) in the format ``dtype``:
+    a float32 or float16 vector, or bfloat16 as int16 bits (a NaN stays a quiet NaN)."""
+    check_float_array("x", x, 1)
+    if is_device_array(x):
+        raise TypeError("x must be a NumPy array, got a numba device array")
+    if float_dtype(dtype) != np.int16:
+        return x.astype(float_dtype(dtype))
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded).view(np.int16)
+
+
+def to_float64(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The host vector ``x`` of the format ``dtype`` (bfloat16: int16 bits) as float64, exactly."""
+    check_float_array("x", x, 1, dtype)
+    if is_device_array(x):
+        raise TypeError("x must be a NumPy array, got a numba device array")
+    if float_dtype(dtype) != np.int16:
+        return x.astype(np.float64)
+    return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
 def check_shape(name: str, shape: object) -> tuple[int, ...]:

@@ -195,11 +195,13 @@ VARIANTS: dict[str, Callable] = registry.variants("vector_add")
 
 def vector_add(a: Array, b: Array, variant: str = "v2_grid_stride",
                threads_per_block: int = 256) -> Array:
-    """``a + b`` for two float32 vectors on the GPU, with the kernel ``VARIANTS[variant]``."""
+    """``a + b`` for two vectors on the GPU, with the kernel ``VARIANTS[variant]``, in the
+    format that variant's kernel declares (float32 for every variant here)."""
     check_choice("variant", variant, VARIANTS)
     check_threads_per_block(threads_per_block)
     launch = VARIANTS[variant]
-    return _run(lambda a_, b_, out: launch(a_, b_, out, threads_per_block), a=a, b=b)
+    return _run(lambda a_, b_, out: launch(a_, b_, out, threads_per_block),
+                registry.variant_records("vector_add")[variant].precision, a=a, b=b)
 
 
 # ------------------------------------------------------------------------------------------
@@ -276,7 +278,8 @@ def saxpy(alpha: float, x: Array, y: Array, threads_per_block: int = 256,
     check_threads_per_block(threads_per_block)
     check_choice("variant", variant, SAXPY_VARIANTS)
     launch = SAXPY_VARIANTS[variant]
-    return _run(lambda x_, y_, out: launch(alpha, x_, y_, out, threads_per_block), x=x, y=y)
+    return _run(lambda x_, y_, out: launch(alpha, x_, y_, out, threads_per_block),
+                registry.variant_records("saxpy")[variant].precision, x=x, y=y)
 
 
 def _cpu_out(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -335,9 +338,10 @@ def _check_host_vectors(**arrays: object) -> None:
     check_arrays(same_shape=True, **_vectors(**arrays))
 
 
-def _run(launch: Callable, **arrays: object) -> Array:
-    """Check the vectors and launch into a poisoned output of their length."""
-    on_device = check_arrays(same_shape=True, **_vectors(**arrays))
+def _run(launch: Callable, dtype: str, **arrays: object) -> Array:
+    """Check the vectors (of the format ``dtype``) and launch into a poisoned output of their
+    length and format."""
+    on_device = check_arrays(same_shape=True, dtype=dtype, **_vectors(**arrays))
     inputs = list(arrays.values())
-    (out,) = launch_into_poisoned(launch, inputs, [inputs[0].shape[0]], on_device)
+    (out,) = launch_into_poisoned(launch, inputs, [inputs[0].shape[0]], on_device, dtype)
     return out
