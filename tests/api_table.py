@@ -291,6 +291,8 @@ add(f"{_E}.collectives.data_parallel_step_time",
 add(f"{_E}.collectives.fit_allreduce",
     lambda: dict(sizes_bytes=[1e3, 1e6, 1e7], times_s=[1e-5, 1e-3, 1e-2], world_size=4),
     sizes_bytes=_REALS, times_s=_REALS.more((), ([0.0, 1.0, 2.0],)), world_size=integer(2))
+add(f"{_E}.register_file.register_file_bandwidth_gbs", dict,
+    info=Kind("a DeviceInfo", ("H100", 1, {})))
 add(f"{_E}.memory.model_state_memory", lambda: dict(n_params=1e9, n_gpus=8, zero_stage=1),
     n_params=POSITIVE, n_gpus=COUNT, zero_stage=integer(0, 3), optimizer=choice("adam", "sgd"),
     precision=choice("mixed", "fp32"))
@@ -575,8 +577,6 @@ add(f"{_H}.shared_sums", lambda: dict(src=f32(1024), iters=1, blocks=1),
 for _name in ("launch_read", "launch_shared_read"):
     none(f"{_H}.{_name}", "a launcher on device arrays its entry point checked; "
                           "gpudl.launches.check_launch checks its launch")
-add(f"{_H}.register_file_bandwidth_gbs", dict,
-    info=Kind("a DeviceInfo", ("H100", 1, {})))
 
 _AT = f"{_K}.attention"
 _Q = float32(3, (1, 5, 4)).more((), (f32(1, 5, 129), f32(1, 5, 0)))

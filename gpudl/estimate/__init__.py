@@ -1,6 +1,7 @@
 """Cost models: what an operation should cost, from first principles, to hold measurements to.
 
 Book section: one module per chapter's model: :mod:`.roofline` (*Chapter 2, "The roofline"*),
+:mod:`.register_file` (*Chapter 2, "Latency and bandwidth per level"*),
 :mod:`.collectives` (*Chapter 5, "A cost model for a step"*, and the all-reduce of *"What
 connects GPUs"*),
 :mod:`.bubble` (*Chapter 6, "The bubble"*), :mod:`.training` and :mod:`.memory` (*Chapter 7*),
@@ -42,6 +43,7 @@ from gpudl.estimate.inference import (
     tokens_per_price,
 )
 from gpudl.estimate.memory import RECOMPUTE, activation_memory, model_state_memory
+from gpudl.estimate.register_file import register_file_bandwidth_gbs
 from gpudl.estimate.roofline import KERNEL_INTENSITY, ridge_point, roofline
 from gpudl.estimate.training import (
     mfu,
@@ -68,6 +70,7 @@ __all__ = [
     "roofline",
     "ridge_point",
     "KERNEL_INTENSITY",
+    "register_file_bandwidth_gbs",
     "ModelShape",
     "MODELS",
     "kv_cache_bytes",

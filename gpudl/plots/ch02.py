@@ -56,7 +56,7 @@ def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
     left, bytes; right, GB/s; both on log scales."""
     check_choice("gpu", gpu, tuple(SPECS))
     check_positive("l2_mb", l2_mb)
-    from gpudl.kernels.hierarchy import register_file_bandwidth_gbs
+    from gpudl.estimate.register_file import register_file_bandwidth_gbs
 
     spec = SPECS[gpu]
     limits = SM_LIMITS[spec.compute_capability]
