@@ -345,8 +345,8 @@ kernel(*(f"{_K}.{name}" for name in (
     "reduction.v6_one_pass_atomic", "reduction.v7_last_block", "tensor_core_matmul.pack_bf16",
     "tensor_core_matmul.v1_warp_tiles", "tensor_core_matmul.v2_shared_tiles",
     "transpose.v1_naive", "transpose.v2_shared", "transpose.v3_padded",
-    "transpose.v4_padded_loads_first", "attention.v1_scores", "attention.v1_softmax",
-    "attention.v1_pv")))
+    "transpose.v4_padded_loads_first", "attention_v1.v1_scores", "attention_v1.v1_softmax",
+    "attention_v1.v1_pv")))
 kernel("gpudl.bench.timing.hold_kernel")
 for _name in ("optim.adam.adam_element", "optim.mixed.bf16_to_f32", "optim.mixed.f32_to_bf16"):
     none(f"{_K}.{_name}", "a device function, called inside kernels")
@@ -597,9 +597,11 @@ add(f"{_AT}.traced_traffic",
 # a compiled-once factory (functools.cache): an unhashable argument fails in the cache first
 add(f"{_AT}.fused_kernel", lambda: dict(d=4, causal=False), d=integer(1, 128).hashable(),
     causal=BOOL.hashable())
-for _name in ("v1_three_kernels", "v2_fused"):
-    none(f"{_AT}.{_name}", "a launcher on device arrays its entry point (forward) checked; "
+for _name in ("attention_v1.v1_three_kernels", "attention.v2_fused"):
+    none(f"{_K}.{_name}", "a launcher on device arrays its entry point (forward) checked; "
                            "gpudl.launches.check_launch checks its launch")
+none(f"{_K}.attention_v1.plain_launch", "starts the kernel it is given; "
+                                      "gpudl.launches.check_launch checks its launch")
 for _name in ("forward", "attention"):
     add(f"{_AT}.{_name}", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
         q=_Q, k=float32(3, (1, 5, 4)).more((), (f32(1, 6, 4),)), v=float32(3, (1, 5, 4)),
