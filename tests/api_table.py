@@ -1520,9 +1520,9 @@ add(f"{_PL}.measured.rate_bars",
 # ------------------------------------------------------------------------------------------
 
 _DEVICE_FUNCTION = "a device function, called inside kernels"
-for _name in ("decode.contiguous_scores", "decode.online_softmax_step",
-              "decode.contiguous_values", "decode.load_query", "decode.attend_keys",
-              "decode.store_row", "decoder_layers.row_sum", "paged.paged_scores",
+for _name in ("decode_tile.contiguous_scores", "decode_tile.online_softmax_step",
+              "decode_tile.contiguous_values", "decode_tile.load_query", "decode_tile.attend_keys",
+              "decode_tile.store_row", "decoder_layers.row_sum", "paged.paged_scores",
               "paged.paged_values", "quant.warp_sum"):
     none(f"{_K}.{_name}", _DEVICE_FUNCTION)
 kernel(*(f"{_K}.{name}" for name in (
