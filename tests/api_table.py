@@ -1735,6 +1735,7 @@ add(f"{_ST}.saxpy_streamed", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=
     threads_per_block=_TPB)
 
 _DM = "gpudl.models.decoder"
+_KD = "gpudl.models.kernel_decoder"
 
 
 def _decoder_config(**kw: Any) -> Any:
@@ -1748,7 +1749,7 @@ def _tiny() -> Any:
 
 @functools.cache
 def _kernel_decoder() -> Any:
-    return resolve(f"{_DM}.KernelDecoder")(_tiny())
+    return resolve(f"{_KD}.KernelDecoder")(_tiny())
 
 
 _DCONFIG = instance(object, also=(resolve(f"{_ENC}.EncoderConfig")(),))
@@ -1782,21 +1783,23 @@ add(f"{_DM}.TinyDecoder.forward",
 add(f"{_DM}.TinyDecoder.new_cache", lambda: dict(batch=1),
     lambda kw: _tiny().new_cache(**kw), batch=COUNT)
 add(f"{_DM}.make_decoder", dict, config=_DCONFIG, seed=SIZE)
+add(f"{_DM}.check_prompt", lambda: dict(prompt=[3], new_tokens=2, config=_decoder_config()),
+    prompt=_PROMPT, new_tokens=COUNT.more((), (20,)), config=Kind("a DecoderConfig", ()))
 add(f"{_DM}.generate_torch", lambda: dict(model=_tiny(), prompt=[3], new_tokens=2),
     model=_DMODEL, prompt=_PROMPT, new_tokens=COUNT.more((), (20,)))
-add(f"{_DM}.step_bytes_after", lambda: dict(model=_tiny(), prompt=[3]), model=_DMODEL,
+add(f"{_KD}.step_bytes_after", lambda: dict(model=_tiny(), prompt=[3]), model=_DMODEL,
     prompt=_PROMPT)
-add(f"{_DM}.KernelDecoder", lambda: dict(model=_tiny()), model=_DMODEL, attention=_DVARIANT)
-add(f"{_DM}.KernelDecoder.generate", lambda: dict(prompt=[3], new_tokens=2),
+add(f"{_KD}.KernelDecoder", lambda: dict(model=_tiny()), model=_DMODEL, attention=_DVARIANT)
+add(f"{_KD}.KernelDecoder.generate", lambda: dict(prompt=[3], new_tokens=2),
     lambda kw: _kernel_decoder().generate(**kw), prompt=_PROMPT,
     new_tokens=COUNT.more((), (20,)), run_step=CALLABLE.allowing_none())
-add(f"{_DM}.KernelDecoder.set_token", lambda: dict(token=3, position=0),
+add(f"{_KD}.KernelDecoder.set_token", lambda: dict(token=3, position=0),
     lambda kw: _kernel_decoder().set_token(**kw), token=integer(0, 39),
     position=integer(0, 15))
-add(f"{_DM}.KernelDecoder.step", dict, lambda kw: _kernel_decoder().step(**kw),
+add(f"{_KD}.KernelDecoder.step", dict, lambda kw: _kernel_decoder().step(**kw),
     launch=CALLABLE)
-none(f"{_DM}.KernelDecoder.traced_step_bytes", NO_ARGUMENT)
-add(f"{_DM}.launches_per_step", lambda: dict(decoder=_kernel_decoder()),
+none(f"{_KD}.KernelDecoder.traced_step_bytes", NO_ARGUMENT)
+add(f"{_KD}.launches_per_step", lambda: dict(decoder=_kernel_decoder()),
     decoder=instance(object, also=(torch.nn.Linear(2, 2),)))
 add("gpudl.models.graphs.capture", lambda: dict(step=lambda launch: None), step=CALLABLE,
     warmup=BOOL)

@@ -1,6 +1,6 @@
 """The book's models: Chapter 3's MLP on the book's kernels (:mod:`.mlp`), Chapter 6's
-encoder (:mod:`.encoder`), and Chapter 9's tiny decoder (:mod:`.decoder`) with its CUDA
-graphs (:mod:`.graphs`).
+encoder (:mod:`.encoder`), and Chapter 9's tiny decoder (:mod:`.decoder`), on the book's
+kernels (:mod:`.kernel_decoder`) and with its CUDA graphs (:mod:`.graphs`).
 
 Book section: *Chapter 3, "Backpropagation from the book's kernels"*, *Chapter 6, "A
 12-layer encoder"* and *Chapter 9, "A tiny decoder, token for token"*. Every public name is
@@ -11,12 +11,10 @@ from gpudl.models.decoder import (
     CausalSelfAttention,
     DecoderBlock,
     DecoderConfig,
-    KernelDecoder,
     TinyDecoder,
+    check_prompt,
     generate_torch,
-    launches_per_step,
     make_decoder,
-    step_bytes_after,
 )
 from gpudl.models.encoder import (
     BERT_BASE,
@@ -29,6 +27,7 @@ from gpudl.models.encoder import (
     make_encoder,
 )
 from gpudl.models.graphs import capture, stream_launch
+from gpudl.models.kernel_decoder import KernelDecoder, launches_per_step, step_bytes_after
 from gpudl.models.mlp import (
     FlopCounter,
     KernelMLP,
@@ -60,6 +59,7 @@ __all__ = [
     "DecoderBlock",
     "TinyDecoder",
     "make_decoder",
+    "check_prompt",
     "generate_torch",
     "KernelDecoder",
     "launches_per_step",
