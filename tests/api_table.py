@@ -1264,8 +1264,9 @@ add(f"{_BENCH}.evaluate_bars", lambda: dict(specs=[], rows=_ROWS),
     rows=Kind("rows", (None, 1), ()), aliases={"specs": ("threshold",)})
 add(f"{_BENCH}.find_bar", lambda: dict(record={"bars": []}, name="x"),
     record=Kind("a record", (None, [])))
-none(f"{_BENCH}.machine", NO_ARGUMENT)
-add(f"{_BENCH}.commit", dict, root=Kind("a folder", (None, 1)))
+none(f"{_BENCH}.environment.machine", NO_ARGUMENT)
+add(f"{_BENCH}.environment.commit", dict, root=Kind("a folder", (None, 1)))
+add(f"{_BENCH}.environment.gpus_missing", lambda: dict(ranks=2), ranks=COUNT)
 _BODY = {"rows": [], "bars": []}
 add(f"{_BENCH}.write_results", lambda: dict(topic="memory", body=dict(_BODY),
                                             directory="/nonexistent/not/written"),
@@ -1288,8 +1289,12 @@ add(f"{_BENCH}.results.import_results", lambda: dict(source="/nonexistent", keep
 
 _AR = f"{_BENCH}.allreduce"
 _SIZES = Kind("message sizes", ("4", 4, [4.0], [True]), ([], [6], [0], [-4]))
-add(f"{_AR}.gpus_missing", lambda: dict(ranks=2), ranks=COUNT)
-add(f"{_AR}.default_sizes", lambda: dict(world_size=2), world_size=COUNT)
+_MS = f"{_BENCH}.message_sizes"
+add(f"{_MS}.default_sizes", lambda: dict(world_size=2), world_size=COUNT)
+add(f"{_MS}.check_plan", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0), sizes_bytes=_SIZES,
+    repeats=COUNT, warmup=SIZE)
+none(f"{_MS}.human_size", "n_bytes: a size its callers computed (a message's, checked by "
+                          "check_plan)")
 add(f"{_AR}.allreduce_bandwidth", lambda: dict(world_size=2, sizes_bytes=[4], repeats=1,
                                                warmup=0),
     world_size=COUNT, sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE,
@@ -1297,9 +1302,9 @@ add(f"{_AR}.allreduce_bandwidth", lambda: dict(world_size=2, sizes_bytes=[4], re
 add(f"{_AR}.allreduce_bandwidth_worker",
     lambda: dict(rank=0, world_size=1, sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE)
-add(f"{_AR}.p2p_bandwidth", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0),
+add(f"{_BENCH}.p2p.p2p_bandwidth", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE, timeout=TIMEOUT)
-add(f"{_AR}.p2p_bandwidth_worker",
+add(f"{_BENCH}.p2p.p2p_bandwidth_worker",
     lambda: dict(rank=0, world_size=2, sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE, world_size=integer(2))
 add(f"{_AR}.ring_timings_worker", lambda: dict(rank=0, world_size=1, numels=[3], repeats=1),
