@@ -1450,12 +1450,12 @@ add(f"{_PL}.ch05.ring_allreduce_model",
     n_bytes=NONNEGATIVE, bus_bandwidth_gbs=POSITIVE, latency_s=NONNEGATIVE,
     world_sizes=ints(1))
 add(f"{_PL}.ch02.memory_levels", dict, gpu=_GPU, l2_mb=POSITIVE)
-add(f"{_PL}.ch02.copy_requests", lambda: dict(patterns=[("stride", 1)]),
+add(f"{_K}.access_patterns.copy_requests", lambda: dict(patterns=[("stride", 1)]),
     patterns=Kind("patterns", (None, "stride", [("stride",)], [("stride", 1.5)]),
                   ([("gather", 1)], [("stride", 0)])))
 add(f"{_PL}.ch02.warp_sectors", lambda: dict(rows=[{"addresses": [0, 4]}]), rows=_ROWSK,
     size=COUNT)
-none(f"{_PL}.ch02.tile_load_requests", NO_ARGUMENT)
+none(f"{_K}.access_patterns.tile_load_requests", NO_ARGUMENT)
 add(f"{_PL}.ch02.bank_conflicts", lambda: dict(words={"row": [0, 1]}),
     words=Kind("accesses", (None, [0], {"row": "0"}), ({}, {"row": [-1]})))
 add(f"{_PL}.ch02.sectors_per_request", lambda: dict(rows=[{"pattern": "p", "sectors": 4}]),

@@ -9,12 +9,10 @@ labs use it; the book's build draws the deterministic ones into ``book/_generate
 from gpudl.plots.ch01 import occupancy_curves, sm_diagram, time_bars
 from gpudl.plots.ch02 import (
     bank_conflicts,
-    copy_requests,
     hierarchy,
     memory_levels,
     roofline,
     sectors_per_request,
-    tile_load_requests,
     warp_sectors,
 )
 from gpudl.plots.ch03 import linear_dataflow, matmul_tiling, tile_geometry
@@ -49,7 +47,7 @@ from gpudl.plots.measured import rate_bars
 __all__ = [
     "sm_diagram", "occupancy_curves", "time_bars", "allreduce_bandwidth",
     "ring_allreduce_model",
-    "memory_levels", "copy_requests", "warp_sectors", "tile_load_requests", "bank_conflicts",
+    "memory_levels", "warp_sectors", "bank_conflicts",
     "sectors_per_request", "roofline", "bandwidth_vs_size", "state_bytes", "hierarchy",
     "tile_geometry", "matmul_tiling", "linear_dataflow", "gradient_timeline",
     "optimizer_traffic", "master_weight_updates", "zero_partition",
