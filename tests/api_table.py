@@ -985,6 +985,11 @@ add(f"{_REF}.mlp_gradients", lambda: dict(world_size=2, dims=(4, 2), batch_per_r
     world_size=COUNT, dims=_DIMS, batch_per_rank=COUNT,
     ranks=ints(0).allowing_none().more((), ([2],)))
 
+none(f"{_REF}.sgd_on_slice", "a rank's loop: model, x, y and steps are checked by "
+                             "sgd_steps; data_group and data_ways come from its mesh")
+none(f"{_REF}.largest_gradient_difference", "run, reference: records of a parallel run and "
+                                            "encoder_sgd_run")
+
 
 def _mlp():
     return resolve(f"{_REF}.make_mlp")((4, 2))
@@ -1222,18 +1227,22 @@ none(f"{_Z}.fsdp.format_table", "rows: records of state_bytes")
 _MESH = f"{_PAR}.mesh"
 _RUN = dict(batch=COUNT, steps=COUNT, lr=POSITIVE, config=_CONFIG12,
             dtype=torch_dtype(torch.float32, torch.float64))
-add(f"{_MESH}.run_fsdp", lambda: dict(world_size=2), world_size=COUNT, timeout=TIMEOUT,
+add(f"{_REF}.check_encoder_run", lambda: dict(config=resolve(
+    "gpudl.models.encoder.EncoderConfig")(layers=1), batch=2, steps=1, lr=0.1,
+    dtype=torch.float32), **_RUN)
+add(f"{_Z}.fsdp.run_fsdp", lambda: dict(world_size=2), world_size=COUNT, timeout=TIMEOUT,
     **_RUN)
 add(f"{_MESH}.run_mesh_2d", dict, timeout=TIMEOUT,
     degrees=Kind("degrees", (None, (2, 2)), (resolve(f"{_PAR}.degrees.ParallelDegrees")(
         data=2, pipeline=2),)), **_RUN)
-add(f"{_MESH}.fsdp_worker", lambda: dict(rank=0, world_size=1, config=resolve(
+add(f"{_Z}.fsdp.fsdp_worker", lambda: dict(rank=0, world_size=1, config=resolve(
     "gpudl.models.encoder.EncoderConfig")(layers=1), batch=2, steps=1, lr=0.1,
     dtype=torch.float32), **_RUN)
 add(f"{_MESH}.mesh_2d_worker", lambda: dict(rank=0, world_size=1, degrees=resolve(
     f"{_PAR}.degrees.ParallelDegrees")(), config=resolve("gpudl.models.encoder.EncoderConfig")(
     layers=1), batch=2, steps=1, lr=0.1, dtype=torch.float32), **_RUN)
 none(f"{_MESH}.main", CLI)
+none(f"{_Z}.fsdp.main", CLI)
 
 # ------------------------------------------------------------------------------------------
 # gpudl.bench

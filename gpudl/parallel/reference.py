@@ -8,11 +8,13 @@ Each strategy of :mod:`gpudl.parallel` trains a model here on a batch here and m
 one of the single-process runs here gives: the loss after an Adam step
 (:func:`adam_step_loss`), Adam's parameters step by step (:func:`adam_run`), the gradients of
 one backward pass (:func:`mlp_gradients`) or the losses and gradients of SGD steps on the
-encoder (:func:`encoder_sgd_run`, the loop of :func:`sgd_steps`). The helpers that turn a
-rank's results into what one process has to compare with live here too: :func:`whole`
-(a DTensor gathered), :func:`flat_parameters`, :func:`local_bytes` and
-:func:`optimizer_state_bytes` (the state a rank holds), and :func:`average_gradients`, plain
-data parallelism's average: the replicated baseline of the sharded strategies.
+encoder (:func:`encoder_sgd_run`, the loop of :func:`sgd_steps`; a rank's share of it,
+:func:`sgd_on_slice`, on :data:`MESH_CONFIG` after :func:`check_encoder_run`, compared by
+:func:`largest_gradient_difference`). The helpers that turn a rank's results into what one
+process has to compare with live here too: :func:`whole` (a DTensor gathered),
+:func:`flat_parameters`, :func:`local_bytes` and :func:`optimizer_state_bytes` (the state a
+rank holds), and :func:`average_gradients`, plain data parallelism's average: the replicated
+baseline of the sharded strategies.
 """
 
 from __future__ import annotations
@@ -26,17 +28,21 @@ from torch.distributed.tensor import DTensor
 
 from gpudl.checks import (
     check_callable,
+    check_choice,
     check_instance,
     check_int,
     check_ints,
     check_positive,
     check_tensor,
     check_widths,
+    largest,
+    largest_difference,
 )
-from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
+from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
 
 __all__ = [
     "BATCH_PER_RANK",
+    "MESH_CONFIG",
     "SHARDING_DIMS",
     "TIMELINE_BATCH_PER_RANK",
     "TIMELINE_DIMS",
@@ -44,13 +50,16 @@ __all__ = [
     "adam_run",
     "adam_step_loss",
     "average_gradients",
+    "check_encoder_run",
     "encoder_sgd_run",
     "flat_parameters",
+    "largest_gradient_difference",
     "local_bytes",
     "make_batch",
     "make_mlp",
     "mlp_gradients",
     "optimizer_state_bytes",
+    "sgd_on_slice",
     "sgd_steps",
     "whole",
 ]
@@ -196,6 +205,43 @@ def encoder_sgd_run(config: EncoderConfig, batch: int, steps: int, lr: float,
     model = make_encoder(config, dtype=dtype)
     x, y = encoder_batch(config, batch, dtype=dtype)
     return sgd_steps(model, x, y, steps, lr)
+
+
+#: The encoder of the equivalence runs, four blocks, small enough for four ranks on two cores.
+MESH_CONFIG = EncoderConfig(layers=4)
+
+
+def check_encoder_run(config: object, batch: object, steps: object, lr: object,
+                      dtype: object) -> None:
+    """The arguments of every equivalence run on the encoder (FSDP2, the 2-D mesh): an
+    encoder, a batch of at least one sample, at least one step of a learning rate > 0, and a
+    floating-point dtype."""
+    check_instance("config", config, EncoderConfig)
+    check_int("batch", batch, 1)
+    check_int("steps", steps, 1)
+    check_positive("lr", lr)
+    check_choice("dtype", dtype, DTYPES)
+
+
+def sgd_on_slice(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
+                 data_group: dist.ProcessGroup | None, data_ways: int) -> dict:
+    """SGD steps on this rank's slice (:func:`sgd_steps`); the loss reported is the whole
+    batch's (the mean over the ``data_ways`` equal slices, all-reduced over ``data_group``),
+    the gradients whole."""
+
+    def whole_batch_loss(loss: torch.Tensor) -> float:
+        total = loss.detach().clone()
+        dist.all_reduce(total, group=data_group)
+        return total.item() / data_ways
+
+    return sgd_steps(model, x, y, steps, lr, whole_batch_loss, whole)
+
+
+def largest_gradient_difference(run: dict, reference: dict) -> float:
+    """The largest difference between the gradients of a parallel ``run`` and those of
+    ``reference`` (:func:`encoder_sgd_run`), over every step and parameter; NaN fails."""
+    return largest(largest_difference(run["grads"][s][k], g)
+                   for s, step in enumerate(reference["grads"]) for k, g in step.items())
 
 
 # --- what a rank holds, as one process would see it -------------------------------------------
