@@ -987,8 +987,8 @@ add(f"{_REF}.mlp_gradients", lambda: dict(world_size=2, dims=(4, 2), batch_per_r
 
 none(f"{_REF}.sgd_on_slice", "a rank's loop: model, x, y and steps are checked by "
                              "sgd_steps; data_group and data_ways come from its mesh")
-none(f"{_REF}.largest_gradient_difference", "run, reference: records of a parallel run and "
-                                            "encoder_sgd_run")
+none(f"{_REF}.compare_under_torchrun", "a strategy's command line: argv as a CLI's, the "
+                                       "worker and its arguments the strategy's own")
 
 
 def _mlp():

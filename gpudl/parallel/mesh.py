@@ -16,7 +16,6 @@ prints its distance from one process.
 
 from __future__ import annotations
 
-import argparse
 import logging
 
 import torch
@@ -27,12 +26,11 @@ from gpudl.checks import check_instance, check_int, check_positive
 from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
-from gpudl.parallel.launch import device_and_sync, rank0_print, run_under_torchrun, spawn
+from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.reference import (
     MESH_CONFIG,
     check_encoder_run,
-    encoder_sgd_run,
-    largest_gradient_difference,
+    compare_under_torchrun,
     sgd_on_slice,
 )
 
@@ -99,19 +97,11 @@ def run_mesh_2d(degrees: ParallelDegrees = MESH_2X2, config: EncoderConfig = MES
                  timeout=timeout)
 
 
-def _mesh_error_worker(rank: int, world_size: int) -> float:
-    reference = encoder_sgd_run(MESH_CONFIG, 8, 2, 0.05)
-    run = mesh_2d_worker(rank, world_size, MESH_2X2, MESH_CONFIG, 8, 2, 0.05, torch.float32)
-    return largest_gradient_difference(run, reference)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Under ``torchrun`` on four ranks: the 2 x 2 mesh; rank 0 prints the largest gradient
     difference from one process (float32)."""
-    argparse.ArgumentParser(prog="torchrun --nproc_per_node=4 -m gpudl.parallel.mesh",
-                            description=main.__doc__).parse_args(argv)
-    error = run_under_torchrun(_mesh_error_worker)
-    rank0_print(f"2 x 2 mesh: largest gradient difference from one process {error:.2e}")
+    compare_under_torchrun(argv, "torchrun --nproc_per_node=4 -m gpudl.parallel.mesh",
+                           main.__doc__, "2 x 2 mesh", mesh_2d_worker, MESH_2X2)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ one of the single-process runs here gives: the loss after an Adam step
 (:func:`adam_step_loss`), Adam's parameters step by step (:func:`adam_run`), the gradients of
 one backward pass (:func:`mlp_gradients`) or the losses and gradients of SGD steps on the
 encoder (:func:`encoder_sgd_run`, the loop of :func:`sgd_steps`; a rank's share of it,
-:func:`sgd_on_slice`, on :data:`MESH_CONFIG` after :func:`check_encoder_run`, compared by
-:func:`largest_gradient_difference`). The helpers that turn a rank's results into what one
+:func:`sgd_on_slice`, on :data:`MESH_CONFIG` after :func:`check_encoder_run`; under
+``torchrun``, :func:`compare_under_torchrun`). The helpers that turn a rank's results into what one
 process has to compare with live here too: :func:`whole` (a DTensor gathered),
 :func:`flat_parameters`, :func:`local_bytes` and :func:`optimizer_state_bytes` (the state a
 rank holds), and :func:`average_gradients`, plain data parallelism's average: the replicated
@@ -19,7 +19,9 @@ baseline of the sharded strategies.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -39,6 +41,7 @@ from gpudl.checks import (
     largest_difference,
 )
 from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
+from gpudl.parallel.launch import rank0_print, run_under_torchrun
 
 __all__ = [
     "BATCH_PER_RANK",
@@ -51,9 +54,9 @@ __all__ = [
     "adam_step_loss",
     "average_gradients",
     "check_encoder_run",
+    "compare_under_torchrun",
     "encoder_sgd_run",
     "flat_parameters",
-    "largest_gradient_difference",
     "local_bytes",
     "make_batch",
     "make_mlp",
@@ -237,11 +240,23 @@ def sgd_on_slice(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
     return sgd_steps(model, x, y, steps, lr, whole_batch_loss, whole)
 
 
-def largest_gradient_difference(run: dict, reference: dict) -> float:
-    """The largest difference between the gradients of a parallel ``run`` and those of
-    ``reference`` (:func:`encoder_sgd_run`), over every step and parameter; NaN fails."""
+def _gradient_error(rank: int, world_size: int, worker: Callable[..., dict],
+                    args: tuple) -> float:
+    reference = encoder_sgd_run(MESH_CONFIG, 8, 2, 0.05)
+    run = worker(rank, world_size, *args, MESH_CONFIG, 8, 2, 0.05, torch.float32)
     return largest(largest_difference(run["grads"][s][k], g)
                    for s, step in enumerate(reference["grads"]) for k, g in step.items())
+
+
+def compare_under_torchrun(argv: list[str] | None, prog: str, description: str, label: str,
+                           worker: Callable[..., dict], *args: Any) -> None:
+    """A strategy's command line under ``torchrun`` (``prog``, ``description``: its help;
+    ``argv`` takes no argument): every rank runs ``worker(rank, world_size, *args, config,
+    batch, steps, lr, dtype)`` on :data:`MESH_CONFIG` (two SGD steps, float32) and rank 0
+    prints, after ``label``, the largest gradient difference from one process."""
+    argparse.ArgumentParser(prog=prog, description=description).parse_args(argv)
+    error = run_under_torchrun(_gradient_error, worker, args)
+    rank0_print(f"{label}: largest gradient difference from one process {error:.2e}")
 
 
 # --- what a rank holds, as one process would see it -------------------------------------------

@@ -25,7 +25,6 @@ its distance from one process.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
 
@@ -37,15 +36,14 @@ from torch.distributed.fsdp import fully_shard
 from gpudl.checks import check_choice, check_int, check_ints, check_positive, check_widths
 from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
-from gpudl.parallel.launch import device_and_sync, rank0_print, run_under_torchrun, spawn
+from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.reference import (
     BATCH_PER_RANK,
     MESH_CONFIG,
     SHARDING_DIMS,
     average_gradients,
     check_encoder_run,
-    encoder_sgd_run,
-    largest_gradient_difference,
+    compare_under_torchrun,
     local_bytes,
     make_batch,
     make_mlp,
@@ -198,19 +196,11 @@ def run_fsdp(world_size: int = 2, config: EncoderConfig = MESH_CONFIG, batch: in
     return spawn(fsdp_worker, world_size, config, batch, steps, lr, dtype, timeout=timeout)
 
 
-def _fsdp_error_worker(rank: int, world_size: int) -> float:
-    reference = encoder_sgd_run(MESH_CONFIG, 8, 2, 0.05)
-    run = fsdp_worker(rank, world_size, MESH_CONFIG, 8, 2, 0.05, torch.float32)
-    return largest_gradient_difference(run, reference)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Under ``torchrun``: FSDP2 on the encoder over all ranks; rank 0 prints the largest
     gradient difference from one process (float32)."""
-    argparse.ArgumentParser(prog="torchrun --nproc_per_node=N -m gpudl.parallel.zero.fsdp",
-                            description=main.__doc__).parse_args(argv)
-    error = run_under_torchrun(_fsdp_error_worker)
-    rank0_print(f"FSDP2: largest gradient difference from one process {error:.2e}")
+    compare_under_torchrun(argv, "torchrun --nproc_per_node=N -m gpudl.parallel.zero.fsdp",
+                           main.__doc__, "FSDP2", fsdp_worker)
 
 
 if __name__ == "__main__":
