@@ -302,6 +302,8 @@ add(f"{_E}.collectives.data_parallel_step_time",
 add(f"{_E}.collectives.fit_allreduce",
     lambda: dict(sizes_bytes=[1e3, 1e6, 1e7], times_s=[1e-5, 1e-3, 1e-2], world_size=4),
     sizes_bytes=_REALS, times_s=_REALS.more((), ([0.0, 1.0, 2.0],)), world_size=integer(2))
+add(f"{_E}.register_file.register_file_bandwidth_gbs", dict,
+    info=Kind("a DeviceInfo", ("H100", 1, {})))
 add(f"{_E}.memory.model_state_memory", lambda: dict(n_params=1e9, n_gpus=8, zero_stage=1),
     n_params=POSITIVE, n_gpus=COUNT, zero_stage=integer(0, 3), optimizer=choice("adam", "sgd"),
     precision=choice("mixed", "fp32"))
@@ -355,8 +357,8 @@ kernel(*(f"{_K}.{name}" for name in (
     "reduction.v6_one_pass_atomic", "reduction.v7_last_block", "tensor_core_matmul.pack_bf16",
     "tensor_core_matmul.v1_warp_tiles", "tensor_core_matmul.v2_shared_tiles",
     "transpose.v1_naive", "transpose.v2_shared", "transpose.v3_padded",
-    "transpose.v4_padded_loads_first", "attention.v1_scores", "attention.v1_softmax",
-    "attention.v1_pv")))
+    "transpose.v4_padded_loads_first", "attention_v1.v1_scores", "attention_v1.v1_softmax",
+    "attention_v1.v1_pv")))
 kernel("gpudl.bench.timing.hold_kernel")
 for _name in ("optim.adam.adam_element", "optim.mixed.bf16_to_f32", "optim.mixed.f32_to_bf16"):
     none(f"{_K}.{_name}", "a device function, called inside kernels")
@@ -594,8 +596,6 @@ add(f"{_H}.shared_sums", lambda: dict(src=f32(1024), iters=1, blocks=1),
 for _name in ("launch_read", "launch_shared_read"):
     none(f"{_H}.{_name}", "a launcher on device arrays its entry point checked; "
                           "gpudl.launches.check_launch checks its launch")
-add(f"{_H}.register_file_bandwidth_gbs", dict,
-    info=Kind("a DeviceInfo", ("H100", 1, {})))
 
 _AT = f"{_K}.attention"
 _Q = float32(3, (1, 5, 4)).more((), (f32(1, 5, 129), f32(1, 5, 0)))
@@ -616,9 +616,11 @@ add(f"{_AT}.traced_traffic",
 # a compiled-once factory (functools.cache): an unhashable argument fails in the cache first
 add(f"{_AT}.fused_kernel", lambda: dict(d=4, causal=False), d=integer(1, 128).hashable(),
     causal=BOOL.hashable())
-for _name in ("v1_three_kernels", "v2_fused"):
-    none(f"{_AT}.{_name}", "a launcher on device arrays its entry point (forward) checked; "
+for _name in ("attention_v1.v1_three_kernels", "attention.v2_fused"):
+    none(f"{_K}.{_name}", "a launcher on device arrays its entry point (forward) checked; "
                            "gpudl.launches.check_launch checks its launch")
+none(f"{_K}.attention_v1.plain_launch", "starts the kernel it is given; "
+                                      "gpudl.launches.check_launch checks its launch")
 for _name in ("forward", "attention"):
     add(f"{_AT}.{_name}", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
         q=_Q, k=float32(3, (1, 5, 4)).more((), (f32(1, 6, 4),)), v=float32(3, (1, 5, 4)),
@@ -1048,6 +1050,11 @@ add(f"{_REF}.mlp_gradients", lambda: dict(world_size=2, dims=(4, 2), batch_per_r
     world_size=COUNT, dims=_DIMS, batch_per_rank=COUNT,
     ranks=ints(0).allowing_none().more((), ([2],)))
 
+none(f"{_REF}.sgd_on_slice", "a rank's loop: model, x, y and steps are checked by "
+                             "sgd_steps; data_group and data_ways come from its mesh")
+none(f"{_REF}.compare_under_torchrun", "a strategy's command line: argv as a CLI's, the "
+                                       "worker and its arguments the strategy's own")
+
 
 def _mlp():
     return resolve(f"{_REF}.make_mlp")((4, 2))
@@ -1285,18 +1292,22 @@ none(f"{_Z}.fsdp.format_table", "rows: records of state_bytes")
 _MESH = f"{_PAR}.mesh"
 _RUN = dict(batch=COUNT, steps=COUNT, lr=POSITIVE, config=_CONFIG12,
             dtype=torch_dtype(torch.float32, torch.float64))
-add(f"{_MESH}.run_fsdp", lambda: dict(world_size=2), world_size=COUNT, timeout=TIMEOUT,
+add(f"{_REF}.check_encoder_run", lambda: dict(config=resolve(
+    "gpudl.models.encoder.EncoderConfig")(layers=1), batch=2, steps=1, lr=0.1,
+    dtype=torch.float32), **_RUN)
+add(f"{_Z}.fsdp.run_fsdp", lambda: dict(world_size=2), world_size=COUNT, timeout=TIMEOUT,
     **_RUN)
 add(f"{_MESH}.run_mesh_2d", dict, timeout=TIMEOUT,
     degrees=Kind("degrees", (None, (2, 2)), (resolve(f"{_PAR}.degrees.ParallelDegrees")(
         data=2, pipeline=2),)), **_RUN)
-add(f"{_MESH}.fsdp_worker", lambda: dict(rank=0, world_size=1, config=resolve(
+add(f"{_Z}.fsdp.fsdp_worker", lambda: dict(rank=0, world_size=1, config=resolve(
     "gpudl.models.encoder.EncoderConfig")(layers=1), batch=2, steps=1, lr=0.1,
     dtype=torch.float32), **_RUN)
 add(f"{_MESH}.mesh_2d_worker", lambda: dict(rank=0, world_size=1, degrees=resolve(
     f"{_PAR}.degrees.ParallelDegrees")(), config=resolve("gpudl.models.encoder.EncoderConfig")(
     layers=1), batch=2, steps=1, lr=0.1, dtype=torch.float32), **_RUN)
 none(f"{_MESH}.main", CLI)
+none(f"{_Z}.fsdp.main", CLI)
 
 # ------------------------------------------------------------------------------------------
 # gpudl.bench
@@ -1327,8 +1338,9 @@ add(f"{_BENCH}.evaluate_bars", lambda: dict(specs=[], rows=_ROWS),
     rows=Kind("rows", (None, 1), ()), aliases={"specs": ("threshold",)})
 add(f"{_BENCH}.find_bar", lambda: dict(record={"bars": []}, name="x"),
     record=Kind("a record", (None, [])))
-none(f"{_BENCH}.machine", NO_ARGUMENT)
-add(f"{_BENCH}.commit", dict, root=Kind("a folder", (None, 1)))
+none(f"{_BENCH}.environment.machine", NO_ARGUMENT)
+add(f"{_BENCH}.environment.commit", dict, root=Kind("a folder", (None, 1)))
+add(f"{_BENCH}.environment.gpus_missing", lambda: dict(ranks=2), ranks=COUNT)
 _BODY = {"rows": [], "bars": []}
 add(f"{_BENCH}.write_results", lambda: dict(topic="memory", body=dict(_BODY),
                                             directory="/nonexistent/not/written"),
@@ -1351,8 +1363,12 @@ add(f"{_BENCH}.results.import_results", lambda: dict(source="/nonexistent", keep
 
 _AR = f"{_BENCH}.allreduce"
 _SIZES = Kind("message sizes", ("4", 4, [4.0], [True]), ([], [6], [0], [-4]))
-add(f"{_AR}.gpus_missing", lambda: dict(ranks=2), ranks=COUNT)
-add(f"{_AR}.default_sizes", lambda: dict(world_size=2), world_size=COUNT)
+_MS = f"{_BENCH}.message_sizes"
+add(f"{_MS}.default_sizes", lambda: dict(world_size=2), world_size=COUNT)
+add(f"{_MS}.check_plan", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0), sizes_bytes=_SIZES,
+    repeats=COUNT, warmup=SIZE)
+none(f"{_MS}.human_size", "n_bytes: a size its callers computed (a message's, checked by "
+                          "check_plan)")
 add(f"{_AR}.allreduce_bandwidth", lambda: dict(world_size=2, sizes_bytes=[4], repeats=1,
                                                warmup=0),
     world_size=COUNT, sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE,
@@ -1360,9 +1376,9 @@ add(f"{_AR}.allreduce_bandwidth", lambda: dict(world_size=2, sizes_bytes=[4], re
 add(f"{_AR}.allreduce_bandwidth_worker",
     lambda: dict(rank=0, world_size=1, sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE)
-add(f"{_AR}.p2p_bandwidth", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0),
+add(f"{_BENCH}.p2p.p2p_bandwidth", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE, timeout=TIMEOUT)
-add(f"{_AR}.p2p_bandwidth_worker",
+add(f"{_BENCH}.p2p.p2p_bandwidth_worker",
     lambda: dict(rank=0, world_size=2, sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE, world_size=integer(2))
 add(f"{_AR}.ring_timings_worker", lambda: dict(rank=0, world_size=1, numels=[3], repeats=1),
@@ -1508,12 +1524,12 @@ add(f"{_PL}.ch05.ring_allreduce_model",
     n_bytes=NONNEGATIVE, bus_bandwidth_gbs=POSITIVE, latency_s=NONNEGATIVE,
     world_sizes=ints(1))
 add(f"{_PL}.ch02.memory_levels", dict, gpu=_GPU, l2_mb=POSITIVE)
-add(f"{_PL}.ch02.copy_requests", lambda: dict(patterns=[("stride", 1)]),
+add(f"{_K}.access_patterns.copy_requests", lambda: dict(patterns=[("stride", 1)]),
     patterns=Kind("patterns", (None, "stride", [("stride",)], [("stride", 1.5)]),
                   ([("gather", 1)], [("stride", 0)])))
 add(f"{_PL}.ch02.warp_sectors", lambda: dict(rows=[{"addresses": [0, 4]}]), rows=_ROWSK,
     size=COUNT)
-none(f"{_PL}.ch02.tile_load_requests", NO_ARGUMENT)
+none(f"{_K}.access_patterns.tile_load_requests", NO_ARGUMENT)
 add(f"{_PL}.ch02.bank_conflicts", lambda: dict(words={"row": [0, 1]}),
     words=Kind("accesses", (None, [0], {"row": "0"}), ({}, {"row": [-1]})))
 add(f"{_PL}.ch02.sectors_per_request", lambda: dict(rows=[{"pattern": "p", "sectors": 4}]),
@@ -1583,9 +1599,9 @@ add(f"{_PL}.measured.rate_bars",
 # ------------------------------------------------------------------------------------------
 
 _DEVICE_FUNCTION = "a device function, called inside kernels"
-for _name in ("decode.contiguous_scores", "decode.online_softmax_step",
-              "decode.contiguous_values", "decode.load_query", "decode.attend_keys",
-              "decode.store_row", "decoder_layers.row_sum", "paged.paged_scores",
+for _name in ("decode_tile.contiguous_scores", "decode_tile.online_softmax_step",
+              "decode_tile.contiguous_values", "decode_tile.load_query", "decode_tile.attend_keys",
+              "decode_tile.store_row", "decoder_layers.row_sum", "paged.paged_scores",
               "paged.paged_values", "quant.warp_sum"):
     none(f"{_K}.{_name}", _DEVICE_FUNCTION)
 kernel(*(f"{_K}.{name}" for name in (
@@ -1798,6 +1814,7 @@ add(f"{_ST}.saxpy_streamed", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=
     threads_per_block=_TPB)
 
 _DM = "gpudl.models.decoder"
+_KD = "gpudl.models.kernel_decoder"
 
 
 def _decoder_config(**kw: Any) -> Any:
@@ -1811,7 +1828,7 @@ def _tiny() -> Any:
 
 @functools.cache
 def _kernel_decoder() -> Any:
-    return resolve(f"{_DM}.KernelDecoder")(_tiny())
+    return resolve(f"{_KD}.KernelDecoder")(_tiny())
 
 
 _DCONFIG = instance(object, also=(resolve(f"{_ENC}.EncoderConfig")(),))
@@ -1845,21 +1862,23 @@ add(f"{_DM}.TinyDecoder.forward",
 add(f"{_DM}.TinyDecoder.new_cache", lambda: dict(batch=1),
     lambda kw: _tiny().new_cache(**kw), batch=COUNT)
 add(f"{_DM}.make_decoder", dict, config=_DCONFIG, seed=SIZE)
+add(f"{_DM}.check_prompt", lambda: dict(prompt=[3], new_tokens=2, config=_decoder_config()),
+    prompt=_PROMPT, new_tokens=COUNT.more((), (20,)), config=Kind("a DecoderConfig", ()))
 add(f"{_DM}.generate_torch", lambda: dict(model=_tiny(), prompt=[3], new_tokens=2),
     model=_DMODEL, prompt=_PROMPT, new_tokens=COUNT.more((), (20,)))
-add(f"{_DM}.step_bytes_after", lambda: dict(model=_tiny(), prompt=[3]), model=_DMODEL,
+add(f"{_KD}.step_bytes_after", lambda: dict(model=_tiny(), prompt=[3]), model=_DMODEL,
     prompt=_PROMPT)
-add(f"{_DM}.KernelDecoder", lambda: dict(model=_tiny()), model=_DMODEL, attention=_DVARIANT)
-add(f"{_DM}.KernelDecoder.generate", lambda: dict(prompt=[3], new_tokens=2),
+add(f"{_KD}.KernelDecoder", lambda: dict(model=_tiny()), model=_DMODEL, attention=_DVARIANT)
+add(f"{_KD}.KernelDecoder.generate", lambda: dict(prompt=[3], new_tokens=2),
     lambda kw: _kernel_decoder().generate(**kw), prompt=_PROMPT,
     new_tokens=COUNT.more((), (20,)), run_step=CALLABLE.allowing_none())
-add(f"{_DM}.KernelDecoder.set_token", lambda: dict(token=3, position=0),
+add(f"{_KD}.KernelDecoder.set_token", lambda: dict(token=3, position=0),
     lambda kw: _kernel_decoder().set_token(**kw), token=integer(0, 39),
     position=integer(0, 15))
-add(f"{_DM}.KernelDecoder.step", dict, lambda kw: _kernel_decoder().step(**kw),
+add(f"{_KD}.KernelDecoder.step", dict, lambda kw: _kernel_decoder().step(**kw),
     launch=CALLABLE)
-none(f"{_DM}.KernelDecoder.traced_step_bytes", NO_ARGUMENT)
-add(f"{_DM}.launches_per_step", lambda: dict(decoder=_kernel_decoder()),
+none(f"{_KD}.KernelDecoder.traced_step_bytes", NO_ARGUMENT)
+add(f"{_KD}.launches_per_step", lambda: dict(decoder=_kernel_decoder()),
     decoder=instance(object, also=(torch.nn.Linear(2, 2),)))
 add("gpudl.models.graphs.capture", lambda: dict(step=lambda launch: None), step=CALLABLE,
     warmup=BOOL)

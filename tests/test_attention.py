@@ -225,11 +225,11 @@ F3 = "float32[:, :, ::1]"
 def test_kernel_ptx_has_no_float64_and_assembles():
     # The simulator accepts shapes Numba cannot compile (TILE + 1 written in a kernel) and
     # float64 constants: compiling for a GPU catches both.
-    module = "gpudl.kernels.attention"
     codes = ptx.compile_many([
-        (module, "fused_kernel", f"void({F3}, {F3}, {F3}, {F3}, float32[:, ::1], float32)",
-         (64, True)),
-        (module, "v1_scores", f"void({F3}, {F3}, {F3}, float32, boolean)", None),
+        ("gpudl.kernels.attention", "fused_kernel",
+         f"void({F3}, {F3}, {F3}, {F3}, float32[:, ::1], float32)", (64, True)),
+        ("gpudl.kernels.attention_v1", "v1_scores",
+         f"void({F3}, {F3}, {F3}, float32, boolean)", None),
     ], (9, 0))
     for code in codes:
         assert ".target sm_90" in code and "bar.sync" in code

@@ -15,15 +15,14 @@ from gpudl import backend
 from gpudl.bench import (
     TOPICS,
     bar,
-    commit,
     evaluate_bars,
     find_bar,
     load_or_run,
-    machine,
     row,
     run_topic,
     write_results,
 )
+from gpudl.bench.environment import commit, machine
 from gpudl.bench.results import check_record, import_results, load_record
 from gpudl.bench.timing import Timing
 
@@ -156,7 +155,7 @@ def test_every_topic_stores_its_rows_and_bars_in_the_schema(tmp_path, topic):
     path = write_results(topic, run_topic(topic, **SMALL[topic]), directory=tmp_path)
     record = load_record(path)
     assert record["topic"] == topic and record["backend"] == backend.name()
-    assert record["rows"] and record["commit"] == gpudl.bench.commit()
+    assert record["rows"] and record["commit"] == commit()
     for spec in importlib.import_module(f"gpudl.bench.{topic}").BARS:  # declared as data
         prefix = spec["name"].split("{")[0]
         assert any(b["name"] == spec["name"] or "{" in spec["name"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 # isort: split
 from numba import cuda
 
-from gpudl.kernels import decode, decode_error, decode_reads, paged
+from gpudl.kernels import decode, decode_error, decode_reads, decode_tile, paged
 from gpudl.kernels.arrays import poisoned
 
 VARIANTS = list(decode.VARIANTS)
@@ -134,9 +134,9 @@ def test_poisoned_outputs_catch_a_combine_that_skips_a_head(monkeypatch):
         splits = -(-k.shape[2] // split_size)
         parts = [poisoned((batch, heads, splits)), poisoned((batch, heads, splits)),
                  poisoned((batch, heads, splits, d))]
-        decode.v2_split_kv[(splits, heads, batch), decode.TILE](
+        decode.v2_split_kv[(splits, heads, batch), decode_tile.TILE](
             q, k, v, lengths, *parts, np.int32(split_size), np.float32(d**-0.5))
-        decode.v2_combine_splits[(1, batch), decode.TILE](*parts, lengths, o,
+        decode.v2_combine_splits[(1, batch), decode_tile.TILE](*parts, lengths, o,
                                                           np.int32(split_size))
 
     monkeypatch.setitem(decode.VARIANTS, "broken", first_head_only)

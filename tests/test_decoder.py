@@ -1,8 +1,9 @@
-"""gpudl.models.decoder and gpudl.models.graphs: the tiny decoder generates the same tokens
-on the book's kernels as in PyTorch on a fixed seed (its logits within float32 rounding of
-torch's at every step, far closer than the margin of each choice); one step's launches and
-bytes are counted on the CPU; the cache past the positions written is never read; bad input;
-on the simulator graphs are refused, on a GPU a captured step replays token for token."""
+"""gpudl.models.decoder, gpudl.models.kernel_decoder and gpudl.models.graphs: the tiny
+decoder generates the same tokens on the book's kernels as in PyTorch on a fixed seed (its
+logits within float32 rounding of torch's at every step, far closer than the margin of each
+choice); one step's launches and bytes are counted on the CPU; the cache past the positions
+written is never read; bad input; on the simulator graphs are refused, on a GPU a captured
+step replays token for token."""
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import torch
 from gpudl import backend
 from gpudl.kernels import decode
 from gpudl.models import decoder as dec
-from gpudl.models import graphs
+from gpudl.models import graphs, kernel_decoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -39,7 +40,7 @@ def torch_run(model):
 
 
 def test_the_kernels_generate_torchs_tokens(model, torch_run):
-    tokens, logits = dec.KernelDecoder(model).generate(PROMPT, NEW)
+    tokens, logits = kernel_decoder.KernelDecoder(model).generate(PROMPT, NEW)
     expected, expected_logits = torch_run
     assert tokens == expected and len(set(tokens)) > 1
     for got, want in zip(logits, expected_logits, strict=True):
@@ -65,7 +66,7 @@ def test_the_decoder_is_chapter_6s_block_made_causal(model):
 def test_launches_per_step_are_counted_on_the_cpu(model):
     config = model.config
     for attention, per_attention in (("v1_one_block_per_head", 1), ("v2_split_kv", 2)):
-        counted = dec.launches_per_step(dec.KernelDecoder(model, attention))
+        counted = kernel_decoder.launches_per_step(kernel_decoder.KernelDecoder(model, attention))
         per_layer = 3 + 1 + per_attention + 1 + 1 + 2 + 1  # q, k, v; append; attention;
         assert sum(counted.values()) == 3 + config.layers * per_layer  # out; norm; ffn; norm
         assert counted["v1_linear"] == 6 * config.layers + 1
@@ -73,7 +74,8 @@ def test_launches_per_step_are_counted_on_the_cpu(model):
 
 @pytest.mark.simulator_only
 def test_the_bytes_of_one_step_are_the_weights_and_the_cache(model):
-    counted = dec.step_bytes_after(model, PROMPT)  # the step at position 3: 4 tokens attended
+    # the step at position 3: 4 tokens attended
+    counted = kernel_decoder.step_bytes_after(model, PROMPT)
     c = model.config
     linear = sum(p.numel() for n, p in model.named_parameters() if "norm" not in n
                  and "emb" not in n)
@@ -88,7 +90,7 @@ def test_the_bytes_of_one_step_are_the_weights_and_the_cache(model):
 
 def test_positions_not_written_are_never_read(model, torch_run):
     # the caches start poisoned (NaN): a read past what the steps wrote would give NaN
-    decoder = dec.KernelDecoder(model, "v2_split_kv")
+    decoder = kernel_decoder.KernelDecoder(model, "v2_split_kv")
     tokens, logits = decoder.generate(PROMPT, NEW)
     assert tokens == torch_run[0] and not np.isnan(np.array(logits)).any()
     keys = decoder.blocks[0][2][0].copy_to_host()[0]  # (kv_heads, max_len, head_dim)
@@ -108,7 +110,7 @@ def test_bad_prompts_get_a_clear_error(model, prompt, new, error, match):
     with pytest.raises(error, match=match):
         dec.generate_torch(model, prompt, new)
     with pytest.raises(error, match=match):
-        dec.KernelDecoder(model).generate(prompt, new)
+        kernel_decoder.KernelDecoder(model).generate(prompt, new)
 
 
 def test_bad_configurations_get_a_clear_error(model):
@@ -117,20 +119,20 @@ def test_bad_configurations_get_a_clear_error(model):
     with pytest.raises(ValueError, match="hidden .* must be a multiple of heads"):
         dec.DecoderConfig(hidden=10, heads=4, kv_heads=1)
     with pytest.raises(ValueError, match="attention must be one of"):
-        dec.KernelDecoder(model, "v9")
+        kernel_decoder.KernelDecoder(model, "v9")
 
 
 @pytest.mark.simulator_only
 def test_the_simulator_has_no_graphs(model):
     with pytest.raises(RuntimeError, match="CUDA graphs need a GPU"):
-        graphs.capture(dec.KernelDecoder(model).step)
+        graphs.capture(kernel_decoder.KernelDecoder(model).step)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("attention", list(decode.VARIANTS))
 def test_a_captured_step_replays_token_for_token_on_the_gpu(model, torch_run, attention):
     assert backend.name() == "cuda"
-    decoder = dec.KernelDecoder(model, attention)
+    decoder = kernel_decoder.KernelDecoder(model, attention)
     eager, eager_logits = decoder.generate(PROMPT, NEW)
     graph = graphs.capture(decoder.step)
     replayed, replayed_logits = decoder.generate(PROMPT, NEW, run_step=graph.replay)

@@ -15,6 +15,7 @@ from numba import cuda
 from gpudl import hardware
 from gpudl.bench import hierarchy as hierarchy_bench
 from gpudl.bench import load_or_run
+from gpudl.estimate import register_file_bandwidth_gbs
 from gpudl.kernels import hierarchy as hierarchy_kernels
 
 few = settings(max_examples=8, deadline=None, database=None)
@@ -228,9 +229,9 @@ def test_register_file_bandwidth_is_derived_from_the_device():
         backend="cuda", name="H100", sm_count=132, fp32_cores_per_sm=128, sm_clock_khz=1_980_000
     )
     # 16,896 cores x 3 operands x 4 bytes x 1.98 GHz
-    assert hierarchy_kernels.register_file_bandwidth_gbs(h100) == pytest.approx(401_448.96)
+    assert register_file_bandwidth_gbs(h100) == pytest.approx(401_448.96)
     assert (
-        hierarchy_kernels.register_file_bandwidth_gbs(hardware.DeviceInfo("cuda", "no clock"))
+        register_file_bandwidth_gbs(hardware.DeviceInfo("cuda", "no clock"))
         is None
     )
 

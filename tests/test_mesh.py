@@ -1,6 +1,6 @@
-"""Sharding and combining (gpudl.parallel.mesh): FSDP2 on the encoder and the 2 x 2 data x
-tensor mesh equal to one process, the bytes each rank keeps, and the sizes checked before
-spawning."""
+"""Sharding and combining (gpudl.parallel.zero.fsdp's encoder, gpudl.parallel.mesh): FSDP2 on
+the encoder and the 2 x 2 data x tensor mesh equal to one process, the bytes each rank keeps,
+and the sizes checked before spawning."""
 
 import pytest
 import torch
@@ -9,12 +9,12 @@ from gpudl.models import EncoderConfig, make_encoder
 from gpudl.parallel import mesh
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.launch import spawn
-from gpudl.parallel.reference import encoder_sgd_run
-from gpudl.parallel.zero.fsdp import shard_numel
+from gpudl.parallel.reference import MESH_CONFIG, encoder_sgd_run
+from gpudl.parallel.zero import fsdp
 
 
 def assert_equal_to_one_process(ranks, batch=8, steps=2, lr=0.05):
-    reference = encoder_sgd_run(mesh.MESH_CONFIG, batch, steps, lr, torch.float64)
+    reference = encoder_sgd_run(MESH_CONFIG, batch, steps, lr, torch.float64)
     for r in ranks:
         assert r["losses"] == pytest.approx(reference["losses"], rel=1e-12)
     for step, grads in enumerate(reference["grads"]):
@@ -32,7 +32,7 @@ def assert_equal_to_one_process(ranks, batch=8, steps=2, lr=0.05):
     (lambda: mesh.run_mesh_2d(config=EncoderConfig(layers=2, hidden=36, heads=3)), "heads"),
     (lambda: mesh.run_mesh_2d(config=EncoderConfig(layers=2, ffn=65)), "ffn"),
     (lambda: mesh.run_mesh_2d(batch=7), "batch"),
-    (lambda: mesh.run_fsdp(world_size=3, batch=8), "batch"),
+    (lambda: fsdp.run_fsdp(world_size=3, batch=8), "batch"),
 ])
 def test_bad_sizes_are_rejected_before_spawning(call, match):
     with pytest.raises(ValueError, match=match):
@@ -57,9 +57,9 @@ def test_the_mesh_is_data_by_tensor_with_the_state_sharded_over_data(degrees):
 def four_ranks_worker(rank, world_size):
     """FSDP2 over the four ranks, then the 2 x 2 mesh, in one group of processes (starting
     the processes costs far more than the steps), with run_fsdp's and run_mesh_2d's sizes."""
-    return {"fsdp2": mesh.fsdp_worker(rank, world_size, mesh.MESH_CONFIG, 8, 2, 0.05,
+    return {"fsdp2": fsdp.fsdp_worker(rank, world_size, MESH_CONFIG, 8, 2, 0.05,
                                       torch.float64),
-            "2x2": mesh.mesh_2d_worker(rank, world_size, mesh.MESH_2X2, mesh.MESH_CONFIG, 8, 2,
+            "2x2": mesh.mesh_2d_worker(rank, world_size, mesh.MESH_2X2, MESH_CONFIG, 8, 2,
                                        0.05, torch.float64)}
 
 
@@ -74,13 +74,13 @@ def four_ranks():
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_fsdp2_equals_one_process_and_keeps_a_shard_per_rank(world_size, request):
     if world_size == 2:
-        ranks = mesh.run_fsdp(world_size, dtype=torch.float64, timeout=300)
+        ranks = fsdp.run_fsdp(world_size, dtype=torch.float64, timeout=300)
     else:
         ranks = request.getfixturevalue("four_ranks")["fsdp2"]
     assert_equal_to_one_process(ranks)
-    shapes = [p.shape for p in make_encoder(mesh.MESH_CONFIG).parameters()]
+    shapes = [p.shape for p in make_encoder(MESH_CONFIG).parameters()]
     for rank, r in enumerate(ranks):
-        assert r["param_bytes"] == 8 * sum(shard_numel(s, world_size, rank) for s in shapes)
+        assert r["param_bytes"] == 8 * sum(fsdp.shard_numel(s, world_size, rank) for s in shapes)
         assert r["full_param_bytes"] == 8 * sum(s.numel() for s in shapes)
     assert sum(r["param_bytes"] for r in ranks) == ranks[0]["full_param_bytes"]
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpudl.bench.allreduce import allreduce_bandwidth, default_sizes, format_table, main
+from gpudl.bench.allreduce import allreduce_bandwidth, format_table, main
+from gpudl.bench.message_sizes import default_sizes
 from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time
 from gpudl.parallel.launch import default_backend
 from gpudl.parallel.messages import check_allreduce, expected_sum, rank_input

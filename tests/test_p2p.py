@@ -4,7 +4,8 @@ gpudl.parallel.messages."""
 import pytest
 import torch
 
-from gpudl.bench.allreduce import format_table, p2p_bandwidth, p2p_bandwidth_worker
+from gpudl.bench.allreduce import format_table
+from gpudl.bench.p2p import p2p_bandwidth, p2p_bandwidth_worker
 from gpudl.parallel.launch import default_backend, spawn
 from gpudl.parallel.messages import check_p2p, rank_input
 

@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 from gpudl import plots  # noqa: E402
 from gpudl.estimate import allreduce_time  # noqa: E402
 from gpudl.hardware import occupancy  # noqa: E402
+from gpudl.kernels import access_patterns  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +185,8 @@ def test_memory_levels_come_from_the_spec_table():
 
 
 def test_warp_sectors_draw_the_tracers_requests():
-    rows = plots.copy_requests((("stride", 1), ("stride", 2), ("offset", 1), ("stride", 32)))
+    rows = access_patterns.copy_requests(
+        (("stride", 1), ("stride", 2), ("offset", 1), ("stride", 32)))
     assert [r["sectors"] for r in rows] == [4, 8, 5, 32]
     assert rows[1]["addresses"] == [8 * k for k in range(32)]
     fig = plots.warp_sectors(rows)
@@ -194,7 +196,7 @@ def test_warp_sectors_draw_the_tracers_requests():
 
 
 def test_bank_conflicts_draw_the_traced_tile_reads():
-    words = plots.tile_load_requests()
+    words = access_patterns.tile_load_requests()
     assert sorted(w % 32 for w in words["padded"]) == list(range(32))
     assert {w % 32 for w in words["shared"]} == {words["shared"][0] % 32}
     fig = plots.bank_conflicts(words)

@@ -24,6 +24,7 @@ def _model_figures() -> dict:
     from gpudl import plots
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
+    from gpudl.kernels import access_patterns
     from gpudl.optim import traffic_table
     from gpudl.plots._style import finish
     from gpudl.trace import on_simulator
@@ -36,9 +37,10 @@ def _model_figures() -> dict:
         "occupancy-cc80.png": lambda: plots.occupancy_curves((8, 0)),
         # Chapter 2 (the Hopper whitepaper's 50 MB of L2, cited in the chapter's table)
         "memory-levels-h100.png": lambda: plots.memory_levels("H100 SXM", l2_mb=50),
-        "warp-sectors.png": lambda: plots.warp_sectors(on_simulator(plots.copy_requests)),
+        "warp-sectors.png": lambda: plots.warp_sectors(
+            on_simulator(access_patterns.copy_requests)),
         "bank-conflicts.png": lambda: plots.bank_conflicts(
-            on_simulator(plots.tile_load_requests)),
+            on_simulator(access_patterns.tile_load_requests)),
         "roofline-h100.png": lambda: plots.roofline(
             h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
             {name: (i, None) for name, i in KERNEL_INTENSITY.items()},

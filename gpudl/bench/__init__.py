@@ -27,17 +27,15 @@ import dataclasses
 import importlib
 import json
 import os
-import platform
 import re
-import subprocess
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from gpudl import backend
-from gpudl.bench.schema import COMMIT_PATTERN, RATES, TOPICS, check_record
+from gpudl.bench.environment import ROOT, commit, machine
+from gpudl.bench.schema import RATES, TOPICS, check_record
 from gpudl.bench.timing import Timing, gbps, gflops
 from gpudl.checks import (
     check_bool,
@@ -49,12 +47,11 @@ from gpudl.checks import (
 )
 
 __all__ = [
-    "ROOT", "RESULTS", "TOPICS", "RATES",
-    "row", "bar", "evaluate_bars", "find_bar", "machine", "commit",
+    "RESULTS", "TOPICS", "RATES",
+    "row", "bar", "evaluate_bars", "find_bar",
     "write_results", "run_topic", "load_or_run", "results_path",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 #: The folder where results are stored, ``results/`` beside the package.
 RESULTS = ROOT / "results"
 
@@ -211,92 +208,6 @@ def find_bar(record: dict, name: str) -> dict:
             return b
     raise KeyError(f"{record.get('topic')!r} has no bar {name!r}; it has "
                    f"{[b['name'] for b in record.get('bars', [])]}")
-
-
-# ------------------------------------------------------------------------------------------
-# The machine and the code that ran
-# ------------------------------------------------------------------------------------------
-
-
-def _nvidia_driver() -> str | None:
-    proc = Path("/proc/driver/nvidia/version")  # Linux: the kernel module's version line
-    text = proc.read_text() if proc.exists() else ""
-    if not text:
-        try:
-            text = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
-                                   "--format=csv,noheader"], capture_output=True, text=True,
-                                  timeout=20).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None
-    found = re.search(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b", text)
-    return found.group(1) if found else None
-
-
-def _cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")  # Linux
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def machine() -> dict:
-    """The machine a benchmark ran on: ``backend``, ``gpu`` (name), ``gpu_count``,
-    ``driver`` (NVIDIA driver version), ``cuda_driver`` (the CUDA version the driver
-    supports), ``cuda_runtime`` (numba's NVRTC), ``torch_cuda``, ``platform``, ``python``,
-    ``cpu``, ``cpu_count``, ``versions`` (numpy, numba, numba-cuda, torch) and ``device``
-    (:func:`gpudl.hardware.describe`)."""
-    import torch
-
-    from gpudl.hardware import describe
-
-    versions = {}
-    for package in ("numpy", "numba", "numba-cuda", "torch"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    info = describe()
-    on_gpu = not backend.is_simulator()
-    out = {"backend": backend.name(), "gpu": info.name if on_gpu else None,
-           "gpu_count": torch.cuda.device_count() if on_gpu else 0,
-           "driver": None, "cuda_driver": None, "cuda_runtime": None, "torch_cuda": None}
-    if on_gpu:
-        from numba import cuda
-        from numba.cuda.cudadrv import driver
-
-        out |= {"driver": _nvidia_driver(),
-                "cuda_driver": ".".join(map(str, driver.get_version())),
-                "cuda_runtime": ".".join(map(str, cuda.runtime.get_version())),
-                "torch_cuda": torch.version.cuda}
-    return out | {"platform": platform.platform(), "python": platform.python_version(),
-                  "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "versions": versions,
-                  "device": dataclasses.asdict(info)}
-
-
-def commit(root: Path = ROOT) -> str | None:
-    """The git commit of the measured code: ``GPUDL_COMMIT`` if set (a checkout without
-    ``.git``, as on a lent GPU machine), else ``git rev-parse HEAD`` in ``root``, with
-    ``-dirty`` appended when tracked files differ from it (the outputs of runs, in
-    ``notebooks/`` and ``results/``, aside); ``None`` when neither is known."""
-    check_instance("root", root, (str, os.PathLike))
-    given = os.environ.get("GPUDL_COMMIT")
-    if given:
-        if not COMMIT_PATTERN.fullmatch(given):
-            raise ValueError(f"GPUDL_COMMIT must be a hexadecimal git sha (7 to 40 digits), "
-                             f"optionally ending in -dirty, got {given!r}")
-        return given
-    try:
-        git = ["git", "-C", str(root)]
-        sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=True, timeout=30).stdout.strip()
-        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--",
-                                 ".", ":!notebooks", ":!results"], capture_output=True,
-                                text=True, check=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return sha + ("-dirty" if status.strip() else "")
 
 
 # ------------------------------------------------------------------------------------------

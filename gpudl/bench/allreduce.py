@@ -1,11 +1,11 @@
-"""Communication, timed: all-reduce and point-to-point bandwidth between ranks, every result
-checked exactly.
+"""Communication, timed: all-reduce bandwidth between ranks and the ring all-reduce against
+``dist.all_reduce``, every result checked exactly.
 
-Book section: *Chapter 5, "What connects GPUs"* (measuring an interconnect), "Send and
-receive" (point-to-point bandwidth) and "The ring all-reduce, from send and receive" (the ring
-timed against ``dist.all_reduce``). The model is
+Book section: *Chapter 5, "What connects GPUs"* (measuring an interconnect) and "The ring
+all-reduce, from send and receive" (the ring timed against ``dist.all_reduce``). The model is
 :func:`gpudl.estimate.allreduce_time`; the messages and their checks are
-:mod:`gpudl.parallel.messages`'s.
+:mod:`gpudl.parallel.messages`'s. The topic's :func:`run` also stores the point-to-point
+bandwidth of :mod:`gpudl.bench.p2p` (``"p2p"``).
 
 Three ways to run the all-reduce benchmark:
 
@@ -26,31 +26,29 @@ import time
 import torch
 import torch.distributed as dist
 
-from gpudl import backend, estimate
+from gpudl import estimate
 from gpudl.bench import row
+from gpudl.bench.environment import gpus_missing
+from gpudl.bench.message_sizes import check_plan, default_sizes, human_size
+from gpudl.bench.p2p import p2p_bandwidth
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_bool, check_int, check_ints
 from gpudl.parallel.data.comms import ring_all_reduce, ring_all_reduce_worker
 from gpudl.parallel.launch import (
-    default_backend,
     device_and_sync,
     rank0_print,
     run_under_torchrun,
     spawn,
 )
-from gpudl.parallel.messages import ITEMSIZE, check_allreduce, check_p2p, rank_input
+from gpudl.parallel.messages import ITEMSIZE, check_allreduce, rank_input
 
 __all__ = [
     "BARS",
     "VIEWS",
     "allreduce_bandwidth",
     "allreduce_bandwidth_worker",
-    "default_sizes",
     "format_table",
-    "gpus_missing",
     "main",
-    "p2p_bandwidth",
-    "p2p_bandwidth_worker",
     "ring_timings_worker",
     "run",
     "time_ring_all_reduce",
@@ -64,38 +62,6 @@ BARS: tuple[dict, ...] = ()
 VIEWS = {"busbw": (), "p2p": ()}
 
 
-def gpus_missing(ranks: int) -> str | None:
-    """Why ``ranks`` ranks cannot be measured between GPUs here (fewer GPUs than ranks), or
-    ``None``. On the simulator the ranks are CPU processes (gloo) and nothing is missing."""
-    check_int("ranks", ranks, 1)
-    if backend.is_simulator():
-        return None
-    count = torch.cuda.device_count()
-    if count >= ranks:
-        return None
-    return f"needs {ranks} GPUs, this machine has {count}"
-
-
-def default_sizes(world_size: int = 2) -> list[int]:
-    """Message sizes in bytes, powers of 4: 4 KiB to 256 MiB when ``world_size`` ranks get a
-    GPU each (NCCL), to 4 MiB when they share CPU memory over gloo (with fewer GPUs than
-    ranks, or none: 256 MiB messages there would only make the run long)."""
-    largest = 28 if default_backend(world_size) == "nccl" else 22
-    return [1 << k for k in range(12, largest + 1, 2)]
-
-
-def _check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:
-    for size in check_ints("sizes_bytes", sizes_bytes, 1):
-        if size % ITEMSIZE:
-            raise ValueError(
-                f"sizes_bytes: message sizes must be positive multiples of {ITEMSIZE} bytes "
-                f"(float32), "
-                f"got {size}"
-            )
-    check_int("repeats", repeats, 1)
-    check_int("warmup", warmup, 0)
-
-
 def allreduce_bandwidth_worker(
     rank: int, world_size: int, sizes_bytes: list[int], repeats: int, warmup: int
 ) -> list[dict]:
@@ -106,7 +72,7 @@ def allreduce_bandwidth_worker(
     ``warmup`` untimed runs come first. One dict per size: ``size_bytes``, ``world_size``,
     ``backend`` and ``timing`` (the ``repeats`` slowest-rank times).
     """
-    _check_plan(sizes_bytes, repeats, warmup)
+    check_plan(sizes_bytes, repeats, warmup)
     device, sync = device_and_sync()
     out = []
     for size in sizes_bytes:
@@ -138,7 +104,7 @@ def _allreduce_rows(measured: list[dict]) -> list[dict]:
     rows = []
     for m in measured:
         size, world_size, t = m["size_bytes"], m["world_size"], m["timing"].median
-        rows.append(row(f"all_reduce {_human(size)} x{world_size}", m["timing"], size,
+        rows.append(row(f"all_reduce {human_size(size)} x{world_size}", m["timing"], size,
                         size_bytes=size, world_size=world_size, backend=m["backend"],
                         time_s=t, algbw_gbs=size / t / 1e9,
                         busbw_gbs=estimate.allreduce_bytes_per_rank(size, world_size) / t / 1e9))
@@ -158,75 +124,11 @@ def allreduce_bandwidth(
     ``time_s``, ``algbw_gbs`` and ``busbw_gbs``; see :func:`allreduce_bandwidth_worker`.
     """
     sizes = default_sizes(world_size) if sizes_bytes is None else sizes_bytes
-    _check_plan(sizes, repeats, warmup)
+    check_plan(sizes, repeats, warmup)
     per_rank = spawn(
         allreduce_bandwidth_worker, world_size, sizes, repeats, warmup, timeout=timeout
     )
     return _allreduce_rows(per_rank[0])  # every rank holds the slowest rank's times
-
-
-def p2p_bandwidth_worker(
-    rank: int, world_size: int, sizes_bytes: list[int], repeats: int, warmup: int
-) -> list[dict]:
-    """Time a ping-pong between ranks 0 and 1 for each message size; other ranks only wait.
-
-    Rank 0 sends its message (:func:`gpudl.parallel.messages.rank_input`) with ``dist.send``;
-    rank 1 receives it and sends it back. A repeat starts after a barrier; the one-way time is
-    half the round trip rank 0 sees (after a ``cuda.synchronize`` on NCCL). Both copies are
-    checked after the clock stops. ``warmup`` untimed trips come first. Rank 0 returns one
-    dict per size (``size_bytes``, ``backend``, ``timing``), the others ``[]``.
-    """
-    _check_plan(sizes_bytes, repeats, warmup)
-    if check_int("world_size", world_size, 1) < 2:
-        raise ValueError(f"a point-to-point benchmark needs a world_size of at least 2 ranks, "
-                         f"got {world_size}")
-    device, sync = device_and_sync()
-    out = []
-    for size in sizes_bytes:
-        message = rank_input(0, size // ITEMSIZE, device)
-        times = []
-        for step in range(warmup + repeats):
-            buffer = torch.full_like(message, float("nan"))  # poisoned: a lost byte shows
-            dist.barrier()
-            sync()
-            start = time.perf_counter()
-            if rank == 0:
-                dist.send(message, dst=1)
-                dist.recv(buffer, src=1)
-            elif rank == 1:
-                dist.recv(buffer, src=0)
-                dist.send(buffer, dst=0)
-            sync()
-            elapsed = time.perf_counter() - start
-            if rank in (0, 1):
-                check_p2p(buffer, sender=0)
-            if step >= warmup:
-                times.append(elapsed / 2)
-        if rank == 0:
-            out.append({"size_bytes": size, "backend": dist.get_backend(),
-                        "timing": Timing(tuple(times), "wall-clock", True)})
-    return out
-
-
-def p2p_bandwidth(
-    sizes_bytes: list[int] | None = None,
-    repeats: int = 5,
-    warmup: int = 2,
-    timeout: float = 120.0,
-) -> list[dict]:
-    """Spawn 2 processes and measure point-to-point bandwidth (one row per size).
-
-    Rows (:func:`gpudl.bench.row`) add ``size_bytes``, ``backend``, ``time_s`` (one way,
-    median), ``gbps`` (from the median) and ``best_gbps`` (from the fastest run, the one the
-    rest of the machine disturbed least); see :func:`p2p_bandwidth_worker`.
-    """
-    sizes = default_sizes() if sizes_bytes is None else sizes_bytes
-    _check_plan(sizes, repeats, warmup)
-    measured = spawn(p2p_bandwidth_worker, 2, sizes, repeats, warmup, timeout=timeout)[0]
-    return [row(f"send/recv {_human(m['size_bytes'])}", m["timing"], m["size_bytes"],
-                size_bytes=m["size_bytes"], backend=m["backend"], time_s=m["timing"].median,
-                best_gbps=m["size_bytes"] / m["timing"].min / 1e9)
-            for m in measured]
 
 
 def ring_timings_worker(rank: int, world_size: int, numels: list[int],
@@ -270,7 +172,7 @@ def run(world_sizes: tuple[int, ...] = (2, 4), sizes_bytes: list[int] | None = N
     two, and ``"p2p_skipped"`` says why)."""
     check_ints("world_sizes", world_sizes, 1)
     if sizes_bytes is not None:
-        _check_plan(sizes_bytes, repeats, 0)
+        check_plan(sizes_bytes, repeats, 0)
     check_int("repeats", repeats, 1)
     check_bool("p2p", p2p)
     rows, skipped = [], []
@@ -295,15 +197,8 @@ def run(world_sizes: tuple[int, ...] = (2, 4), sizes_bytes: list[int] | None = N
     return body
 
 
-def _human(n_bytes: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n_bytes < 1024 or unit == "GiB":
-            return f"{n_bytes:g} {unit}"
-        n_bytes /= 1024
-
-
 _COLUMNS = [  # key, header, width, how a value is written
-    ("size_bytes", "size", 9, _human),
+    ("size_bytes", "size", 9, human_size),
     ("world_size", "ranks", 5, str),
     ("backend", "backend", 7, str),
     ("time_s", "time (us)", 10, lambda t: f"{t * 1e6:.1f}"),

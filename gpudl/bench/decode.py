@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from numba import cuda
 
+from gpudl import models as decoder_model
 from gpudl import registry
 from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import time_cpu, time_cuda
 from gpudl.checks import check_bool, check_int
 from gpudl.kernels import decode, decode_error, quant
 from gpudl.kernels.arrays import poisoned
-from gpudl.models import decoder as decoder_model
 from gpudl.models import graphs
 
 __all__ = ["BARS", "VIEWS", "GRAPH_KERNELS", "run", "bump_kernel", "rewind_kernel"]

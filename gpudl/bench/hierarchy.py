@@ -23,6 +23,7 @@ from numba import cuda
 
 from gpudl.bench.timing import gbps, time_cuda
 from gpudl.checks import check_bool, check_choice, check_instance, check_int
+from gpudl.estimate.register_file import register_file_bandwidth_gbs
 from gpudl.kernels import hierarchy as hierarchy_kernels
 
 __all__ = ["WORKING_SETS", "DEFAULT_STEPS", "BANDWIDTH_LEVELS", "ARTICLE_CLAIMS", "latency",
@@ -183,7 +184,7 @@ def measure(steps: int = DEFAULT_STEPS) -> dict[str, Any]:
     return {
         "latency": lat,
         "bandwidth": {level: bandwidth(level) for level in BANDWIDTH_LEVELS},
-        "register_file_gbs": hierarchy_kernels.register_file_bandwidth_gbs(),
+        "register_file_gbs": register_file_bandwidth_gbs(),
     }
 
 
@@ -197,7 +198,7 @@ def table(results: dict[str, Any]) -> str:
     articles' claim (their Table 1), the latency ratio HBM / shared measured here, the
     bandwidth ratio shared / HBM measured here. Registers have no latency to chase, and no
     kernel can read them alone: their bandwidth cell is the register-file bandwidth that FMAs
-    imply (:func:`gpudl.kernels.hierarchy.register_file_bandwidth_gbs`) over the measured HBM
+    imply (:func:`gpudl.estimate.register_file_bandwidth_gbs`) over the measured HBM
     bandwidth, derived, not measured. Results from the simulator print "not measured
     (simulator)".
     """

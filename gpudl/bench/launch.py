@@ -52,7 +52,8 @@ import torch
 from numba import cuda
 
 from gpudl import interop, registry
-from gpudl.bench import ROOT, row
+from gpudl.bench import row
+from gpudl.bench.environment import ROOT
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_choice, check_int
 

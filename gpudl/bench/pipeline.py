@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpudl.bench import row
-from gpudl.bench.allreduce import gpus_missing
+from gpudl.bench.environment import gpus_missing
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_choice, check_ints
 from gpudl.estimate import bubble_fraction

@@ -26,7 +26,8 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpudl.bench import RESULTS, ROOT
+from gpudl.bench import RESULTS
+from gpudl.bench.environment import ROOT
 from gpudl.bench.schema import BAR_KEYS, ROW_KEYS, check_record
 from gpudl.checks import check_instance
 

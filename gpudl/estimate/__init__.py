@@ -1,6 +1,7 @@
 """Cost models: what an operation should cost, from first principles, to hold measurements to.
 
 Book section: one module per chapter's model: :mod:`.roofline` (*Chapter 2, "The roofline"*),
+:mod:`.register_file` (*Chapter 2, "Latency and bandwidth per level"*),
 :mod:`.collectives` (*Chapter 5, "A cost model for a step"*, and the all-reduce of *"What
 connects GPUs"*),
 :mod:`.bubble` (*Chapter 6, "The bubble"*), :mod:`.training` and :mod:`.memory` (*Chapter 7*),
@@ -18,10 +19,12 @@ from gpudl.estimate.bubble import *
 from gpudl.estimate.collectives import *
 from gpudl.estimate.inference import *
 from gpudl.estimate.memory import *
+from gpudl.estimate.register_file import *
 from gpudl.estimate.roofline import *
 from gpudl.estimate.training import *
 
 #: The modules whose public names this package re-exports, in this order.
-_MODULES = ("batching", "bubble", "collectives", "inference", "memory", "roofline", "training")
+_MODULES = ("batching", "bubble", "collectives", "inference", "memory", "register_file",
+            "roofline", "training")
 __all__ = [name for module in _MODULES
            for name in import_module(f"{__name__}.{module}").__all__]

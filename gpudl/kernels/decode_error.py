@@ -35,7 +35,8 @@ import numpy as np
 
 from gpudl.checks import check_int
 from gpudl.kernels.arrays import EPS32
-from gpudl.kernels.decode import TILE, check_decode_arrays
+from gpudl.kernels.decode import check_decode_arrays
+from gpudl.kernels.decode_tile import TILE
 
 __all__ = ["error_bound"]
 

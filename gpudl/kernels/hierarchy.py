@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gpudl import backend, hardware, registry
+from gpudl import backend, registry
 from gpudl.checks import check_array, check_bool, check_equal, check_float32_array, check_int
+from gpudl.kernels.grid import check_threads_per_block
 
 # isort: split
 import numpy as np
@@ -54,7 +55,6 @@ __all__ = [
     "reference_shared_sums",
     "launch_shared_read",
     "shared_sums",
-    "register_file_bandwidth_gbs",
 ]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -71,7 +71,6 @@ MAX_SHARED_CHAIN_BYTES = 48 * KiB
 #: Threads per block of the multi-thread kernels (the shared-memory chase's copy, the
 #: bandwidth kernels).
 THREADS = backend.pick(gpu=256, sim=32)
-
 
 
 # ------------------------------------------------------------------------------------------
@@ -379,26 +378,6 @@ def shared_sums(src: Array, iters: int, blocks: int | None = None) -> Array:
 
 
 # ------------------------------------------------------------------------------------------
-# The register file, derived
-# ------------------------------------------------------------------------------------------
-
-
-def register_file_bandwidth_gbs(info: hardware.DeviceInfo | None = None) -> float | None:
-    """The register-file bandwidth an FMA stream implies, in GB/s: derived, not measured.
-
-    Every FP32 core can start one fused multiply-add per clock, which reads three 4-byte
-    register operands: ``cores * 3 * 4 bytes * SM clock``. ``None`` when a fact is unknown
-    (on the simulator). ``info`` defaults to :func:`gpudl.hardware.describe`.
-    """
-    info = hardware.describe() if info is None else info
-    if not isinstance(info, hardware.DeviceInfo):
-        raise TypeError(f"info must be a gpudl.hardware.DeviceInfo, got {type(info).__name__}")
-    if None in (info.sm_count, info.fp32_cores_per_sm, info.sm_clock_khz):
-        return None
-    return info.sm_count * info.fp32_cores_per_sm * 3 * 4 * info.sm_clock_khz * 1e3 / 1e9
-
-
-# ------------------------------------------------------------------------------------------
 # Input checks
 # ------------------------------------------------------------------------------------------
 
@@ -406,11 +385,8 @@ def register_file_bandwidth_gbs(info: hardware.DeviceInfo | None = None) -> floa
 def _check_launch(**counts: object) -> None:
     for name, value in counts.items():
         check_int(name, value, 1)
-    threads = counts.get("threads_per_block", 32)
-    if threads > 1024 or threads % 32:
-        raise ValueError(
-            f"threads_per_block must be a multiple of 32 between 32 and 1024, got {threads}"
-        )
+    if "threads_per_block" in counts:
+        check_threads_per_block(counts["threads_per_block"])
 
 
 def _check_vector(name: str, x: object) -> bool:

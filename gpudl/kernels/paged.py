@@ -35,16 +35,14 @@ from gpudl import registry
 from gpudl.checks import check_callable, check_instance, check_int, check_ints, check_positive
 from gpudl.estimate.batching import Request, check_requests
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
-from gpudl.kernels.decode import (
+from gpudl.kernels.decode import MAX_HEAD_DIM, check_decode_inputs, plain_launch
+from gpudl.kernels.decode_tile import (
     COLUMNS,
-    MAX_HEAD_DIM,
     NEG_INF,
     TILE,
     TILE_PADDED,
-    check_decode_inputs,
     load_query,
     online_softmax_step,
-    plain_launch,
     store_row,
 )
 
@@ -195,7 +193,7 @@ class PagedKVCache:
 
 @cuda.jit(device=True)
 def paged_scores(partial, q_r, k_blocks, table, b, g, j0, keys, d):
-    """:func:`gpudl.kernels.decode.contiguous_scores` with key j's row at position
+    """:func:`gpudl.kernels.decode_tile.contiguous_scores` with key j's row at position
     ``j % block_size`` of block ``table[b, j // block_size]``."""
     t = cuda.threadIdx.x
     block_size = k_blocks.shape[2]
@@ -213,7 +211,7 @@ def paged_scores(partial, q_r, k_blocks, table, b, g, j0, keys, d):
 
 @cuda.jit(device=True)
 def paged_values(acc, w_s, v_blocks, table, b, g, j0, keys, d, alpha):
-    """:func:`gpudl.kernels.decode.contiguous_values` through the block table."""
+    """:func:`gpudl.kernels.decode_tile.contiguous_values` through the block table."""
     t = cuda.threadIdx.x
     block_size = v_blocks.shape[2]
     for r in range(COLUMNS):

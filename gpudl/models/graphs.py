@@ -7,13 +7,13 @@ microseconds to launch (Chapter 4, "What a launch costs"), more than the GPU tak
 A CUDA graph records the launches of a step once, with their arguments, and replays them all
 from one call: the host's work per step is one launch. :func:`capture` records a step
 written as ``step(launch)`` (every kernel through ``launch(kernel, griddim, blockdim, *args)``,
-as :meth:`gpudl.models.decoder.KernelDecoder.step`) into a ``torch.cuda.CUDAGraph``: PyTorch
+as :meth:`gpudl.models.kernel_decoder.KernelDecoder.step`) into a ``torch.cuda.CUDAGraph``: PyTorch
 captures the stream it makes current, and Numba launches on that same stream through
 ``numba.cuda.external_stream``. What changes between steps (the token, the positions, the
 lengths) must live in device memory, since the graph replays the arguments it recorded.
 
 Numba's simulator has no streams to capture and no graphs: there :func:`capture` refuses,
-and a step's launches can only be counted (:func:`gpudl.models.decoder.launches_per_step`).
+and a step's launches can only be counted (:func:`gpudl.models.kernel_decoder.launches_per_step`).
 """
 
 from __future__ import annotations

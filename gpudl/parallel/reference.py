@@ -8,16 +8,20 @@ Each strategy of :mod:`gpudl.parallel` trains a model here on a batch here and m
 one of the single-process runs here gives: the loss after an Adam step
 (:func:`adam_step_loss`), Adam's parameters step by step (:func:`adam_run`), the gradients of
 one backward pass (:func:`mlp_gradients`) or the losses and gradients of SGD steps on the
-encoder (:func:`encoder_sgd_run`, the loop of :func:`sgd_steps`). The helpers that turn a
-rank's results into what one process has to compare with live here too: :func:`whole`
-(a DTensor gathered), :func:`flat_parameters`, :func:`local_bytes` and
-:func:`optimizer_state_bytes` (the state a rank holds), and :func:`average_gradients`, plain
-data parallelism's average: the replicated baseline of the sharded strategies.
+encoder (:func:`encoder_sgd_run`, the loop of :func:`sgd_steps`; a rank's share of it,
+:func:`sgd_on_slice`, on :data:`MESH_CONFIG` after :func:`check_encoder_run`; under
+``torchrun``, :func:`compare_under_torchrun`). The helpers that turn a rank's results into what one
+process has to compare with live here too: :func:`whole` (a DTensor gathered),
+:func:`flat_parameters`, :func:`local_bytes` and :func:`optimizer_state_bytes` (the state a
+rank holds), and :func:`average_gradients`, plain data parallelism's average: the replicated
+baseline of the sharded strategies.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,17 +30,22 @@ from torch.distributed.tensor import DTensor
 
 from gpudl.checks import (
     check_callable,
+    check_choice,
     check_instance,
     check_int,
     check_ints,
     check_positive,
     check_tensor,
     check_widths,
+    largest,
+    largest_difference,
 )
-from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
+from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
+from gpudl.parallel.launch import rank0_print, run_under_torchrun
 
 __all__ = [
     "BATCH_PER_RANK",
+    "MESH_CONFIG",
     "SHARDING_DIMS",
     "TIMELINE_BATCH_PER_RANK",
     "TIMELINE_DIMS",
@@ -44,6 +53,8 @@ __all__ = [
     "adam_run",
     "adam_step_loss",
     "average_gradients",
+    "check_encoder_run",
+    "compare_under_torchrun",
     "encoder_sgd_run",
     "flat_parameters",
     "local_bytes",
@@ -51,6 +62,7 @@ __all__ = [
     "make_mlp",
     "mlp_gradients",
     "optimizer_state_bytes",
+    "sgd_on_slice",
     "sgd_steps",
     "whole",
 ]
@@ -196,6 +208,55 @@ def encoder_sgd_run(config: EncoderConfig, batch: int, steps: int, lr: float,
     model = make_encoder(config, dtype=dtype)
     x, y = encoder_batch(config, batch, dtype=dtype)
     return sgd_steps(model, x, y, steps, lr)
+
+
+#: The encoder of the equivalence runs, four blocks, small enough for four ranks on two cores.
+MESH_CONFIG = EncoderConfig(layers=4)
+
+
+def check_encoder_run(config: object, batch: object, steps: object, lr: object,
+                      dtype: object) -> None:
+    """The arguments of every equivalence run on the encoder (FSDP2, the 2-D mesh): an
+    encoder, a batch of at least one sample, at least one step of a learning rate > 0, and a
+    floating-point dtype."""
+    check_instance("config", config, EncoderConfig)
+    check_int("batch", batch, 1)
+    check_int("steps", steps, 1)
+    check_positive("lr", lr)
+    check_choice("dtype", dtype, DTYPES)
+
+
+def sgd_on_slice(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
+                 data_group: dist.ProcessGroup | None, data_ways: int) -> dict:
+    """SGD steps on this rank's slice (:func:`sgd_steps`); the loss reported is the whole
+    batch's (the mean over the ``data_ways`` equal slices, all-reduced over ``data_group``),
+    the gradients whole."""
+
+    def whole_batch_loss(loss: torch.Tensor) -> float:
+        total = loss.detach().clone()
+        dist.all_reduce(total, group=data_group)
+        return total.item() / data_ways
+
+    return sgd_steps(model, x, y, steps, lr, whole_batch_loss, whole)
+
+
+def _gradient_error(rank: int, world_size: int, worker: Callable[..., dict],
+                    args: tuple) -> float:
+    reference = encoder_sgd_run(MESH_CONFIG, 8, 2, 0.05)
+    run = worker(rank, world_size, *args, MESH_CONFIG, 8, 2, 0.05, torch.float32)
+    return largest(largest_difference(run["grads"][s][k], g)
+                   for s, step in enumerate(reference["grads"]) for k, g in step.items())
+
+
+def compare_under_torchrun(argv: list[str] | None, prog: str, description: str, label: str,
+                           worker: Callable[..., dict], *args: Any) -> None:
+    """A strategy's command line under ``torchrun`` (``prog``, ``description``: its help;
+    ``argv`` takes no argument): every rank runs ``worker(rank, world_size, *args, config,
+    batch, steps, lr, dtype)`` on :data:`MESH_CONFIG` (two SGD steps, float32) and rank 0
+    prints, after ``label``, the largest gradient difference from one process."""
+    argparse.ArgumentParser(prog=prog, description=description).parse_args(argv)
+    error = run_under_torchrun(_gradient_error, worker, args)
+    rank0_print(f"{label}: largest gradient difference from one process {error:.2e}")
 
 
 # --- what a rank holds, as one process would see it -------------------------------------------

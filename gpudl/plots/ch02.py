@@ -2,8 +2,9 @@
 bank conflicts, the levels' latency and bandwidth, and the roofline.
 
 Book section: Chapter 2, The memory hierarchy (and its lab). The access-pattern figures draw
-requests recorded by :mod:`gpudl.trace` on the simulator (:func:`copy_requests`,
-:func:`tile_load_requests`), not hand-made pictures.
+requests recorded by :mod:`gpudl.trace` on the simulator
+(:func:`gpudl.kernels.access_patterns.copy_requests`,
+:func:`gpudl.kernels.access_patterns.tile_load_requests`), not hand-made pictures.
 """
 
 from __future__ import annotations
@@ -22,20 +23,9 @@ from gpudl.plots._style import check_rows, finish
 from gpudl.trace import BANK_BYTES, BANKS, SECTOR_BYTES
 
 __all__ = [
-    "memory_levels", "copy_requests", "warp_sectors", "tile_load_requests", "bank_conflicts",
+    "memory_levels", "warp_sectors", "bank_conflicts",
     "sectors_per_request", "roofline", "hierarchy",
 ]
-
-
-
-def _check_patterns(patterns: object) -> None:
-    if isinstance(patterns, str) or not isinstance(patterns, Sequence):
-        raise TypeError(f"patterns must be a list of (kind, amount) pairs, got {patterns!r}")
-    for i, pattern in enumerate(patterns):
-        if not isinstance(pattern, tuple | list) or len(pattern) != 2:
-            raise TypeError(f"patterns[{i}] must be a (kind, amount) pair, got {pattern!r}")
-        check_choice(f"patterns[{i}][0]", pattern[0], ("stride", "offset"))
-        check_int(f"patterns[{i}][1]", pattern[1], 1 if pattern[0] == "stride" else 0, 64)
 
 
 def _check_words(words: object) -> None:
@@ -56,7 +46,7 @@ def memory_levels(gpu: str = "H100 SXM", l2_mb: float = 50.0) -> Figure:
     left, bytes; right, GB/s; both on log scales."""
     check_choice("gpu", gpu, tuple(SPECS))
     check_positive("l2_mb", l2_mb)
-    from gpudl.kernels.hierarchy import register_file_bandwidth_gbs
+    from gpudl.estimate.register_file import register_file_bandwidth_gbs
 
     spec = SPECS[gpu]
     limits = SM_LIMITS[spec.compute_capability]
@@ -97,39 +87,10 @@ def _bytes_label(n: float) -> str:
     return f"{n:g} B"
 
 
-def copy_requests(patterns: Sequence[tuple[str, int]] = (("stride", 1), ("stride", 2),
-                                                          ("offset", 1), ("stride", 32)),
-                  ) -> list[dict]:
-    """The first warp's load request of :mod:`gpudl.kernels.memory`'s strided and offset
-    copies, traced on the simulator (run it through :func:`gpudl.trace.on_simulator` on a
-    GPU): one dict per ``(kind, amount)`` with ``pattern``, the lanes' byte ``addresses``
-    relative to the array's start, and the ``sectors`` the tracer counted."""
-    _check_patterns(patterns)
-    from gpudl.kernels import memory
-    from gpudl.trace import trace
-
-    rows = []
-    for kind, amount in patterns:
-        out = np.full(32, np.nan, dtype=np.float32)
-        if kind == "stride":
-            x = np.arange(32 * amount, dtype=np.float32)
-            t = trace(memory.copy_strided_kernel, 1, 32, x, out, amount)
-        elif kind == "offset":
-            x = np.arange(32 + amount, dtype=np.float32)
-            t = trace(memory.copy_offset_kernel, 1, 32, x, out, amount)
-        else:
-            raise ValueError(f"a pattern is ('stride', s) or ('offset', k), got {kind!r}")
-        request = t.requests("global", "load", "x")[0]
-        base = 1 << 32  # the tracer's address of argument 0
-        rows.append({"pattern": f"{kind} {amount}",
-                     "addresses": [a - base for a in request.addresses],
-                     "sectors": request.sectors})
-    return rows
-
-
 def warp_sectors(rows: Sequence[dict], size: int = 4) -> Figure:
-    """For each traced request (rows of :func:`copy_requests`), the 32-byte sectors its 32
-    lanes touch: a dot per lane at the sector of its ``size``-byte word, touched sectors
+    """For each traced request (rows of
+    :func:`gpudl.kernels.access_patterns.copy_requests`), the 32-byte sectors its 32 lanes
+    touch: a dot per lane at the sector of its ``size``-byte word, touched sectors
     shaded, and the count in the title of each panel."""
     check_rows("rows", rows, ("addresses",))
     check_int("size", size, 1)
@@ -153,25 +114,9 @@ def warp_sectors(rows: Sequence[dict], size: int = 4) -> Figure:
     return finish(fig)
 
 
-def tile_load_requests() -> dict[str, list[int]]:
-    """The shared-memory words that the first warp's column read of the transpose tile
-    asks for, in ``v2_shared`` (32 x 32 tile) and ``v3_padded`` (32 x 33), traced on the
-    simulator on one 32 x 32 block: name -> the 32 lanes' word indices."""
-    from gpudl.kernels import transpose
-    from gpudl.trace import trace
-
-    x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
-    words = {}
-    for name, kernel in (("shared", transpose.v2_shared), ("padded", transpose.v3_padded)):
-        out = np.full((32, 32), np.nan, dtype=np.float32)
-        t = trace(kernel, *transpose.transpose_grid(x.shape), x, out)
-        request = t.requests("shared", "load", "tile")[0]
-        words[name] = [a // BANK_BYTES for a in request.addresses]
-    return words
-
-
 def bank_conflicts(words: dict[str, Sequence[int]]) -> Figure:
-    """For each variant (``words`` of :func:`tile_load_requests`), the 32 banks and the
+    """For each variant (``words`` of
+    :func:`gpudl.kernels.access_patterns.tile_load_requests`), the 32 banks and the
     distinct words each is asked for by one warp's request: a bank asked for k different
     words serves them in k passes, and the tallest column is the conflict degree."""
     _check_words(words)

@@ -1,7 +1,7 @@
 """ZeRO: the model state sharded across the data-parallel ranks.
 
-Book section: *Chapter 6, "Sharding the model state: ZeRO"* (stage 1) and "FSDP2: the
-parameters too" (stage 3, by FSDP2).
+Book section: *Chapter 6, "Sharding the model state: ZeRO"* (stage 1), "FSDP2: the
+parameters too" and "Sharding the encoder" (stage 3, by FSDP2).
 
 In plain data parallelism every rank holds the whole model, its gradients and the whole Adam
 state, and every rank performs the same update. ZeRO stage 1 (Rajbhandari et al. 2020) keeps
@@ -16,8 +16,9 @@ module per topic:
 * :mod:`.training`: a small MLP trained with each, and with PyTorch's
   ``ZeroRedundancyOptimizer``, against one process's Adam
   (``torchrun --standalone --nproc_per_node=2 -m gpudl.parallel.zero``);
-* :mod:`.fsdp`: the bytes of model state each rank holds, replicated or sharded by FSDP2
-  (ZeRO stage 3).
+* :mod:`.fsdp`: FSDP2 (ZeRO stage 3): the bytes of model state each rank holds, replicated
+  or sharded, and the encoder sharded block by block against one process
+  (``torchrun --standalone --nproc_per_node=2 -m gpudl.parallel.zero.fsdp``).
 
 Every public name of stage 1 is importable from :mod:`gpudl.parallel.zero` itself; stage 3's
 from :mod:`gpudl.parallel.zero.fsdp`.

@@ -1,7 +1,9 @@
-"""What sharding saves: the bytes of parameters, gradients and Adam state each rank holds after
-a training step, with the model replicated or sharded by FSDP2.
+"""FSDP2 (ZeRO stage 3): what sharding saves, the bytes of parameters, gradients and Adam state
+each rank holds after a training step with the model replicated or sharded, and the encoder
+sharded block by block, trained as one process trains it.
 
-Book section: *Chapter 6, "FSDP2: the parameters too"*. The formula is
+Book section: *Chapter 6, "FSDP2: the parameters too"* (the bytes) and *"Sharding the
+encoder"* (:func:`fsdp_worker`, :func:`run_fsdp`). The formula is
 :func:`gpudl.estimate.model_state_memory` (ZeRO's accounting); this module counts the bytes in
 the tensors a step leaves on each rank, to hold the formula to, on the MLP of
 :data:`~gpudl.parallel.reference.SHARDING_DIMS`.
@@ -13,6 +15,12 @@ fewer rows, or none. The parameter's storage is padded to ``c`` rows on every ra
 all-gather moves equal chunks; the local tensor (``DTensor.to_local()``), its gradient and its
 Adam state have the unpadded size. The gradients are reduce-scattered and Adam updates only the
 local shard, so parameters, gradients and optimizer state are all divided: ZeRO stage 3.
+
+:func:`fsdp_worker` shards every block of :func:`gpudl.models.make_encoder` and then the root:
+each rank keeps ``1/N`` of every parameter, gathers a block's parameters just before using it,
+and reduce-scatters its gradients, while every rank runs its own slice of the batch.
+``torchrun --standalone --nproc_per_node=N -m gpudl.parallel.zero.fsdp`` runs it and prints
+its distance from one process.
 """
 
 from __future__ import annotations
@@ -26,18 +34,24 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 from gpudl.checks import check_choice, check_int, check_ints, check_positive, check_widths
+from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.reference import (
     BATCH_PER_RANK,
+    MESH_CONFIG,
     SHARDING_DIMS,
     average_gradients,
+    check_encoder_run,
+    compare_under_torchrun,
     local_bytes,
     make_batch,
     make_mlp,
+    sgd_on_slice,
 )
 
-__all__ = ["LR", "STRATEGIES", "format_table", "shard_numel", "state_bytes", "state_bytes_worker"]
+__all__ = ["LR", "STRATEGIES", "format_table", "shard_numel", "state_bytes", "state_bytes_worker",
+           "fsdp_worker", "run_fsdp", "main"]
 
 STRATEGIES = ("replicated", "fsdp2")
 #: Adam's learning rate in the measured step, as in :func:`gpudl.parallel.reference.adam_step_loss`.
@@ -141,3 +155,53 @@ def format_table(rows: list[dict]) -> str:
             f"{row['total_bytes']:>8} {row['step_bytes']:>13}"
         )
     return "\n".join(lines)
+
+
+# --- the encoder, sharded -------------------------------------------------------------------
+
+
+def fsdp_worker(rank: int, world_size: int, config: EncoderConfig, batch: int, steps: int,
+                lr: float, dtype: torch.dtype) -> dict:
+    """``steps`` SGD steps of the encoder with FSDP2 on every block and the root, rank
+    ``r`` on samples ``[r b/N, (r + 1) b/N)``. Returns ``losses`` and ``grads`` (as
+    :func:`encoder_sgd_run`), ``param_bytes`` (this rank's
+    shards) and ``full_param_bytes`` (the whole model)."""
+    check_encoder_run(config, batch, steps, lr, dtype)
+    degrees = ParallelDegrees(data=world_size, sharding=world_size)
+    share = degrees.check_divides("data", "the batch", batch)
+    device, _ = device_and_sync()
+    model = make_encoder(config, dtype=dtype).to(device)
+    full_bytes = local_bytes(list(model.parameters()))
+    mesh = degrees.device_mesh(device.type)
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    x, y = (t[rank * share:(rank + 1) * share].to(device)
+            for t in encoder_batch(config, batch, dtype=dtype))
+    param_bytes = local_bytes(list(model.parameters()))
+    return {"rank": rank, "param_bytes": param_bytes, "full_param_bytes": full_bytes,
+            **sgd_on_slice(model, x, y, steps, lr, None, world_size)}
+
+
+def run_fsdp(world_size: int = 2, config: EncoderConfig = MESH_CONFIG, batch: int = 8,
+             steps: int = 2, lr: float = 0.05, dtype: torch.dtype = torch.float32,
+             timeout: float = 120.0) -> list[dict]:
+    """Spawn ``world_size`` ranks running :func:`fsdp_worker`; one dict per rank. Every
+    argument is checked before anything is started."""
+    world_size = check_int("world_size", world_size, 1)
+    check_encoder_run(config, batch, steps, lr, dtype)
+    check_positive("timeout", timeout)
+    ParallelDegrees(data=world_size, sharding=world_size).check_divides("data", "the batch",
+                                                                        batch)
+    return spawn(fsdp_worker, world_size, config, batch, steps, lr, dtype, timeout=timeout)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Under ``torchrun``: FSDP2 on the encoder over all ranks; rank 0 prints the largest
+    gradient difference from one process (float32)."""
+    compare_under_torchrun(argv, "torchrun --nproc_per_node=N -m gpudl.parallel.zero.fsdp",
+                           main.__doc__, "FSDP2", fsdp_worker)
+
+
+if __name__ == "__main__":
+    main()
