@@ -1709,17 +1709,18 @@ for _name in ("check_lengths", "check_decode_inputs", "check_decode_arrays"):
                             "(tested through them)")
 none(f"{_DEC}.plain_launch", "starts the kernel it is given; gpudl.launches.check_launch "
                              "checks the launch")
-none(f"{_DEC}.launch_v1", "a launcher on device arrays its entry point (decode_attention) "
-                          "checked; gpudl.launches.check_launch checks its launch")
+none(f"{_DEC}.launch_v1_one_block_per_head",
+     "a launcher on device arrays its entry point (decode_attention) checked; "
+     "gpudl.launches.check_launch checks its launch")
 
 
 def _launch_v2(kw: dict) -> Any:
     kw = {**kw, "o": resolve("gpudl.kernels.arrays.poisoned")((2, 2, 3))}
-    return resolve(f"{_DEC}.launch_v2")(**kw)
+    return resolve(f"{_DEC}.launch_v2_split_kv")(**kw)
 
 
 _HOST_WORKSPACE = (f32(2, 2, 1), f32(2, 2, 1), f32(2, 2, 1, 3))
-add(f"{_DEC}.launch_v2", lambda: _decode_arrays(device=True), _launch_v2, split_size=COUNT,
+add(f"{_DEC}.launch_v2_split_kv", lambda: _decode_arrays(device=True), _launch_v2, split_size=COUNT,
     workspace=Kind("three device arrays", ("w", 1, (1, 2, 3), _HOST_WORKSPACE[:2],
                                            _HOST_WORKSPACE), (
         tuple(_device(*s) for s in ((2, 2, 1), (2, 2, 1), (2, 2, 1, 4))),

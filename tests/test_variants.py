@@ -8,7 +8,9 @@ import pytest
 
 from gpudl import registry
 from gpudl.kernels import (
+    attention,
     buckets,
+    decode,
     elementwise,
     matmul,
     memory,
@@ -23,7 +25,8 @@ TABLES = {"vector_add": elementwise.VARIANTS, "saxpy": elementwise.SAXPY_VARIANT
           "copy": memory.COPY_VARIANTS, "transpose": transpose.VARIANTS,
           "reduce": reduction.VARIANTS, "matmul": matmul.VARIANTS,
           "tensor_core": tensor_core_matmul.VARIANTS, "quant": quant.VARIANTS,
-          "buckets": buckets.VARIANTS, "adam": optim.VARIANTS}
+          "buckets": buckets.VARIANTS, "adam": optim.VARIANTS,
+          "attention": attention.VARIANTS, "decode": decode.VARIANTS}
 
 
 def test_every_module_table_is_the_registry_s():

@@ -53,7 +53,7 @@ from gpudl.checks import (
 )
 from gpudl.kernels import attention_v1
 from gpudl.kernels.arrays import launch_into_poisoned, poisoned
-from gpudl.kernels.attention_v1 import NEG_INF, Launch, plain_launch, v1_three_kernels
+from gpudl.kernels.attention_v1 import NEG_INF, Launch, plain_launch
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -205,6 +205,7 @@ def fused_kernel(d: int, causal: bool) -> Any:
 # ------------------------------------------------------------------------------------------
 
 
+@registry.variant("attention", "v2_fused")
 def v2_fused(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
              launch: Launch = plain_launch) -> None:
     """The fused kernel for this head size: one launch, one block per 16 query rows."""
@@ -215,10 +216,7 @@ def v2_fused(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
 
 
 #: Variant name -> launcher(q, k, v, o, lse, causal) on device arrays.
-VARIANTS: dict[str, Callable[..., None]] = {
-    "v1_three_kernels": v1_three_kernels,
-    "v2_fused": v2_fused,
-}
+VARIANTS: dict[str, Callable[..., None]] = registry.variants("attention")
 
 
 def check_host_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: object,

@@ -138,6 +138,8 @@ def plain_launch(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:
     kernel[griddim, blockdim](*args)
 
 
+@registry.variant("attention", "v1_three_kernels", kernels=(
+    "attention_v1_scores", "attention_v1_softmax", "attention_v1_pv"))
 def v1_three_kernels(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
                      launch: Launch = plain_launch, workspace: tuple[Array, Array] | None = None
                      ) -> None:

@@ -65,7 +65,7 @@ __all__ = [
     "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE", "GPU_SPLIT_SIZE",
     "reference", "check_lengths", "check_decode_inputs", "check_decode_arrays", "plain_launch",
     "v1_one_block_per_head", "v2_split_kv", "v2_combine_splits",
-    "launch_v1", "launch_v2", "decode_attention",
+    "launch_v1_one_block_per_head", "launch_v2_split_kv", "decode_attention",
 ]
 
 MAX_HEAD_DIM = COLUMNS * TILE  # 128: a lane holds four head dimensions of the query
@@ -204,7 +204,8 @@ def _scale(d: int) -> np.float32:
     return np.float32(1 / math.sqrt(d))
 
 
-def launch_v1(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
+@registry.variant("decode", "v1_one_block_per_head")
+def launch_v1_one_block_per_head(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
               launch: Launch = plain_launch) -> None:
     """One launch of ``v1_one_block_per_head``: a block per (head, sequence)."""
     batch, heads, d = q.shape
@@ -212,7 +213,9 @@ def launch_v1(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array
            _scale(d))
 
 
-def launch_v2(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
+@registry.variant("decode", "v2_split_kv", kernels=("decode_v2_split_kv",
+                                                    "decode_v2_combine_splits"))
+def launch_v2_split_kv(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
               launch: Launch = plain_launch, split_size: int = SPLIT_SIZE,
               workspace: tuple[Array, Array, Array] | None = None) -> None:
     """``v2_split_kv`` over ``ceil(max_len / split_size)`` chunks per head, then
@@ -245,10 +248,7 @@ def _check_workspace(workspace: object, shapes: tuple[tuple[int, ...], ...]) -> 
 
 
 #: Variant name -> launcher(q, k_cache, v_cache, lengths, o, launch) on device arrays.
-VARIANTS: dict[str, Callable[..., None]] = {
-    "v1_one_block_per_head": launch_v1,
-    "v2_split_kv": launch_v2,
-}
+VARIANTS: dict[str, Callable[..., None]] = registry.variants("decode")
 
 
 # ------------------------------------------------------------------------------------------
