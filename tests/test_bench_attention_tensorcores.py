@@ -40,10 +40,13 @@ def test_attention_rows_and_bars_on_the_simulator():
     body = attention_bench.run()
     check_shape(body, [b["name"] for b in attention_bench.BARS])
     rows = {r["name"]: r for r in body["rows"]}
-    assert set(rows) == {"v1_three_kernels s=20", "v2_fused s=20", "torch sdpa cpu s=20"}
-    assert rows["v2_fused s=20"]["flops"] == attention_bench.attention_flops(1, 20, 64)
-    assert rows["v1_three_kernels s=20"]["bytes"] > rows["v2_fused s=20"]["bytes"]
-    assert rows["v2_fused s=20"]["tflops"] is None  # a simulated kernel's time means nothing
+    assert set(rows) == {"attention_v1_three_kernels s=20", "attention_v2_fused s=20",
+                         "torch sdpa cpu s=20"}
+    assert rows["attention_v2_fused s=20"]["flops"] == attention_bench.attention_flops(1, 20, 64)
+    assert rows["attention_v1_three_kernels s=20"]["bytes"] > rows[
+        "attention_v2_fused s=20"]["bytes"]
+    # a simulated kernel's time means nothing
+    assert rows["attention_v2_fused s=20"]["tflops"] is None
 
 
 @pytest.mark.simulator_only
@@ -52,8 +55,8 @@ def test_tensorcore_rows_and_bars_on_the_simulator():
     check_shape(body, [b["name"] for b in tensorcore_bench.BARS])
     names = [r["name"] for r in body["rows"]]
     assert names[:4] == [f"torch {d} n=64" for d in tensorcore_bench.TORCH_DTYPES]
-    assert names[4:] == ["tc v1_warp_tiles n=32", "tc v2_shared_tiles n=32",
-                         "v4_register_1d n=32", "v5_register_2d n=32"]
+    assert names[4:] == ["tensor_core_v1_warp_tiles n=32", "tensor_core_v2_shared_tiles n=32",
+                         "matmul_v4_register_1d n=32", "matmul_v5_register_2d n=32"]
     assert body["datasheet"] is None and body["rows"][0]["fraction_of_peak"] is None
 
 

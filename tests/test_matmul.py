@@ -259,7 +259,8 @@ def test_bench_rows_check_every_output_and_restore_the_fp32_precision():
     body = bench.run(sizes=(size,), mlp=False)
     rows = body["rows"]
     assert [r["variant"] for r in rows] == ["torch", *VARIANTS]
-    assert [r["name"] for r in rows] == [f"{v} n={size}" for v in ("torch", *VARIANTS)]
+    assert [r["name"] for r in rows] == [f"torch n={size}",
+                                         *(f"matmul_{v} n={size}" for v in VARIANTS)]
     for row in rows:
         assert row["size"] == size and 0 <= row["error_over_bound"] <= 1
         assert row["median_s"] > 0 and row["meaningful"] == (not backend.is_simulator())

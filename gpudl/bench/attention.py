@@ -37,12 +37,14 @@ BARS = (
     {"name": "fused_faster_than_v1",
      "what": "v2_fused's time over v1_three_kernels's at s = 4096, d = 64, FP32, not causal "
              "(below 1: the fused kernel is faster)",
-     "numerator": "v2_fused s={s}", "denominator": "v1_three_kernels s={s}",
+     "numerator": "attention_v2_fused s={s}",
+     "denominator": "attention_v1_three_kernels s={s}",
      "threshold": 1.0, "compare": "<=", "rate": "median_s"},
     {"name": "fused_within_3x_of_torch_sdpa",
      "what": "v2_fused's time over torch SDPA's fused FP32 backend (memory-efficient) at "
              "s = 4096, d = 64, not causal",
-     "numerator": "v2_fused s={s}", "denominator": "torch sdpa efficient fp32 s={s}",
+     "numerator": "attention_v2_fused s={s}",
+     "denominator": "torch sdpa efficient fp32 s={s}",
      "threshold": 3.0, "compare": "<=", "rate": "median_s"},
 )
 #: The book's boxes of this topic (``{gpudl-measured} attention <view>``) and the bars
@@ -106,7 +108,7 @@ def _attention_rows(heads: int, s: int, d: int, timed: dict) -> list[dict]:
         if np.isnan(got).any() or not (np.abs(got[:1] - ref) <= bound).all():
             raise RuntimeError(f"{variant} at s = {s}: output outside its error bound")
         n_bytes = sum(attention_kernels.traffic(variant, heads, s, d).values())
-        rows.append(row(f"{variant} s={s}", timing, n_bytes, n_flops, **keys))
+        rows.append(row(f"attention_{variant} s={s}", timing, n_bytes, n_flops, **keys))
     rows += _torch_attention_rows(host, ref, bound, n_flops, keys, timed)
     return rows
 

@@ -40,12 +40,12 @@ BARS = (
      "what": "v2_split_kv's bandwidth over its cache (32 heads of 128, FP32) at batch 1 "
              "and s = 8,192, over torch's device copy of twice as many bytes (read and "
              "write)",
-     "numerator": "decode v2_split_kv s={s}", "denominator": "torch copy s={s}",
+     "numerator": "decode_v2_split_kv s={s}", "denominator": "torch copy s={s}",
      "threshold": 0.7, "compare": ">=", "rate": "gbps"},
     {"name": "gemv_int8_vs_torch_bf16",
      "what": "torch's bf16 GEMV time over gemv_int8 v2's at 8,192 x 8,192, batch 1 (above "
              "1: the int8 kernel is faster)",
-     "numerator": "torch bf16 gemv n={n}", "denominator": "gemv_int8 v2 n={n}",
+     "numerator": "torch bf16 gemv n={n}", "denominator": "quant_v2_dequantize_in_registers n={n}",
      "threshold": 1.6, "compare": ">=", "rate": "median_s"},
     {"name": "graph_replay_vs_eager",
      "what": f"eager launches' time over a CUDA graph's replay for a {GRAPH_KERNELS}-kernel "
@@ -102,7 +102,7 @@ def _attention_rows(s: int, heads: int, d: int, timed: dict) -> list[dict]:
         got = o.copy_to_host()
         if np.isnan(got).any() or not (np.abs(got - ref) <= bound).all():
             raise RuntimeError(f"decode {variant} at s = {s}: output outside its bound")
-        rows.append(row(f"decode {variant} s={s}", timing, cache_bytes + 2 * q.nbytes,
+        rows.append(row(f"decode_{variant} s={s}", timing, cache_bytes + 2 * q.nbytes,
                         4 * heads * s * d, **keys))
     copy_bytes = 2 * cache_bytes  # read and written
     if backend.is_simulator():
@@ -134,7 +134,7 @@ def _gemv_rows(n: int, timed: dict) -> list[dict]:
         got = y.copy_to_host()
         if np.isnan(got).any() or not (np.abs(got[:, :checked] - ref) <= bound).all():
             raise RuntimeError(f"gemv_int8 {variant} at n = {n}: output outside its bound")
-        rows.append(row(f"gemv_int8 {variant[:2]} n={n}", timing,
+        rows.append(row(f"quant_{variant} n={n}", timing,
                         quant.weight_bytes(variant, n, n) + 8 * n, 2 * n * n, **keys))
     if not backend.is_simulator():
         w16, x16 = (torch.from_numpy(a).cuda().to(torch.bfloat16) for a in (w, x))

@@ -32,7 +32,8 @@ BARS = (
     {"name": "best_matmul_vs_torch",
      "what": "the fastest variant's TFLOP/s over torch.matmul's (float32, TF32 off) at the "
              "largest size",
-     "numerator": [f"{v} n={{n}}" for v in matmul_kernels.VARIANTS], "denominator": "torch n={n}",
+     "numerator": [f"matmul_{v} n={{n}}" for v in matmul_kernels.VARIANTS],
+     "denominator": "torch n={n}",
      "threshold": 0.50, "rate": "tflops"},
 )
 #: The book's boxes of this topic (``{gpudl-measured} matmul <view>``) and the bars
@@ -81,7 +82,7 @@ def _bench_size(size: int) -> list[dict]:
         if not ratio <= 1:  # also catches NaN
             raise RuntimeError(f"{variant} at {size}: |C - C_torch| is {ratio:.3g} times its "
                                "error bound")
-        rows.append(row(f"{variant} n={size}", timing, n_flops=n_flops, size=size,
+        rows.append(row(f"matmul_{variant} n={size}", timing, n_flops=n_flops, size=size,
                         variant=variant, error_over_bound=ratio,
                         fraction_of_torch=(torch_time.median / timing.median
                                            if timing.meaningful else None)))

@@ -38,7 +38,7 @@ BARS = (
         "name": "tensor_core_faster_than_best_simt",
         "what": "the faster tensor-core matmul's TFLOP/s over the faster of v4_register_1d and "
         "v5_register_2d (FP32 SIMT) at n = 4096",
-        "numerator": [f"tc {v} n={{n}}" for v in tensor_core_matmul.VARIANTS],
+        "numerator": [f"tensor_core_{v} n={{n}}" for v in tensor_core_matmul.VARIANTS],
         "denominator": "{best_simt}",
         "threshold": 1.0,
         "compare": ">=",
@@ -93,7 +93,8 @@ def run(sizes: Sequence[int] | None = None,
     for n in kernel_sizes:
         rows += _kernel_matmul_rows(n, timed)
     n = max(kernel_sizes)
-    simt = [r for r in rows if r.get("variant") in matmul_kernels.VARIANTS and r["size"] == n]
+    simt = [r for r in rows if r.get("variant", "").removeprefix("matmul_") in
+            matmul_kernels.VARIANTS and r["size"] == n]
     best = max(simt, key=lambda r: r["tflops"] or 0.0)["name"]
     return {"gpu": info.name, "datasheet": None if spec is None else spec.name,
             "rows": rows, "bars": evaluate_bars(BARS, rows, n=str(n), best_simt=best)}
@@ -141,15 +142,16 @@ def _kernel_matmul_rows(n: int, timed: dict) -> list[dict]:
             b_host,
             tensor_core_matmul.error_bound,
             tensor_core_matmul.reference,
-            f"tc {variant}",
+            f"tensor_core_{variant}",
         )
-        rows.append(row(f"tc {variant} n={n}", timing, None, n_flops, size=n,
-                         variant=f"tc {variant}"))
+        rows.append(row(f"tensor_core_{variant} n={n}", timing, None, n_flops, size=n,
+                        variant=f"tensor_core_{variant}"))
     for variant in ("v4_register_1d", "v5_register_2d"):
         c = poisoned((n, n))
         timing = time_cuda(matmul_kernels.VARIANTS[variant], a, b, c, **timed)
         _check(c, a_host, b_host, matmul_kernels.error_bound, matmul_kernels.reference, variant)
-        rows.append(row(f"{variant} n={n}", timing, None, n_flops, size=n, variant=variant))
+        rows.append(row(f"matmul_{variant} n={n}", timing, None, n_flops, size=n,
+                        variant=f"matmul_{variant}"))
     return rows
 
 
