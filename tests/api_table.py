@@ -343,23 +343,6 @@ none(f"{_E}.cli.run", CLI)
 # ------------------------------------------------------------------------------------------
 
 _K = "gpudl.kernels"
-kernel(*(f"{_K}.{name}" for name in (
-    "elementwise.v1_naive", "elementwise.v2_grid_stride", "elementwise.v3_k_loads",
-    "elementwise.v4_vector4", "elementwise.saxpy_v1_naive", "elementwise.saxpy_v2_k_loads",
-    "matmul.v1_naive", "matmul.v2_coalesced", "matmul.v3_tiled", "matmul.v4_register_1d",
-    "matmul.v5_register_2d", "memory.copy_v1_naive", "memory.copy_v2_k_loads",
-    "memory.copy_v3_vector4",
-    "memory.copy_strided_kernel", "memory.copy_offset_kernel", "mma.warp_mma",
-    "optim.adam.v2_fused", "optim.adam.v3_shared", "optim.adam.v4_multi_tensor",
-    "optim.mixed.adam_mixed", "optim.sgd.sgd_kernel", "optim.sgd.sgd_momentum_kernel",
-    "reduction.v1_atomic", "reduction.v2_interleaved", "reduction.v3_sequential",
-    "reduction.v4_first_add_grid_stride", "reduction.v5_warp_shuffle",
-    "reduction.v6_one_pass_atomic", "reduction.v7_last_block", "tensor_core_matmul.pack_bf16",
-    "tensor_core_matmul.v1_warp_tiles", "tensor_core_matmul.v2_shared_tiles",
-    "transpose.v1_naive", "transpose.v2_shared", "transpose.v3_padded",
-    "transpose.v4_padded_loads_first", "attention_v1.v1_scores", "attention_v1.v1_softmax",
-    "attention_v1.v1_pv")))
-kernel("gpudl.bench.timing.hold_kernel")
 for _name in ("optim.adam.adam_element", "optim.mixed.bf16_to_f32", "optim.mixed.f32_to_bf16"):
     none(f"{_K}.{_name}", "a device function, called inside kernels")
 for _name in ("load4", "store4"):
@@ -415,11 +398,6 @@ add(f"{_E1}.saxpy", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
 for _name in ("saxpy_numpy", "saxpy_numba_cpu"):
     add(f"{_E1}.{_name}", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
         x=_V1.more((), (f32(6),)), y=_V1, out=_V1.allowing_none().more((), (f32(6),)))
-for _name in ("launch_v1_naive", "launch_v2_grid_stride", "launch_v3_k_loads",
-              "launch_v4_vector4", "launch_saxpy_v1_naive", "launch_saxpy_v2_k_loads"):
-    none(f"{_E1}.{_name}", "a launcher on device arrays its entry point checked (vector_add, "
-                           "saxpy); gpudl.launches.check_launch checks its launch")
-
 _M = f"{_K}.memory"
 add(f"{_M}.reference_copy", lambda: dict(x=f32(5)), x=real_array(1))
 add(f"{_M}.reference_copy_strided", lambda: dict(x=f32(5), stride=2), x=real_array(1),
@@ -430,9 +408,6 @@ add(f"{_M}.copy", lambda: dict(x=f32(5)), x=_V1,
     variant=choice("v1_naive", "v2_k_loads", "v3_vector4"))
 add(f"{_M}.copy_strided", lambda: dict(x=f32(5), stride=2), x=_V1, stride=COUNT)
 add(f"{_M}.copy_offset", lambda: dict(x=f32(5), offset=2), x=_V1, offset=integer(0, 4))
-for _name in ("launch_copy_v1_naive", "launch_copy_v2_k_loads", "launch_copy_v3_vector4"):
-    none(f"{_M}.{_name}", "a launcher on device arrays its entry point (copy) checked; "
-                          "gpudl.launches.check_launch checks its launch")
 add(f"{_M}.launch_copy_strided",
     lambda: dict(x=resolve("numba.cuda").to_device(f32(8)),
                  out=resolve("numba.cuda").to_device(f32(4)), stride=2), stride=COUNT.more(
@@ -449,11 +424,6 @@ add(f"{_T}.transpose", lambda: dict(x=f32(3, 5)), x=float32(2),
 add(f"{_T}.transpose_grid", lambda: dict(shape=(3, 5)),
     shape=Kind("a 2-D shape", (None, 3, (3, 1.5), "3,5", (3,)), ((0, 5), (3, -1))))
 add(f"{_T}.transpose_report", dict, side=integer(1, 256))
-for _name in ("launch_v1_naive", "launch_v2_shared", "launch_v3_padded",
-              "launch_v4_padded_loads_first"):
-    none(f"{_T}.{_name}", "a launcher on device arrays its entry point (transpose) checked; "
-                          "gpudl.launches.check_launch checks its launch")
-
 _R = f"{_K}.reduction"
 _RVARIANT = choice("v1_atomic", "v2_interleaved", "v3_sequential", "v4_first_add_grid_stride",
                    "v5_warp_shuffle", "v6_one_pass_atomic", "v7_last_block")
@@ -1604,13 +1574,6 @@ for _name in ("decode_tile.contiguous_scores", "decode_tile.online_softmax_step"
               "decode_tile.store_row", "decoder_layers.row_sum", "paged.paged_scores",
               "paged.paged_values", "quant.warp_sum"):
     none(f"{_K}.{_name}", _DEVICE_FUNCTION)
-kernel(*(f"{_K}.{name}" for name in (
-    "decode.v1_one_block_per_head", "decode.v2_split_kv", "decode.v2_combine_splits",
-    "decoder_layers.v1_embed", "decoder_layers.v1_linear", "decoder_layers.v1_add_layernorm",
-    "decoder_layers.v1_append_kv", "decoder_layers.v1_argmax_next", "paged.v1_paged",
-    "paged.v1_scatter_tokens", "quant.v1_dequantize", "quant.v1_gemv",
-    "quant.v2_dequantize_in_registers")))
-kernel(f"{_BENCH}.decode.bump_kernel", f"{_BENCH}.decode.rewind_kernel")
 
 _INF = "gpudl.estimate.inference"
 _MODEL = dict(n_params=POSITIVE, batch=COUNT, context_tokens=SIZE,
@@ -1709,11 +1672,6 @@ for _name in ("check_lengths", "check_decode_inputs", "check_decode_arrays"):
                             "(tested through them)")
 none(f"{_DEC}.plain_launch", "starts the kernel it is given; gpudl.launches.check_launch "
                              "checks the launch")
-none(f"{_DEC}.launch_v1_one_block_per_head",
-     "a launcher on device arrays its entry point (decode_attention) checked; "
-     "gpudl.launches.check_launch checks its launch")
-
-
 def _launch_v2(kw: dict) -> Any:
     kw = {**kw, "o": resolve("gpudl.kernels.arrays.poisoned")((2, 2, 3))}
     return resolve(f"{_DEC}.launch_v2_split_kv")(**kw)
@@ -1914,3 +1872,30 @@ add(f"{_PL}.ch09.paged_waste",
         [0.1, float("nan")], [0.1, 1.5], [0.1, -0.1], [0.1])))
 add(f"{_PL}.ch09.batching_timeline", lambda: dict(runs=[_served()], max_batch=2, title="t"),
     runs=Kind("simulated runs", (None, "r", [1], {}), ([],)), max_batch=COUNT, title=_STR)
+
+
+# ------------------------------------------------------------------------------------------
+# Every registered kernel and every variant's launcher not listed above, from gpudl.registry
+# (so that a new variant needs no entry here)
+# ------------------------------------------------------------------------------------------
+
+def _public(module: str, name: str) -> bool:
+    return name in getattr(importlib.import_module(module), "__all__", ())
+
+
+def _registered() -> None:
+    from gpudl import registry
+
+    for k in registry.load_all().values():
+        key = f"{k.module}.{k.function}"
+        if k.builds[0][0] is None and _public(k.module, k.function) and key not in TABLE:
+            kernel(key)
+    for records in registry.VARIANTS.values():
+        for v in records.values():
+            module, name = v.launch.__module__, getattr(v.launch, "__name__", "")
+            if _public(module, name) and f"{module}.{name}" not in TABLE:
+                none(f"{module}.{name}", f"the launcher of variant {v.name}, on device arrays: "
+                     "its entry point checks the arrays, gpudl.launches.check_launch its launch")
+
+
+_registered()
