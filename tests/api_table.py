@@ -304,29 +304,30 @@ add(f"{_E}.collectives.fit_allreduce",
     sizes_bytes=_REALS, times_s=_REALS.more((), ([0.0, 1.0, 2.0],)), world_size=integer(2))
 add(f"{_E}.register_file.register_file_bandwidth_gbs", dict,
     info=Kind("a DeviceInfo", ("H100", 1, {})))
-add(f"{_E}.memory.model_state_memory", lambda: dict(n_params=1e9, n_gpus=8, zero_stage=1),
+add(f"{_E}.memory_per_gpu.model_state_memory", lambda: dict(n_params=1e9, n_gpus=8, zero_stage=1),
     n_params=POSITIVE, n_gpus=COUNT, zero_stage=integer(0, 3), optimizer=choice("adam", "sgd"),
     precision=choice("mixed", "fp32"))
-add(f"{_E}.memory.activation_memory",
+add(f"{_E}.memory_per_gpu.activation_memory",
     lambda: dict(seq_len=16, batch_size=2, hidden=32, n_heads=4), seq_len=COUNT,
     batch_size=COUNT, hidden=COUNT, n_heads=COUNT,
     recompute=choice("none", "selective", "full"), fused_attention=BOOL)
-add(f"{_E}.training.training_flops",
+add(f"{_E}.training_cost.training_flops",
     lambda: dict(n_params=1e6, n_tokens=1e9, n_layers=2, n_heads=2, head_dim=4, seq_len=8),
     n_params=POSITIVE, n_tokens=POSITIVE, n_layers=COUNT.allowing_none(),
     n_heads=COUNT.allowing_none(), head_dim=COUNT.allowing_none(),
     seq_len=COUNT.allowing_none())
-add(f"{_E}.training.mfu", lambda: dict(tokens_per_second=1e4, flops_per_token=6e9, n_gpus=8,
+add(f"{_E}.training_cost.mfu", lambda: dict(tokens_per_second=1e4, flops_per_token=6e9, n_gpus=8,
                                         peak_flops_per_gpu=1e15),
     tokens_per_second=POSITIVE, flops_per_token=POSITIVE, n_gpus=COUNT,
     peak_flops_per_gpu=POSITIVE)
-add(f"{_E}.training.training_time",
+add(f"{_E}.training_cost.training_time",
     lambda: dict(flops=1e20, n_gpus=8, peak_flops_per_gpu=1e15, mfu=0.4), flops=NONNEGATIVE,
     n_gpus=COUNT, peak_flops_per_gpu=POSITIVE, mfu=real(0, 1, strict=True))
-add(f"{_E}.training.training_cost",
+add(f"{_E}.training_cost.training_cost",
     lambda: dict(seconds=3600.0, n_gpus=8, price_per_gpu_hour=2.0), seconds=NONNEGATIVE,
     n_gpus=COUNT, price_per_gpu_hour=NONNEGATIVE)
-add(f"{_E}.training.training_energy", lambda: dict(seconds=3600.0, n_gpus=8, watts_per_gpu=700),
+add(f"{_E}.training_cost.training_energy",
+    lambda: dict(seconds=3600.0, n_gpus=8, watts_per_gpu=700),
     seconds=NONNEGATIVE, n_gpus=COUNT, watts_per_gpu=NONNEGATIVE)
 add(f"{_E}.roofline.roofline",
     lambda: dict(intensity=2.0, peak_flops=1e15, peak_bandwidth=3e12),
@@ -912,7 +913,7 @@ add(f"{_STEPS}.adopt_parameter",
 add(f"{_STEPS}.step_runs", lambda: dict(updated=[0, 1], steps=[1.0, 1.0]),
     updated=Kind("increasing indices", (None, "ab", [1.5]), ([1, 0], [0, 2], [-1])),
     steps=Kind("step counts", (None, "ab"), ([-1.0, 1.0], [float("nan"), 1.0])))
-add(f"{_OPT}.traffic.traffic_table", lambda: dict(sizes=(3,), variants=("v2_fused",)),
+add(f"{_OPT}.variant_costs.traffic_table", lambda: dict(sizes=(3,), variants=("v2_fused",)),
     sizes=ints(1), variants=Kind("variant names", ("v2_fused", None, [1]), (["bogus"],)))
 _T = f"{_OPT}.tensors"
 add(f"{_T}.hyperparameter", lambda: dict(name="lr", value=0.1),
@@ -955,26 +956,26 @@ IN_GROUP = "needs a process group (called inside a worker); tested in the distri
 
 
 def _spawn(kw: dict) -> Any:
-    return resolve(f"{_PAR}.launch.spawn")(kw["worker"], kw["world_size"], timeout=kw["timeout"],
+    return resolve(f"{_PAR}.spawn.spawn")(kw["worker"], kw["world_size"], timeout=kw["timeout"],
                                             backend=kw["backend"], num_threads=kw["num_threads"])
 
 
-add(f"{_PAR}.launch.spawn",
+add(f"{_PAR}.spawn.spawn",
     lambda: dict(worker=hello, world_size=1, timeout=30.0,
                  backend=None, num_threads=1), _spawn,
     worker=_WORKER, world_size=COUNT, timeout=TIMEOUT, num_threads=COUNT,
     backend=choice("gloo", "nccl").allowing_none().more((), ("nccl",)))
-add(f"{_PAR}.launch.default_backend", lambda: dict(world_size=2), world_size=COUNT)
-add(f"{_PAR}.launch.run_under_torchrun", lambda: dict(worker=None),
-    lambda kw: resolve(f"{_PAR}.launch.run_under_torchrun")(kw["worker"]),
+add(f"{_PAR}.spawn.default_backend", lambda: dict(world_size=2), world_size=COUNT)
+add(f"{_PAR}.spawn.run_under_torchrun", lambda: dict(worker=None),
+    lambda kw: resolve(f"{_PAR}.spawn.run_under_torchrun")(kw["worker"]),
     worker=Kind("a worker", (1, "hello")))
-add(f"{_PAR}.launch.Clock", lambda: dict(device=torch.device("cpu")),
+add(f"{_PAR}.spawn.Clock", lambda: dict(device=torch.device("cpu")),
     device=Kind("a torch.device", (None, "cpu", 0)))
-none(f"{_PAR}.launch.Clock.mark", NO_ARGUMENT)
-none(f"{_PAR}.launch.Clock.seconds", "start, mark: marks this clock made (mark())")
-none(f"{_PAR}.launch.WorkerError", EXCEPTION)
-none(f"{_PAR}.launch.rank0_print", "prints whatever it is given, as print does")
-none(f"{_PAR}.launch.device_and_sync", NO_ARGUMENT)
+none(f"{_PAR}.spawn.Clock.mark", NO_ARGUMENT)
+none(f"{_PAR}.spawn.Clock.seconds", "start, mark: marks this clock made (mark())")
+none(f"{_PAR}.spawn.WorkerError", EXCEPTION)
+none(f"{_PAR}.spawn.rank0_print", "prints whatever it is given, as print does")
+none(f"{_PAR}.spawn.device_and_sync", NO_ARGUMENT)
 
 add(f"{_PAR}.degrees.ParallelDegrees", dict, data=COUNT, tensor=COUNT, pipeline=COUNT,
     sharding=COUNT.more((), (3,)))
@@ -1007,7 +1008,7 @@ add(f"{_PAR}.messages.check_p2p", lambda: dict(
     received=resolve(f"{_PAR}.messages.rank_input")(1, 4), sender=1),
     received=Kind("a tensor", (None, [1.0])), sender=SIZE)
 
-_REF = f"{_PAR}.reference"
+_REF = f"{_PAR}.one_process"
 _DIMS = widths(2)
 add(f"{_REF}.make_mlp", lambda: dict(dims=(4, 3, 2)), dims=_DIMS, seed=SIZE)
 add(f"{_REF}.make_batch", lambda: dict(world_size=2, dims=(4, 2)), world_size=COUNT,

@@ -23,7 +23,7 @@ import torch
 #: float32's machine epsilon, 2**-23: the unit of the tests' error bounds.
 EPS32 = float(np.finfo(np.float32).eps)
 
-# One intra-op thread per test process, as every spawned rank has (gpudl.parallel.launch.spawn):
+# One intra-op thread per test process, as every spawned rank has (gpudl.parallel.spawn.spawn):
 # `make test` runs two pytest-xdist workers on two cores, and torch's default of a thread per
 # core then has each worker's small tensor operations wait for a second thread that the other
 # worker keeps busy (test_models' 30 epochs of the torch twin: 3.7 s with 2 threads, 0.7 s

@@ -23,7 +23,7 @@ from gpudl import launches
 from gpudl.kernels import bias_gelu, hierarchy, matmul, nn
 from gpudl.optim import SGD, Adam
 from gpudl.parallel import data as data_parallel
-from gpudl.parallel import launch
+from gpudl.parallel import spawn as processes
 from gpudl.parallel.zero import max_difference
 
 NAN = float("nan")
@@ -64,8 +64,8 @@ def test_max_difference_is_nan_when_a_step_is():
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_check_replicas_refuses_a_nan_weight_on_one_rank():
-    with pytest.raises(launch.WorkerError, match="NaN element"):
-        launch.spawn(_replicas_with_a_nan, 2, timeout=60)
+    with pytest.raises(processes.WorkerError, match="NaN element"):
+        processes.spawn(_replicas_with_a_nan, 2, timeout=60)
 
 
 def _replicas_with_a_nan(rank, world_size):
@@ -234,9 +234,9 @@ def test_bias_gelu_and_softmax_cross_entropy_propagate_nan_as_torch():
     ({"num_threads": 0}, ValueError, "num_threads"), ({"backend": "bogus"}, ValueError, "backend"),
     ({"timeout": "5"}, TypeError, "timeout"), ({"backend": ["gloo"]}, TypeError, "backend")])
 def test_spawn_refuses_bad_arguments_before_any_process_starts(kwargs, error, name, monkeypatch):
-    monkeypatch.setattr(launch.mp, "get_context", lambda *a: pytest.fail("a process started"))
+    monkeypatch.setattr(processes.mp, "get_context", lambda *a: pytest.fail("a process started"))
     with pytest.raises(error, match=name):
-        launch.spawn(hello, 2, **kwargs)
+        processes.spawn(hello, 2, **kwargs)
 
 
 def _ignore_sigterm():
@@ -253,7 +253,7 @@ def test_workers_that_ignore_sigterm_are_all_stopped_in_one_grace_period():
         proc.start()
     time.sleep(3)  # let them install the handler
     start = time.monotonic()
-    launch._stop(procs, grace=0.0)
+    processes._stop(procs, grace=0.0)
     elapsed = time.monotonic() - start
     assert not any(p.is_alive() for p in procs)
-    assert elapsed < 2 * launch._TERMINATE_GRACE_S  # one period for all, not one each
+    assert elapsed < 2 * processes._TERMINATE_GRACE_S  # one period for all, not one each

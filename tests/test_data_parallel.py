@@ -16,8 +16,8 @@ from gpudl.bench import find_bar, load_or_run
 from gpudl.estimate import allreduce_time, data_parallel_step_time
 from gpudl.kernels import buckets as bucket_kernels
 from gpudl.parallel import data as data_parallel
-from gpudl.parallel.launch import WorkerError, default_backend, run_under_torchrun, spawn
-from gpudl.parallel.reference import make_mlp
+from gpudl.parallel.one_process import make_mlp
+from gpudl.parallel.spawn import WorkerError, default_backend, run_under_torchrun, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = data_parallel.Setup(epochs=2)  # 12 steps

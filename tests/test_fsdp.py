@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gpudl.estimate import model_state_memory
-from gpudl.parallel.launch import spawn
-from gpudl.parallel.reference import SHARDING_DIMS, adam_step_loss, make_batch, make_mlp
+from gpudl.parallel.one_process import SHARDING_DIMS, adam_step_loss, make_batch, make_mlp
+from gpudl.parallel.spawn import spawn
 from gpudl.parallel.zero.fsdp import format_table, shard_numel, state_bytes, state_bytes_worker
 
 # --- the formula -----------------------------------------------------------------------------

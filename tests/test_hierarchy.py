@@ -13,7 +13,7 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 from numba import cuda
 
 from gpudl import hardware
-from gpudl.bench import hierarchy as hierarchy_bench
+from gpudl.bench import hierarchy as bench_hierarchy
 from gpudl.bench import load_or_run
 from gpudl.estimate import register_file_bandwidth_gbs
 from gpudl.kernels import hierarchy as hierarchy_kernels
@@ -114,7 +114,7 @@ def test_chase_bad_input():
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_latency_result(shared):
-    result = hierarchy_bench.latency(2048, steps=16, shared=shared)
+    result = bench_hierarchy.latency(2048, steps=16, shared=shared)
     assert result["memory"] == ("shared" if shared else "global")
     assert result["slots"] == 2048 // hierarchy_kernels.LINE_BYTES
     assert result["steps"] == (16, 32)
@@ -135,7 +135,7 @@ def test_latency_result(shared):
 )
 def test_latency_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        hierarchy_bench.latency(**kwargs)
+        bench_hierarchy.latency(**kwargs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -202,19 +202,19 @@ def test_bandwidth_kernels_bad_input():
     with pytest.raises(ValueError, match="iters"):
         hierarchy_kernels.shared_sums(np.ones(hierarchy_kernels.SHARED_WORDS, dtype=np.float32), 0)
     with pytest.raises(ValueError, match="level"):
-        hierarchy_bench.bandwidth("L3")
+        bench_hierarchy.bandwidth("L3")
 
 
-@pytest.mark.parametrize("level", hierarchy_bench.BANDWIDTH_LEVELS)
+@pytest.mark.parametrize("level", bench_hierarchy.BANDWIDTH_LEVELS)
 def test_bandwidth_result(level):
-    result = hierarchy_bench.bandwidth(level)
+    result = bench_hierarchy.bandwidth(level)
     assert result["level"] == level
     assert result["gbs"] > 0
     if level == "HBM":  # read once
         assert result["bytes_read"] == result["working_set_bytes"]
     if level == "L2":  # read over and over, from a working set that fits in L2
         assert (
-            result["bytes_read"] > result["working_set_bytes"] == hierarchy_bench.WORKING_SETS["L2"]
+            result["bytes_read"] > result["working_set_bytes"] == bench_hierarchy.WORKING_SETS["L2"]
         )
     assert result["meaningful"] == (not backend.is_simulator())
 
@@ -251,7 +251,7 @@ def fake_results(meaningful: bool) -> dict:
 
 
 def test_table_ratios():
-    text = hierarchy_bench.table(fake_results(meaningful=True))
+    text = bench_hierarchy.table(fake_results(meaningful=True))
     shared_row = next(line for line in text.splitlines() if line.startswith("shared vs"))
     register_row = next(line for line in text.splitlines() if line.startswith("registers vs"))
     assert shared_row.split()[3:] == ["2-10x", "20.0x", "10.0x"]
@@ -260,19 +260,19 @@ def test_table_ratios():
 
 
 def test_table_on_simulator_results():
-    text = hierarchy_bench.table(fake_results(meaningful=False))
+    text = bench_hierarchy.table(fake_results(meaningful=False))
     assert text.count("not measured (simulator)") == 3
     assert "2-10x" in text and "20-30x" in text and "Table 1" in text
 
 
 def test_table_from_measure():
-    text = hierarchy_bench.table(hierarchy_bench.measure(steps=8))
+    text = bench_hierarchy.table(bench_hierarchy.measure(steps=8))
     assert ("not measured (simulator)" in text) == backend.is_simulator()
 
 
 def test_table_bad_input():
     with pytest.raises(ValueError, match="measure"):
-        hierarchy_bench.table({"latency": {}})
+        bench_hierarchy.table({"latency": {}})
 
 
 # ------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read():
     assert "gpudl.kernels.optim" in GRAPH["gpudl.optim.adam"]
     assert "gpudl.bench.timing" in GRAPH["gpudl.bench.elementwise"]
-    assert "gpudl.parallel.launch" in GRAPH["gpudl.parallel.data.comms"]
+    assert "gpudl.parallel.spawn" in GRAPH["gpudl.parallel.data.comms"]
 
 
 @pytest.mark.parametrize("name", [n for n in MODULES
@@ -127,8 +127,8 @@ def test_the_kernels_import_no_parallel_bench_or_optim():
 
 
 #: The shared floor of gpudl.parallel, and its sibling strategies.
-PARALLEL_FLOOR = {"gpudl.parallel", "gpudl.parallel.launch", "gpudl.parallel.messages",
-                  "gpudl.parallel.degrees", "gpudl.parallel.reference",
+PARALLEL_FLOOR = {"gpudl.parallel", "gpudl.parallel.spawn", "gpudl.parallel.messages",
+                  "gpudl.parallel.degrees", "gpudl.parallel.one_process",
                   "gpudl.parallel.encoder_plan"}
 STRATEGIES = ("data", "zero", "pipeline", "tensor", "mesh")
 
@@ -156,7 +156,7 @@ def test_a_strategy_imports_the_floor_and_itself_never_another_strategy(name):
 @pytest.mark.parametrize("which", STRATEGIES)
 def test_every_strategy_starts_its_workers_through_launch(which):
     imported = set().union(*(GRAPH[n] for n in MODULES if strategy(n) == which))
-    assert "gpudl.parallel.launch" in imported
+    assert "gpudl.parallel.spawn" in imported
 
 
 def test_the_floor_imports_no_strategy():

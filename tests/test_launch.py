@@ -1,4 +1,4 @@
-"""gpudl.parallel.launch: spawn returns per-rank results, surfaces errors, times out, cleans up.
+"""gpudl.parallel.spawn: spawn returns per-rank results, surfaces errors, times out, cleans up.
 
 The workers below are module-level functions of this test module: spawned children import it by
 name (pytest puts tests/ on sys.path, and children inherit sys.path).
@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from workers import hello
 
-from gpudl.parallel.launch import (
+from gpudl.parallel.spawn import (
     WorkerError,
     default_backend,
     rank0_print,

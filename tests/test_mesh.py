@@ -8,8 +8,8 @@ import torch
 from gpudl.models import EncoderConfig, make_encoder
 from gpudl.parallel import mesh
 from gpudl.parallel.degrees import ParallelDegrees
-from gpudl.parallel.launch import spawn
-from gpudl.parallel.reference import MESH_CONFIG, encoder_sgd_run
+from gpudl.parallel.one_process import MESH_CONFIG, encoder_sgd_run
+from gpudl.parallel.spawn import spawn
 from gpudl.parallel.zero import fsdp
 
 

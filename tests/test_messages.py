@@ -9,8 +9,8 @@ import torch
 from gpudl.bench.allreduce import allreduce_bandwidth, format_table, main
 from gpudl.bench.message_sizes import default_sizes
 from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time
-from gpudl.parallel.launch import default_backend
 from gpudl.parallel.messages import check_allreduce, expected_sum, rank_input
+from gpudl.parallel.spawn import default_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,8 @@ import torch
 
 from gpudl.bench.allreduce import format_table
 from gpudl.bench.p2p import p2p_bandwidth, p2p_bandwidth_worker
-from gpudl.parallel.launch import default_backend, spawn
 from gpudl.parallel.messages import check_p2p, rank_input
+from gpudl.parallel.spawn import default_backend, spawn
 
 
 def test_check_p2p_catches_wrong_messages():

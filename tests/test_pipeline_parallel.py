@@ -24,7 +24,7 @@ from gpudl.models import (  # noqa: E402
     make_encoder,
 )
 from gpudl.parallel import pipeline  # noqa: E402
-from gpudl.parallel.reference import encoder_sgd_run  # noqa: E402
+from gpudl.parallel.one_process import encoder_sgd_run  # noqa: E402
 
 # --- the encoder -----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpudl import estimate
 from gpudl.parallel.data import ring_all_reduce, ring_all_reduce_check, ring_chunks
-from gpudl.parallel.launch import run_under_torchrun
+from gpudl.parallel.spawn import run_under_torchrun
 
 NUMELS = [1, 3, 1000, 1001, 4099]  # below, multiple of and not a multiple of 2 and 4
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpudl.parallel.data import ring_all_reduce_check
-from gpudl.parallel.reference import make_mlp
+from gpudl.parallel.one_process import make_mlp
 from gpudl.solutions import ch05
 
 EXERCISE_DIMS = (6, 16, 3)

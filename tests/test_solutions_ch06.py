@@ -7,7 +7,7 @@ import torch
 
 from gpudl.estimate import bubble_fraction
 from gpudl.models import BERT_BASE, encoder_batch
-from gpudl.parallel.launch import run_under_torchrun
+from gpudl.parallel.spawn import run_under_torchrun
 from gpudl.parallel.tensor import TENSOR_CONFIG, TensorParallelRun, tensor_parallel_worker
 from gpudl.solutions import ch06
 

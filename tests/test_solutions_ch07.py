@@ -92,7 +92,7 @@ def test_exercise_4_energy_in_bf16_and_fp32():
     assert bf16 == pytest.approx(1.212e20 / (312e12 * 0.4) * 400)
     assert round(bf16 / 3.6e6) == 108
     assert fp32 / bf16 == pytest.approx(16.0)
-    with pytest.raises(ValueError, match="known"):
+    with pytest.raises(ValueError, match="name must be one of"):
         ch07.energy_per_job(1e20, "A100", "bf16", 0.4)
 
 

@@ -11,7 +11,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel
 from gpudl.models import EncoderBlock, EncoderConfig
 from gpudl.parallel import tensor
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
-from gpudl.parallel.reference import encoder_sgd_run
+from gpudl.parallel.one_process import encoder_sgd_run
 
 # --- plans and sizes -------------------------------------------------------------------------
 

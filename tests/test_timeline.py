@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 
 from gpudl import plots  # noqa: E402
 from gpudl.parallel.data.timeline import expected_buckets, gradient_timeline  # noqa: E402
-from gpudl.parallel.reference import (  # noqa: E402
+from gpudl.parallel.one_process import (  # noqa: E402
     TIMELINE_BATCH_PER_RANK,
     TIMELINE_DIMS,
     make_batch,

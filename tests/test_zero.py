@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from gpudl import optim
 from gpudl.estimate import model_state_memory
 from gpudl.kernels import optim as optim_kernels
-from gpudl.parallel.launch import default_backend, spawn
-from gpudl.parallel.reference import ZERO_DIMS, adam_run, make_mlp, optimizer_state_bytes
+from gpudl.parallel.one_process import ZERO_DIMS, adam_run, make_mlp, optimizer_state_bytes
+from gpudl.parallel.spawn import default_backend, spawn
 from gpudl.parallel.zero import (
     ATOL,
     LR,

@@ -4,7 +4,7 @@ a notebook run on the simulator, its notebook kernel, its spawned ranks), it rec
 
 * every kernel launched: module, name and argument types (what a GPU would compile);
 * seconds spent in simulated kernels, in ``gpudl.trace.on_simulator`` (which a GPU machine
-  also runs on its CPU, in a child) and in ``gpudl.parallel.launch.spawn`` (ranks that run on
+  also runs on its CPU, in a child) and in ``gpudl.parallel.spawn.spawn`` (ranks that run on
   CPUs when a machine has fewer GPUs than ranks);
 
 and writes them to ``$GPUDL_BUDGET_DIR/<pid>.pickle`` after each launch, trace and spawn (a

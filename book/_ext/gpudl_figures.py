@@ -83,7 +83,7 @@ def _ch08_figures() -> dict:
     from gpudl import plots
     from gpudl.hardware import SPECS
     from gpudl.kernels import attention, mma
-    from gpudl.kernels import matmul as mm
+    from gpudl.kernels import matmul as matmul_kernels
     from gpudl.solutions.ch03 import tile_intensity
 
     h100 = SPECS["H100 SXM"]
@@ -95,9 +95,9 @@ def _ch08_figures() -> dict:
 
     points = {
         "v1/v2 naive matmul": (0.25, "FP32"),
-        "v3 tiled": (tile_intensity(mm.TILE, mm.TILE), "FP32"),
-        "v4 1-D registers": (tile_intensity(mm.V4_BM, mm.V4_BN), "FP32"),
-        "v5 2-D registers": (tile_intensity(mm.V5_BM, mm.V5_BN), "FP32"),
+        "v3 tiled": (tile_intensity(matmul_kernels.TILE, matmul_kernels.TILE), "FP32"),
+        "v4 1-D registers": (tile_intensity(matmul_kernels.V4_BM, matmul_kernels.V4_BN), "FP32"),
+        "v5 2-D registers": (tile_intensity(matmul_kernels.V5_BM, matmul_kernels.V5_BN), "FP32"),
         "attention v1, s=4096": (attention_intensity("v1_three_kernels"), "FP32"),
         "attention v2 fused, s=4096": (attention_intensity("v2_fused"), "FP32"),
         # a 64 x 64 tile of bf16 words per 16 of K: 2 * 64 * 64 * 16 flops, 2 * 128 * 16 B

@@ -34,13 +34,13 @@ from gpudl.bench.p2p import p2p_bandwidth
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_bool, check_int, check_ints
 from gpudl.parallel.data.comms import ring_all_reduce, ring_all_reduce_worker
-from gpudl.parallel.launch import (
+from gpudl.parallel.messages import ITEMSIZE, check_allreduce, rank_input
+from gpudl.parallel.spawn import (
     device_and_sync,
     rank0_print,
     run_under_torchrun,
     spawn,
 )
-from gpudl.parallel.messages import ITEMSIZE, check_allreduce, rank_input
 
 __all__ = [
     "BARS",

@@ -27,7 +27,7 @@ from gpudl.bench import evaluate_bars, row
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_choice, check_instance, check_int, check_ints
 from gpudl.parallel import data as data_parallel
-from gpudl.parallel.launch import spawn
+from gpudl.parallel.spawn import spawn
 
 __all__ = ["BARS", "VIEWS", "predicted_step_time", "run", "step_times", "step_times_worker"]
 

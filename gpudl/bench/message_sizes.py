@@ -11,8 +11,8 @@ before any process starts; :func:`human_size` writes a size for a table or a row
 from __future__ import annotations
 
 from gpudl.checks import check_int, check_ints
-from gpudl.parallel.launch import default_backend
 from gpudl.parallel.messages import ITEMSIZE
+from gpudl.parallel.spawn import default_backend
 
 __all__ = ["default_sizes", "check_plan", "human_size"]
 

@@ -20,8 +20,8 @@ from gpudl.bench import row
 from gpudl.bench.message_sizes import check_plan, default_sizes, human_size
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_int
-from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.messages import ITEMSIZE, check_p2p, rank_input
+from gpudl.parallel.spawn import device_and_sync, spawn
 
 __all__ = ["p2p_bandwidth_worker", "p2p_bandwidth"]
 

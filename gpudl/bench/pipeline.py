@@ -19,7 +19,7 @@ from gpudl.bench.timing import Timing
 from gpudl.checks import check_choice, check_ints
 from gpudl.estimate import bubble_fraction
 from gpudl.parallel import pipeline
-from gpudl.parallel.launch import default_backend
+from gpudl.parallel.spawn import default_backend
 
 __all__ = ["BARS", "VIEWS", "bubble_sweep", "run"]
 

@@ -34,7 +34,7 @@ and writes the parameters rounded to nearest even (mixed precision). The kernels
 default CUDA stream, where PyTorch also runs its work unless it is told to use another one.
 
 One module per topic: :mod:`.tensors` (what the optimizers share), :mod:`.sgd`, :mod:`.adam`
-and :mod:`.traffic`. Every public name is importable from :mod:`gpudl.optim` itself.
+and :mod:`.variant_costs`. Every public name is importable from :mod:`gpudl.optim` itself.
 """
 
 from importlib import import_module
@@ -42,9 +42,9 @@ from importlib import import_module
 from gpudl.optim.adam import *
 from gpudl.optim.sgd import *
 from gpudl.optim.tensors import LOW_PRECISION
-from gpudl.optim.traffic import *
+from gpudl.optim.variant_costs import *
 
 #: The modules whose public names this package re-exports, in this order.
-_MODULES = ("adam", "sgd", "traffic")
+_MODULES = ("adam", "sgd", "variant_costs")
 __all__ = ["LOW_PRECISION", *(name for module in _MODULES
                               for name in import_module(f"{__name__}.{module}").__all__)]

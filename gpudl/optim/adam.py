@@ -26,7 +26,7 @@ import torch
 
 from gpudl.checks import check_bool, check_choice
 from gpudl.interop import KernelArrays
-from gpudl.kernels import optim as kernels
+from gpudl.kernels import optim as optim_kernels
 from gpudl.optim import adam_steps
 from gpudl.optim.flat_buffers import FP32_STATE, FlatGroup, flatten
 from gpudl.optim.gradient_hooks import WrittenGradients
@@ -64,15 +64,16 @@ class Adam(torch.optim.Optimizer):
                  foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
                  differentiable: bool = False, fused: bool | None = None,
                  decoupled_weight_decay: bool = False,
-                 variant: str = kernels.DEFAULT_VARIANT) -> None:
+                 variant: str = optim_kernels.DEFAULT_VARIANT) -> None:
         refuse_torch_options(type(self).__name__, foreach=foreach, fused=fused,
                               capturable=capturable, differentiable=differentiable)
         check_params_argument(type(self).__name__, params)
-        kernels.check_adam_hyper(hyperparameter("lr", lr), adam_betas(betas), eps, weight_decay)
+        optim_kernels.check_adam_hyper(hyperparameter("lr", lr), adam_betas(betas), eps,
+                                       weight_decay)
         if amsgrad:
             raise ValueError("amsgrad=True is not implemented by gpudl.optim; use "
                              "torch.optim.Adam(amsgrad=True)")
-        check_choice("variant", variant, kernels.VARIANTS)
+        check_choice("variant", variant, optim_kernels.VARIANTS)
         check_bool("maximize", maximize)
         check_bool("decoupled_weight_decay", decoupled_weight_decay)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
@@ -89,7 +90,7 @@ class Adam(torch.optim.Optimizer):
         """torch's ``add_param_group``, refusing parameters the kernels cannot update."""
         super().add_param_group(param_group)
         index = len(self.param_groups) - 1
-        check_group(self, (torch.float32, *LOW_PRECISION), kernels.check_adam_hyper,
+        check_group(self, (torch.float32, *LOW_PRECISION), optim_kernels.check_adam_hyper,
                     ("lr", "betas", "eps", "weight_decay"),
                     lambda group: self._check_group(group, self._group_dtypes(index)))
         self.kernel_arrays.capacity = array_cache(
@@ -119,7 +120,7 @@ class Adam(torch.optim.Optimizer):
         return cached[2]
 
     def _check_group(self, group: dict, dtypes: tuple[torch.dtype, ...]) -> None:
-        check_choice("variant", group["variant"], kernels.VARIANTS)
+        check_choice("variant", group["variant"], optim_kernels.VARIANTS)
         low = [d for d in dtypes if d in LOW_PRECISION]
         if low and group["variant"] not in ("v2_fused", "v4_multi_tensor"):
             raise ValueError(f"{sorted(map(str, low))} parameters need variant 'v2_fused' or "
@@ -208,7 +209,7 @@ class AdamW(Adam):
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
                  maximize: bool = False, foreach: bool | None = None,
                  capturable: bool = False, differentiable: bool = False,
-                 fused: bool | None = None, variant: str = kernels.DEFAULT_VARIANT) -> None:
+                 fused: bool | None = None, variant: str = optim_kernels.DEFAULT_VARIANT) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
                          maximize=maximize, capturable=capturable,
                          differentiable=differentiable, fused=fused,

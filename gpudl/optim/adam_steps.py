@@ -21,7 +21,7 @@ import torch
 
 from gpudl.checks import check_int, check_ints, check_reals
 from gpudl.interop import KernelArrays
-from gpudl.kernels import optim as kernels
+from gpudl.kernels import optim as optim_kernels
 from gpudl.optim.flat_buffers import FP32_STATE, FlatGroup, adopt
 from gpudl.optim.gradient_hooks import WrittenGradients
 from gpudl.optim.tensors import (
@@ -40,7 +40,7 @@ __all__ = ["adam_state", "adopt_parameter", "group_scalars", "launch_flat", "ste
 States = defaultdict[torch.Tensor, dict]
 
 
-def group_scalars(group: dict, step: int) -> kernels.AdamScalars:
+def group_scalars(group: dict, step: int) -> optim_kernels.AdamScalars:
     """The kernel scalars of step ``step`` with ``group``'s hyperparameters."""
     betas = adam_betas(group["betas"])
     return cached_adam_scalars(step, hyperparameter("lr", group["lr"]), tuple(betas),
@@ -63,7 +63,7 @@ def adam_state(states: States, p: torch.Tensor) -> dict:
 
 def step_per_tensor(group: dict, states: States, arrays: KernelArrays, name: str) -> None:
     """One launch of ``group``'s variant per parameter with a gradient."""
-    launch = kernels.VARIANTS[group["variant"]]
+    launch = optim_kernels.VARIANTS[group["variant"]]
     for p in group["params"]:
         if p.grad is None:
             continue
@@ -76,19 +76,20 @@ def step_per_tensor(group: dict, states: States, arrays: KernelArrays, name: str
         with staged(tensors, ("param", "exp_avg", "exp_avg_sq", "master")) as t:
             a = {kind: kernel_array(arrays, x, kind) for kind, x in t.items() if x is not None}
             if p.dtype in LOW_PRECISION:
-                kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
+                optim_kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
                                      a["exp_avg_sq"], k)
             else:
                 launch(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
 
 
-def launch_flat(a: dict[str, object], k: kernels.AdamScalars) -> None:
+def launch_flat(a: dict[str, object], k: optim_kernels.AdamScalars) -> None:
     """One multi-tensor launch on flat arrays (mixed precision when they hold ``master``)."""
     if "master" in a:
-        kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"], a["exp_avg_sq"],
-                             k)
+        optim_kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
+                                   a["exp_avg_sq"], k)
     else:
-        kernels.launch_v4_multi_tensor(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
+        optim_kernels.launch_v4_multi_tensor(a["param"], a["grad"], a["exp_avg"],
+                                             a["exp_avg_sq"], k)
 
 
 def step_flat(flat: FlatGroup, group: dict, states: States, written: WrittenGradients,

@@ -13,7 +13,7 @@ import torch
 
 from gpudl.checks import check_bool
 from gpudl.interop import KernelArrays
-from gpudl.kernels import optim as kernels
+from gpudl.kernels import optim as optim_kernels
 from gpudl.optim.tensors import (
     array_cache,
     check_group,
@@ -46,7 +46,7 @@ class SGD(torch.optim.Optimizer):
         refuse_torch_options("SGD", foreach=foreach, fused=fused,
                               differentiable=differentiable)
         check_params_argument("SGD", params)
-        kernels.check_sgd_hyper(hyperparameter("lr", lr), momentum, dampening,
+        optim_kernels.check_sgd_hyper(hyperparameter("lr", lr), momentum, dampening,
                            hyperparameter("weight_decay", weight_decay), nesterov)
         check_bool("maximize", maximize)
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
@@ -57,7 +57,7 @@ class SGD(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group``, refusing parameters the kernel cannot update."""
         super().add_param_group(param_group)
-        check_group(self, (torch.float32,), kernels.check_sgd_hyper,
+        check_group(self, (torch.float32,), optim_kernels.check_sgd_hyper,
                     ("lr", "momentum", "dampening", "weight_decay", "nesterov"))
         self.kernel_arrays.capacity = array_cache(self._all_params()).capacity
 
@@ -76,17 +76,17 @@ class SGD(torch.optim.Optimizer):
                 state = self.state[p]
                 buf = state.get("momentum_buffer")
                 first = buf is None
-                k = kernels.sgd_scalars(first, hyperparameter("lr", group["lr"]), group["momentum"],
-                                   group["dampening"],
-                                   hyperparameter("weight_decay", group["weight_decay"]),
-                                   group["nesterov"], group["maximize"])
+                k = optim_kernels.sgd_scalars(
+                    first, hyperparameter("lr", group["lr"]), group["momentum"],
+                    group["dampening"], hyperparameter("weight_decay", group["weight_decay"]),
+                    group["nesterov"], group["maximize"])
                 if k.has_momentum and first:  # poisoned: the kernel must write every element
                     buf = state["momentum_buffer"] = torch.full_like(p, float("nan"))
                 tensors = {"param": p, "grad": g, "momentum_buffer": buf if k.has_momentum
                            else None}
                 with staged(tensors, ("param", "momentum_buffer")) as t:
                     arrays, buf = self.kernel_arrays, t["momentum_buffer"]
-                    kernels.launch_sgd(
+                    optim_kernels.launch_sgd(
                         kernel_array(arrays, t["param"], "param"),
                         kernel_array(arrays, t["grad"], "grad"),
                         None if buf is None else kernel_array(arrays, buf, "momentum_buffer"), k)

@@ -20,7 +20,7 @@ import torch
 
 from gpudl.checks import check_callable, check_tensor
 from gpudl.interop import KernelArrays, check_device
-from gpudl.kernels import optim as kernels
+from gpudl.kernels import optim as optim_kernels
 
 __all__ = ["LOW_PRECISION", "adam_betas", "array_cache", "cached_adam_scalars", "check_group",
            "check_loaded_state", "check_params", "check_params_argument", "checked_gradient",
@@ -180,9 +180,9 @@ def kernel_array(arrays: KernelArrays, t: torch.Tensor, name: str) -> object:
 
 @lru_cache(maxsize=256)
 def cached_adam_scalars(step: int, lr: float, betas: tuple, eps: float, weight_decay: float,
-                        decoupled: bool, maximize: bool) -> kernels.AdamScalars:
+                        decoupled: bool, maximize: bool) -> optim_kernels.AdamScalars:
     """:func:`gpudl.kernels.optim.adam_scalars`, computed once per step and hyperparameters."""
-    return kernels.adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
+    return optim_kernels.adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
 
 
 def array_cache(params: Iterable[torch.Tensor]) -> KernelArrays:

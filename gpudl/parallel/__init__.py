@@ -6,12 +6,12 @@ chapters that first use each piece).
 
 The floor every strategy stands on:
 
-* :mod:`.launch`: starting workers (``worker(rank, world_size, *args)``) from a notebook
-  (:func:`gpudl.parallel.launch.spawn`) or under ``torchrun``
-  (:func:`gpudl.parallel.launch.run_under_torchrun`), the rank's device and clock;
+* :mod:`.spawn`: starting workers (``worker(rank, world_size, *args)``) from a notebook
+  (:func:`gpudl.parallel.spawn.spawn`) or under ``torchrun``
+  (:func:`gpudl.parallel.spawn.run_under_torchrun`), the rank's device and clock;
 * :mod:`.messages`: the messages collectives are checked with;
 * :mod:`.degrees`: how many ways each strategy splits the work, checked once;
-* :mod:`.reference`: the toy models, their batches, and the same training in one process,
+* :mod:`.one_process`: the toy models, their batches, and the same training in one process,
   which every strategy must reproduce;
 * :mod:`.encoder_plan`: the Megatron split of the encoder as a DTensor plan.
 

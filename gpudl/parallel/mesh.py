@@ -26,13 +26,13 @@ from gpudl.checks import check_instance, check_int, check_positive
 from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
-from gpudl.parallel.launch import device_and_sync, spawn
-from gpudl.parallel.reference import (
+from gpudl.parallel.one_process import (
     MESH_CONFIG,
     check_encoder_run,
     compare_under_torchrun,
     sgd_on_slice,
 )
+from gpudl.parallel.spawn import device_and_sync, spawn
 
 __all__ = ["MESH_2X2", "main", "mesh_2d_worker", "run_mesh_2d"]
 

@@ -16,7 +16,7 @@ from torch import nn
 from gpudl.checks import check_choice, check_int
 from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time, data_parallel_step_time
 from gpudl.parallel.data import ring_chunks
-from gpudl.parallel.reference import make_mlp
+from gpudl.parallel.one_process import make_mlp
 
 
 def _gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:

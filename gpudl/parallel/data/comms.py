@@ -13,8 +13,8 @@ import torch.distributed as dist
 from torch import nn
 
 from gpudl.checks import check_instance, check_int, check_ints, largest_difference, within
-from gpudl.parallel.launch import device_and_sync, spawn
 from gpudl.parallel.messages import ITEMSIZE, check_allreduce, rank_input
+from gpudl.parallel.spawn import device_and_sync, spawn
 
 __all__ = [
     "broadcast_parameters",
@@ -61,7 +61,7 @@ def ring_all_reduce(tensor: torch.Tensor) -> int:
                          f"{tensor.stride()}")
     if not dist.is_initialized():
         raise RuntimeError("ring_all_reduce needs a process group: call it inside a worker "
-                           "started by gpudl.parallel.launch.spawn or torchrun")
+                           "started by gpudl.parallel.spawn.spawn or torchrun")
     world_size, rank = dist.get_world_size(), dist.get_rank()
     if world_size == 1:
         return 0

@@ -39,7 +39,7 @@ class Setup:
 
     ``n_samples`` samples of a fixed regression task (:func:`make_dataset`) for ``epochs``
     epochs in global batches of ``global_batch`` (each rank takes ``global_batch / N``), an
-    MLP of layer widths ``dims`` (:func:`gpudl.parallel.reference.make_mlp`, mean-squared
+    MLP of layer widths ``dims`` (:func:`gpudl.parallel.one_process.make_mlp`, mean-squared
     error) and SGD with ``lr`` and ``momentum``. ``shuffle``, ``seed`` and ``drop_last`` are
     ``DistributedSampler``'s. ``accumulation`` micro-batches per step and rank. Buckets of
     ``bucket_cap_mb`` MiB (DDP's argument, and the bucketed strategy's; ``None`` is DDP's

@@ -43,14 +43,14 @@ from gpudl.checks import (
     largest,
     largest_difference,
 )
-from gpudl.parallel.launch import Clock, device_and_sync, spawn
-from gpudl.parallel.reference import (
+from gpudl.parallel.one_process import (
     TIMELINE_BATCH_PER_RANK,
     TIMELINE_DIMS,
     make_batch,
     make_mlp,
     mlp_gradients,
 )
+from gpudl.parallel.spawn import Clock, device_and_sync, spawn
 
 __all__ = ["expected_buckets", "gradient_timeline", "timeline_worker"]
 

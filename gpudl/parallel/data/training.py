@@ -52,8 +52,8 @@ from gpudl.parallel.data.sampling import (
     make_dataset,
     rank_indices,
 )
-from gpudl.parallel.launch import rank0_print, run_under_torchrun, spawn
-from gpudl.parallel.reference import average_gradients, flat_parameters, make_mlp
+from gpudl.parallel.one_process import average_gradients, flat_parameters, make_mlp
+from gpudl.parallel.spawn import rank0_print, run_under_torchrun, spawn
 
 __all__ = [
     "STRATEGIES",

@@ -27,7 +27,6 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from gpudl.checks import check_choice, check_instance, check_int, check_positive
 from gpudl.estimate import bubble_fraction
 from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
-from gpudl.parallel.launch import Clock, device_and_sync, rank0_print, run_under_torchrun, spawn
 from gpudl.parallel.pipeline.comms import exchange
 from gpudl.parallel.pipeline.schedule import (
     SCHEDULES,
@@ -36,6 +35,7 @@ from gpudl.parallel.pipeline.schedule import (
     schedule,
     stage_layers,
 )
+from gpudl.parallel.spawn import Clock, device_and_sync, rank0_print, run_under_torchrun, spawn
 
 __all__ = [
     "CPU_CONFIG",

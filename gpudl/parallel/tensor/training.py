@@ -30,8 +30,8 @@ from gpudl.interop import tensor_device
 from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
-from gpudl.parallel.launch import device_and_sync, rank0_print, run_under_torchrun, spawn
-from gpudl.parallel.reference import encoder_sgd_run, whole
+from gpudl.parallel.one_process import encoder_sgd_run, whole
+from gpudl.parallel.spawn import device_and_sync, rank0_print, run_under_torchrun, spawn
 from gpudl.parallel.tensor.comms import count_all_reduces
 from gpudl.parallel.tensor.layers import full_gradients, parallelize_block
 

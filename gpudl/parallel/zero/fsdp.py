@@ -6,7 +6,7 @@ Book section: *Chapter 6, "FSDP2: the parameters too"* (the bytes) and *"Shardin
 encoder"* (:func:`fsdp_worker`, :func:`run_fsdp`). The formula is
 :func:`gpudl.estimate.model_state_memory` (ZeRO's accounting); this module counts the bytes in
 the tensors a step leaves on each rank, to hold the formula to, on the MLP of
-:data:`~gpudl.parallel.reference.SHARDING_DIMS`.
+:data:`~gpudl.parallel.one_process.SHARDING_DIMS`.
 
 FSDP2 (``torch.distributed.fsdp.fully_shard``) shards every parameter along dim 0: with
 ``N`` ranks and ``d0`` rows, each rank owns a chunk of ``c = ceil(d0 / N)`` rows, so rank ``r``
@@ -36,8 +36,7 @@ from torch.distributed.fsdp import fully_shard
 from gpudl.checks import check_choice, check_int, check_ints, check_positive, check_widths
 from gpudl.models.encoder import EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
-from gpudl.parallel.launch import device_and_sync, spawn
-from gpudl.parallel.reference import (
+from gpudl.parallel.one_process import (
     BATCH_PER_RANK,
     MESH_CONFIG,
     SHARDING_DIMS,
@@ -49,12 +48,14 @@ from gpudl.parallel.reference import (
     make_mlp,
     sgd_on_slice,
 )
+from gpudl.parallel.spawn import device_and_sync, spawn
 
 __all__ = ["LR", "STRATEGIES", "format_table", "shard_numel", "state_bytes", "state_bytes_worker",
            "fsdp_worker", "run_fsdp", "main"]
 
 STRATEGIES = ("replicated", "fsdp2")
-#: Adam's learning rate in the measured step, as in :func:`gpudl.parallel.reference.adam_step_loss`.
+#: Adam's learning rate in the measured step, as in
+#: :func:`gpudl.parallel.one_process.adam_step_loss`.
 LR = 1e-2
 
 
@@ -94,7 +95,7 @@ def state_bytes_worker(
     ``total_bytes``, ZeRO's model state; ``step_bytes`` apart, Adam's step counters (one fp32
     scalar per parameter tensor, whole on every rank, not in ZeRO's accounting). Also
     ``n_params`` and ``loss``, the batch's loss after the step: the same on every rank, and as
-    :func:`gpudl.parallel.reference.adam_step_loss` to rounding.
+    :func:`gpudl.parallel.one_process.adam_step_loss` to rounding.
     """
     _check_strategy(strategy)
     check_int("rank", rank, 0, check_int("world_size", world_size, 1) - 1)

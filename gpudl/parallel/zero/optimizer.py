@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gpudl.checks import check_int
-from gpudl.parallel.reference import optimizer_state_bytes
+from gpudl.parallel.one_process import optimizer_state_bytes
 from gpudl.parallel.zero.comms import (
     all_gather_shards,
     all_reduce_mean_then_slice,
@@ -108,7 +108,7 @@ class ZeroAdam:
     ) -> None:
         if not dist.is_initialized():
             raise ValueError("ZeroAdam needs torch.distributed's default process group: "
-                               "run it in a worker started by gpudl.parallel.launch.spawn "
+                               "run it in a worker started by gpudl.parallel.spawn.spawn "
                                "or by torchrun")
         self.params = _check_params(params)
         self.world_size, self.rank = dist.get_world_size(), dist.get_rank()

@@ -28,8 +28,7 @@ from gpudl.checks import (
     largest,
     largest_difference,
 )
-from gpudl.parallel.launch import device_and_sync, run_under_torchrun, spawn
-from gpudl.parallel.reference import (
+from gpudl.parallel.one_process import (
     BATCH_PER_RANK,
     ZERO_DIMS,
     adam_run,
@@ -38,6 +37,7 @@ from gpudl.parallel.reference import (
     make_mlp,
     optimizer_state_bytes,
 )
+from gpudl.parallel.spawn import device_and_sync, run_under_torchrun, spawn
 from gpudl.parallel.zero.comms import all_gather_flat
 from gpudl.parallel.zero.optimizer import NaiveZeroAdam, ZeroAdam, padded_numel, shard_range
 

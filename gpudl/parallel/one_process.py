@@ -41,7 +41,7 @@ from gpudl.checks import (
     largest_difference,
 )
 from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
-from gpudl.parallel.launch import rank0_print, run_under_torchrun
+from gpudl.parallel.spawn import rank0_print, run_under_torchrun
 
 __all__ = [
     "BATCH_PER_RANK",

@@ -8,14 +8,14 @@ from __future__ import annotations
 import torch
 
 from gpudl.checks import check_choice, check_ints
-from gpudl.kernels import optim as kernels
+from gpudl.kernels import optim as optim_kernels
 from gpudl.optim.adam import Adam
 
 __all__ = ["traffic_table"]
 
 
 def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
-                  variants: tuple[str, ...] = tuple(kernels.VARIANTS)) -> list[dict]:
+                  variants: tuple[str, ...] = tuple(optim_kernels.VARIANTS)) -> list[dict]:
     """For one Adam step of a model whose parameter tensors have ``sizes`` elements: the
     kernel launches and the bytes of device ("global") and shared memory each variant's
     kernels access, counted access by access on the simulator
@@ -26,7 +26,7 @@ def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
     if isinstance(variants, str) or not isinstance(variants, tuple | list):
         raise TypeError(f"variants must be a tuple of variant names, got {variants!r}")
     for i, variant in enumerate(variants):
-        check_choice(f"variants[{i}]", variant, kernels.VARIANTS)
+        check_choice(f"variants[{i}]", variant, optim_kernels.VARIANTS)
     rows = []
     for variant in variants:
         gen = torch.Generator().manual_seed(0)
@@ -35,7 +35,7 @@ def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen)
         opt.step()  # the first step (flattens the multi_tensor buffers): not counted
-        with kernels.traffic() as t:
+        with optim_kernels.traffic() as t:
             opt.step()
         rows.append({"variant": variant, "launches": t.launches, "params": n,
                      "global_bytes": t.total("global"), "shared_bytes": t.total("shared"),
