@@ -18,11 +18,12 @@ pytest.importorskip("sphinx", reason="the book's tests need Sphinx (pip install 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 
-from gpudl_sphinx import (  # noqa: E402
+from gpudl_listings import (  # noqa: E402
     CHECKS_OMITTED,
     LISTING_COLUMNS,
     listing_text,
     strip_checks,
+    strip_registration,
 )
 
 CHAPTERS = sorted((ROOT / "book").glob("*.md"))
@@ -47,6 +48,16 @@ def test_every_listing_line_fits_the_code_box(path, options):
     assert text.strip(), f"{path}: empty listing for {options}"
     too_wide = [line for line in text.splitlines() if len(line) > LISTING_COLUMNS]
     assert not too_wide, f"lines wider than {LISTING_COLUMNS} characters: {too_wide}"
+    assert "@registry." not in text, f"{path}: a listing shows the registry's bookkeeping"
+
+
+def test_listings_drop_the_registry_s_three_decorators_and_keep_the_code():
+    code = ('@registry.variant("vector_add", "v1_naive",\n                  bytes_per_element=12)\n'
+            "def launch(a):\n    return a\n\n"
+            '@registry.kernel("k", "void()")\n@cuda.jit\ndef k():\n    pass\n'
+            '@registry.factory("f", [((1,), "void()")])\ndef make(n):\n    return n\n')
+    assert strip_registration(code) == ("def launch(a):\n    return a\n\n@cuda.jit\n"
+                                        "def k():\n    pass\ndef make(n):\n    return n\n")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

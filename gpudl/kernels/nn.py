@@ -242,7 +242,8 @@ def linear_backward(x: Array, w: Array, dy: Array) -> tuple[Array, Array, Array]
     dw = _matmul(transpose(x_d), dy_d)
     db = poisoned((dy.shape[1],))
     if db.size:
-        _column_sum_kernel[blocks_to_cover(db.size, THREADS_PER_BLOCK), THREADS_PER_BLOCK](dy_d, db)
+        blocks = blocks_to_cover(db.size, THREADS_PER_BLOCK)
+        _column_sum_kernel[blocks, THREADS_PER_BLOCK](dy_d, db)
     return returned(dx, on_device), returned(dw, on_device), returned(db, on_device)
 
 
