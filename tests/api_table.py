@@ -1559,6 +1559,10 @@ add(f"{_PL}.ch08.mma_fragments", lambda: dict(owners={"a": np.zeros((2, 2), np.i
 add(f"{_PL}.ch08.attention_bytes", lambda: dict(s_values=[16], bytes_by_variant={"v": [1.0]}),
     s_values=ints(1), bytes_by_variant=Kind("bytes", (None, [1.0]), (
         {"v": [float("nan")]}, {"v": [-1.0]})), title=_STR)
+none(f"{_PL}.style.finish", "fig: a Figure that a plot function of the package made")
+none(f"{_PL}.style.font_sizes", "fig: a Figure (tests/test_plots.py reads every figure's)")
+none(f"{_PL}.style.check_rows", "the rows check of the plots that take rows: their entries "
+                                "here give it bad rows")
 add(f"{_PL}.measured.rate_bars",
     lambda: dict(groups={"": {"a": 1.0}}, references={}, unit="GB/s", title="t",
                  reference_label="r"),

@@ -20,7 +20,7 @@ import gpudl
 
 #: Modules with no ``__all__``: entry points and packages that only hold modules, and the
 #: exercise solutions (tested by tests/test_solutions*.py).
-WITHOUT_ALL = ("gpudl.__main__", "gpudl.kernels", "gpudl.parallel", "gpudl.plots._style",
+WITHOUT_ALL = ("gpudl.__main__", "gpudl.kernels", "gpudl.parallel", "gpudl.plots.style",
                "gpudl.solutions")
 
 

@@ -130,7 +130,7 @@ def test_every_book_figure_has_readable_text_and_fits_the_page():
 
     import matplotlib.pyplot as plt
 
-    from gpudl.plots._style import MAX_WIDTH_IN, MIN_FONT_PT, font_sizes
+    from gpudl.plots.style import MAX_WIDTH_IN, MIN_FONT_PT, font_sizes
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
     import gpudl_figures
@@ -147,7 +147,7 @@ def test_every_book_figure_has_readable_text_and_fits_the_page():
 def test_finish_raises_small_text():
     import matplotlib.pyplot as plt
 
-    from gpudl.plots._style import MIN_FONT_PT, finish, font_sizes
+    from gpudl.plots.style import MIN_FONT_PT, finish, font_sizes
 
     fig, ax = plt.subplots()
     ax.text(0, 0, "tiny", fontsize=5)

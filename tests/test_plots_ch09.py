@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 
 from gpudl import plots  # noqa: E402
 from gpudl.estimate import MODELS, POLICIES, StepCost, request_stream, simulate  # noqa: E402
-from gpudl.plots._style import MAX_WIDTH_IN, MIN_FONT_PT, font_sizes  # noqa: E402
+from gpudl.plots.style import MAX_WIDTH_IN, MIN_FONT_PT, font_sizes  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ def _model_figures() -> dict:
     from gpudl.hardware import SPECS, peak_flops
     from gpudl.kernels import access_patterns
     from gpudl.optim import traffic_table
-    from gpudl.plots._style import finish
+    from gpudl.plots.style import finish
     from gpudl.trace import on_simulator
 
     h100 = SPECS["H100 SXM"]

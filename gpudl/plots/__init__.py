@@ -3,7 +3,7 @@
 
 Book section: every chapter. ``gpudl.plots.<name>`` reaches every figure function, as the
 labs use it; the book's build draws the deterministic ones into ``book/_generated/``
-(``book/_ext/gpudl_sphinx.py``). ``gpudl.plots._style`` keeps their text readable.
+(``book/_ext/gpudl_sphinx.py``). ``gpudl.plots.style`` keeps their text readable.
 """
 
 from importlib import import_module

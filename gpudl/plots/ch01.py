@@ -19,7 +19,7 @@ from gpudl.checks import (
     check_real_mapping,
 )
 from gpudl.hardware import FP32_CORES_PER_SM, SM_LIMITS, occupancy
-from gpudl.plots._style import finish
+from gpudl.plots.style import finish
 
 __all__ = ["sm_diagram", "occupancy_curves", "time_bars"]
 

@@ -19,7 +19,7 @@ from gpudl.checks import check_choice, check_instance, check_int, check_ints, ch
 from gpudl.estimate import ridge_point
 from gpudl.estimate import roofline as attainable
 from gpudl.hardware import SM_LIMITS, SPECS, DeviceInfo
-from gpudl.plots._style import check_rows, finish
+from gpudl.plots.style import check_rows, finish
 from gpudl.trace import BANK_BYTES, BANKS, SECTOR_BYTES
 
 __all__ = [

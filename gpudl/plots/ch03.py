@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from gpudl.checks import check_choice, check_int
-from gpudl.plots._style import finish
+from gpudl.plots.style import finish
 
 __all__ = ["tile_geometry", "matmul_tiling", "linear_dataflow"]
 

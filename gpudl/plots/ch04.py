@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from gpudl.checks import check_int, check_real
-from gpudl.plots._style import check_rows, finish
+from gpudl.plots.style import check_rows, finish
 
 __all__ = ["optimizer_traffic", "master_weight_updates", "weight_after_updates"]
 

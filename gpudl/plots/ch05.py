@@ -22,7 +22,7 @@ from gpudl.checks import (
     check_reals,
 )
 from gpudl.estimate import allreduce_time
-from gpudl.plots._style import check_rows, finish
+from gpudl.plots.style import check_rows, finish
 
 __all__ = ["ring_schedule", "ring_steps", "bucket_timeline", "ddp_overlap", "allreduce_bandwidth",
            "ring_allreduce_model", "bandwidth_vs_size", "gradient_timeline"]

@@ -17,7 +17,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from gpudl.checks import check_choice, check_instance, check_int, check_ints
 from gpudl.parallel.pipeline.schedule import idle_fraction, simulate
-from gpudl.plots._style import check_rows, finish
+from gpudl.plots.style import check_rows, finish
 
 __all__ = ["pipeline_schedules", "pipeline_timelines", "tensor_parallel_split", "state_bytes",
            "zero_partition", "ZERO_PARTS"]

@@ -19,7 +19,7 @@ from gpudl.checks import (
     check_real_mapping,
     check_reals,
 )
-from gpudl.plots._style import finish
+from gpudl.plots.style import finish
 
 __all__ = ["training_time_and_cost", "memory_by_zero_stage"]
 

@@ -24,7 +24,7 @@ from gpudl.checks import (
 )
 from gpudl.estimate import ridge_point
 from gpudl.estimate import roofline as attainable
-from gpudl.plots._style import finish
+from gpudl.plots.style import finish
 
 __all__ = ["roofline_precisions", "online_softmax_tiles", "mma_fragments", "attention_bytes"]
 

@@ -21,7 +21,7 @@ from gpudl.checks import (
     check_reals,
 )
 from gpudl.estimate.batching import Served
-from gpudl.plots._style import finish
+from gpudl.plots.style import finish
 
 __all__ = ["kv_cache_growth", "decode_blocks", "paged_waste", "batching_timeline"]
 

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from gpudl.checks import check_instance, check_real_mapping
-from gpudl.plots._style import finish
+from gpudl.plots.style import finish
 
 __all__ = ["rate_bars"]
 

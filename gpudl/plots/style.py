@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+__all__ = ["LABEL_PT", "MAX_WIDTH_IN", "MIN_FONT_PT", "TICK_PT", "TITLE_PT", "check_rows",
+           "finish", "font_sizes"]
+
 MIN_FONT_PT = 10.0
 MAX_WIDTH_IN = 7.5
 TICK_PT, LABEL_PT, TITLE_PT = 10.5, 11.0, 12.0
