@@ -269,13 +269,15 @@ def check_host_or_device(arrays: Mapping[str, object]) -> bool:
     return any(on_device.values())
 
 
-def check_kernel_array(name: str, x: object, ndim: int, dtype: type) -> bool:
+def check_kernel_array(name: str, x: object, ndim: int,
+                       dtype: type | tuple[type, ...]) -> bool:
     """Check that ``x`` is a C-contiguous ``ndim``-D NumPy or numba device array of
-    ``dtype`` (int32 lengths and block tables, int8 weights; float data goes through
-    :func:`check_float_array`); return True if it is on the device. ``TypeError`` for the
-    wrong type or dtype, ``ValueError`` for the wrong rank or a strided view, each naming
-    ``name``."""
-    return _check_kernel_array(name, x, ndim, {np.dtype(dtype): str(np.dtype(dtype))})
+    ``dtype`` (or of any dtype of a tuple: int32 lengths and block tables, int8 weights,
+    int32 or int64 pointer chains; float data goes through :func:`check_float_array`);
+    return True if it is on the device. ``TypeError`` for the wrong type or dtype,
+    ``ValueError`` for the wrong rank or a strided view, each naming ``name``."""
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    return _check_kernel_array(name, x, ndim, {np.dtype(d): str(np.dtype(d)) for d in dtypes})
 
 
 def _check_kernel_array(name: str, x: object, ndim: int, dtypes: dict[np.dtype, str]) -> bool:

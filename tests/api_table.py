@@ -534,9 +534,9 @@ add(f"{_D}.launch_divergence",
     mode=choice("parity", "warp"), work=COUNT, threads_per_block=_TPB)
 
 _H = f"{_K}.hierarchy"
-_CHAIN = Kind("a pointer chain", ([1, 0], None, np.array([1.0, 0.0]), np.array([[1, 0]])),
+_CHAIN = Kind("a pointer chain", ([1, 0], None, np.array([1.0, 0.0])),
               (np.array([1, 100_000], np.int32), np.array([1, -1], np.int32),
-               np.array([], np.int32), np.array([2, 0, -1], np.int32)))
+               np.array([], np.int32), np.array([2, 0, -1], np.int32), np.array([[1, 0]])))
 
 
 def _chain():
@@ -553,7 +553,6 @@ add(f"{_H}.pointer_chase", lambda: dict(chain=_chain(), steps=3), chain=_CHAIN, 
     shared=BOOL)
 none(f"{_H}.launch_chase", "a launcher on device arrays its entry point (pointer_chase) "
                            "checked; gpudl.launches.check_launch checks its launch")
-none(f"{_H}.grid_blocks", NO_ARGUMENT)
 add(f"{_H}.reference_read_sums",
     lambda: dict(a=f32(64), reps=1, blocks=2, threads_per_block=32), a=real_array(1),
     reps=COUNT, blocks=COUNT, threads_per_block=_TPB)
