@@ -138,11 +138,12 @@ def check_instance(name: str, value: object, cls: type | tuple[type, ...]) -> An
 def check_choice(name: str, value: object, choices: Iterable[Any]) -> Any:
     """``value`` if it is one of ``choices`` (names, or other values such as torch dtypes):
     ``TypeError`` if it is not of a type the choices have (``None``, a list, a str where a
-    dtype is wanted), ``ValueError`` if it is another value of that type."""
+    dtype is wanted), ``ValueError`` if it is another value of that type (or if there are no
+    choices)."""
     choices = tuple(choices)
     types = tuple({type(c) for c in choices})
     wanted = " or ".join(sorted(t.__name__ for t in types))
-    if not isinstance(value, types):
+    if types and not isinstance(value, types):
         raise TypeError(f"{name} must be a {wanted}, one of {list(choices)}, "
                         f"got {type(value).__name__} {value!r}")
     if value not in choices:
