@@ -361,7 +361,7 @@ add(f"{_K}.grid.tiles_to_cover", lambda: dict(shape=(3, 5), tile=32), tile=COUNT
 add(f"{_K}.grid.resident_blocks", lambda: dict(threads_per_block=32),
     threads_per_block=integer(1, 1024))
 add(f"{_K}.grid.grid_stride_blocks", lambda: dict(n=10, threads_per_block=32), n=SIZE,
-    threads_per_block=integer(1, 1024))
+    threads_per_block=integer(1, 1024), maximum=COUNT.allowing_none())
 add(f"{_K}.grid.check_threads_per_block", lambda: dict(threads_per_block=32),
     threads_per_block=_TPB)
 
@@ -1022,6 +1022,8 @@ add(f"{_REF}.mlp_gradients", lambda: dict(world_size=2, dims=(4, 2), batch_per_r
 
 none(f"{_REF}.sgd_on_slice", "a rank's loop: model, x, y and steps are checked by "
                              "sgd_steps; data_group and data_ways come from its mesh")
+none(f"{_REF}.gradient_difference", "compares two runs' results, dicts as sgd_steps returns "
+                                    "them (tests/test_tensor_parallel.py)")
 none(f"{_REF}.compare_under_torchrun", "a strategy's command line: argv as a CLI's, the "
                                        "worker and its arguments the strategy's own")
 
