@@ -53,6 +53,7 @@ from gpudl.checks import (
 from gpudl.kernels import attention_v1
 from gpudl.kernels.arrays import check_arrays, launch_into_poisoned, poisoned
 from gpudl.kernels.attention_v1 import NEG_INF, Launch, plain_launch
+from gpudl.kernels.grid import blocks_to_cover
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -210,7 +211,7 @@ def v2_fused(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
     """The fused kernel for this head size: one launch, one block per 16 query rows."""
     heads, s, d = q.shape
     scale = np.float32(1 / math.sqrt(d))
-    launch(fused_kernel(d, bool(causal)), (-(-s // TILE), heads), (TILE, TILE),
+    launch(fused_kernel(d, bool(causal)), (blocks_to_cover(s, TILE), heads), (TILE, TILE),
            q, k, v, o, lse, scale)
 
 
