@@ -138,11 +138,12 @@ def check_instance(name: str, value: object, cls: type | tuple[type, ...]) -> An
 def check_choice(name: str, value: object, choices: Iterable[Any]) -> Any:
     """``value`` if it is one of ``choices`` (names, or other values such as torch dtypes):
     ``TypeError`` if it is not of a type the choices have (``None``, a list, a str where a
-    dtype is wanted), ``ValueError`` if it is another value of that type."""
+    dtype is wanted), ``ValueError`` if it is another value of that type (or if there are no
+    choices)."""
     choices = tuple(choices)
     types = tuple({type(c) for c in choices})
     wanted = " or ".join(sorted(t.__name__ for t in types))
-    if not isinstance(value, types):
+    if types and not isinstance(value, types):
         raise TypeError(f"{name} must be a {wanted}, one of {list(choices)}, "
                         f"got {type(value).__name__} {value!r}")
     if value not in choices:
@@ -269,13 +270,15 @@ def check_host_or_device(arrays: Mapping[str, object]) -> bool:
     return any(on_device.values())
 
 
-def check_kernel_array(name: str, x: object, ndim: int, dtype: type) -> bool:
+def check_kernel_array(name: str, x: object, ndim: int,
+                       dtype: type | tuple[type, ...]) -> bool:
     """Check that ``x`` is a C-contiguous ``ndim``-D NumPy or numba device array of
-    ``dtype`` (int32 lengths and block tables, int8 weights; float data goes through
-    :func:`check_float_array`); return True if it is on the device. ``TypeError`` for the
-    wrong type or dtype, ``ValueError`` for the wrong rank or a strided view, each naming
-    ``name``."""
-    return _check_kernel_array(name, x, ndim, {np.dtype(dtype): str(np.dtype(dtype))})
+    ``dtype`` (or of any dtype of a tuple: int32 lengths and block tables, int8 weights,
+    int32 or int64 pointer chains; float data goes through :func:`check_float_array`);
+    return True if it is on the device. ``TypeError`` for the wrong type or dtype,
+    ``ValueError`` for the wrong rank or a strided view, each naming ``name``."""
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    return _check_kernel_array(name, x, ndim, {np.dtype(d): str(np.dtype(d)) for d in dtypes})
 
 
 def _check_kernel_array(name: str, x: object, ndim: int, dtypes: dict[np.dtype, str]) -> bool:

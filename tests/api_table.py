@@ -361,7 +361,7 @@ add(f"{_K}.grid.tiles_to_cover", lambda: dict(shape=(3, 5), tile=32), tile=COUNT
 add(f"{_K}.grid.resident_blocks", lambda: dict(threads_per_block=32),
     threads_per_block=integer(1, 1024))
 add(f"{_K}.grid.grid_stride_blocks", lambda: dict(n=10, threads_per_block=32), n=SIZE,
-    threads_per_block=integer(1, 1024))
+    threads_per_block=integer(1, 1024), maximum=COUNT.allowing_none())
 add(f"{_K}.grid.check_threads_per_block", lambda: dict(threads_per_block=32),
     threads_per_block=_TPB)
 
@@ -534,9 +534,9 @@ add(f"{_D}.launch_divergence",
     mode=choice("parity", "warp"), work=COUNT, threads_per_block=_TPB)
 
 _H = f"{_K}.hierarchy"
-_CHAIN = Kind("a pointer chain", ([1, 0], None, np.array([1.0, 0.0]), np.array([[1, 0]])),
+_CHAIN = Kind("a pointer chain", ([1, 0], None, np.array([1.0, 0.0])),
               (np.array([1, 100_000], np.int32), np.array([1, -1], np.int32),
-               np.array([], np.int32), np.array([2, 0, -1], np.int32)))
+               np.array([], np.int32), np.array([2, 0, -1], np.int32), np.array([[1, 0]])))
 
 
 def _chain():
@@ -553,7 +553,6 @@ add(f"{_H}.pointer_chase", lambda: dict(chain=_chain(), steps=3), chain=_CHAIN, 
     shared=BOOL)
 none(f"{_H}.launch_chase", "a launcher on device arrays its entry point (pointer_chase) "
                            "checked; gpudl.launches.check_launch checks its launch")
-none(f"{_H}.grid_blocks", NO_ARGUMENT)
 add(f"{_H}.reference_read_sums",
     lambda: dict(a=f32(64), reps=1, blocks=2, threads_per_block=32), a=real_array(1),
     reps=COUNT, blocks=COUNT, threads_per_block=_TPB)
@@ -1023,6 +1022,8 @@ add(f"{_REF}.mlp_gradients", lambda: dict(world_size=2, dims=(4, 2), batch_per_r
 
 none(f"{_REF}.sgd_on_slice", "a rank's loop: model, x, y and steps are checked by "
                              "sgd_steps; data_group and data_ways come from its mesh")
+none(f"{_REF}.gradient_difference", "compares two runs' results, dicts as sgd_steps returns "
+                                    "them (tests/test_tensor_parallel.py)")
 none(f"{_REF}.compare_under_torchrun", "a strategy's command line: argv as a CLI's, the "
                                        "worker and its arguments the strategy's own")
 

@@ -176,6 +176,11 @@ def test_bad_input_gets_a_clear_error(args, kwargs, error, match):
         attention.attention(*args, **kwargs)
 
 
+def test_a_mix_of_host_and_device_arrays_is_refused():
+    with pytest.raises(TypeError, match="k is a numba device array but q is not"):
+        attention.attention(GOOD, cuda.to_device(GOOD), GOOD)
+
+
 # ------------------------------------------------------------------------------------------
 # Bytes moved
 # ------------------------------------------------------------------------------------------

@@ -74,8 +74,11 @@ def test_bars_are_null_on_the_simulator_and_bad_specs_are_errors(monkeypatch):
     monkeypatch.setattr(gpudl.bench.backend, "is_simulator", lambda: True)
     rows = [row("a", FAST, n_bytes=8), row("b", SLOW, n_bytes=8)]
     assert bar("a_vs_b", "a over b", rows, "a", "b", 1.0)["verdict"] is None
-    with pytest.raises(ValueError, match="no row named 'c'"):
+    with pytest.raises(ValueError,
+                       match=r"denominator \(a row's name\) must be one of \['a', 'b'\], got 'c'"):
         bar("a_vs_c", "a over c", rows, "a", "c", 1.0)
+    with pytest.raises(ValueError, match=r"numerator \(a row's name\) must be one of \[\]"):
+        bar("a_vs_b", "a over b", [], "a", "b", 1.0)
     with pytest.raises(ValueError, match="compare"):
         bar("a_vs_b", "a over b", rows, "a", "b", 1.0, compare=">")
     with pytest.raises(ValueError, match="rate"):

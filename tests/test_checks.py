@@ -51,6 +51,17 @@ def test_check_choice_tells_a_wrong_type_from_a_wrong_name():
     with pytest.raises(TypeError, match="dtype"):
         checks.check_choice("dtype", "float32", (torch.float32,))
     assert checks.check_choice("dtype", torch.float32, (torch.float32,)) is torch.float32
+    with pytest.raises(ValueError, match=r"row must be one of \[\], got 'a'"):
+        checks.check_choice("row", "a", ())  # nothing to choose from
+
+
+def test_check_kernel_array_takes_one_dtype_or_a_tuple():
+    chain = np.zeros(4, np.int64)
+    assert checks.check_kernel_array("chain", chain, 1, (np.int32, np.int64)) is False
+    with pytest.raises(TypeError, match="chain must have dtype int32, got int64"):
+        checks.check_kernel_array("chain", chain, 1, np.int32)
+    with pytest.raises(TypeError, match="chain must have dtype int32 or int64, got float32"):
+        checks.check_kernel_array("chain", chain.astype(np.float32), 1, (np.int32, np.int64))
 
 
 def test_sequences_and_mappings_of_numbers():

@@ -226,8 +226,12 @@ def test_a_head_size_over_the_maximum_is_refused():
 
 
 def test_a_mix_of_host_and_device_lengths_is_refused():
-    with pytest.raises(TypeError, match="a mix"):
+    with pytest.raises(TypeError, match="lengths is a numba device array but q is not"):
         decode.decode_attention(Q, K, K, cuda.to_device(L))
+    with pytest.raises(TypeError, match="q is a numba device array but lengths is not"):
+        decode.decode_attention(*(cuda.to_device(x) for x in (Q, K, K)), L)
+    with pytest.raises(TypeError, match="lengths is a numba device array but q is not"):
+        decode.reference(Q, K, K, cuda.to_device(L))
 
 
 def test_an_empty_batch_needs_no_launch(monkeypatch):

@@ -42,6 +42,8 @@ def test_resident_blocks_reads_device_attributes_the_driver_has(monkeypatch):
     try:
         assert grid.grid_stride_blocks(10**9, 256) == 132 * 8
         assert grid.grid_stride_blocks(1000, 256) == 4
+        assert grid.grid_stride_blocks(10**9, 256, maximum=2) == 2
+        assert grid.grid_stride_blocks(10**9, 256, maximum=10**6) == 132 * 8
     finally:
         grid._resident_blocks.cache_clear()
 

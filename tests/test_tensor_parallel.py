@@ -2,6 +2,7 @@
 DTensor's plan equal to one process at world sizes 2 and 4, their all-reduces counted, plan
 keys checked, and bad sizes rejected."""
 
+import math
 import re
 
 import pytest
@@ -11,7 +12,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel
 from gpudl.models import EncoderBlock, EncoderConfig
 from gpudl.parallel import tensor
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
-from gpudl.parallel.one_process import encoder_sgd_run
+from gpudl.parallel.one_process import encoder_sgd_run, gradient_difference
 
 # --- plans and sizes -------------------------------------------------------------------------
 
@@ -72,6 +73,15 @@ def relative_errors(ranks, reference):
         errors.append(max((r["grads"][step][k] - g).abs().max().item()
                           for r in ranks for k, g in grads.items()) / scale)
     return errors
+
+
+def test_gradient_difference_is_the_largest_over_steps_and_parameters():
+    reference = {"grads": [{"w": torch.zeros(2)}, {"w": torch.zeros(2), "b": torch.zeros(1)}]}
+    run = {"grads": [{"w": torch.tensor([0.0, -0.5])},
+                     {"w": torch.zeros(2), "b": torch.tensor([0.25])}]}
+    assert gradient_difference(run, reference) == 0.5
+    run["grads"][1]["b"] = torch.tensor([math.nan])
+    assert math.isnan(gradient_difference(run, reference))
 
 
 @pytest.mark.distributed

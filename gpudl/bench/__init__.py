@@ -135,9 +135,7 @@ def bar(name: str, what: str, rows: Sequence[dict], numerator: str, denominator:
     _check_bar_spec(name, what, threshold, compare, rate)
     by_name = {r["name"]: r for r in _check_rows(rows)}
     for label, wanted in (("numerator", numerator), ("denominator", denominator)):
-        if wanted not in by_name:
-            raise ValueError(f"bar {name}: no row named {wanted!r} for its {label}; rows: "
-                             f"{sorted(by_name)}")
+        check_choice(f"bar {name}'s {label} (a row's name)", wanted, sorted(by_name))
     num, den = by_name[numerator], by_name[denominator]
     ratio = None
     if (not backend.is_simulator() and num["meaningful"] and den["meaningful"]

@@ -25,6 +25,7 @@ from gpudl.bench.timing import gbps, time_cuda
 from gpudl.checks import check_bool, check_choice, check_instance, check_int
 from gpudl.estimate.register_file import register_file_bandwidth_gbs
 from gpudl.kernels import hierarchy as hierarchy_kernels
+from gpudl.kernels.grid import resident_blocks
 
 __all__ = ["WORKING_SETS", "DEFAULT_STEPS", "BANDWIDTH_LEVELS", "ARTICLE_CLAIMS", "latency",
            "bandwidth", "measure", "table"]
@@ -145,7 +146,7 @@ def bandwidth(level: str) -> dict[str, Any]:
     ``working_set_bytes``, ``timing`` and ``meaningful``.
     """
     check_choice("level", level, BANDWIDTH_LEVELS)
-    blocks = hierarchy_kernels.grid_blocks()
+    blocks = resident_blocks(hierarchy_kernels.THREADS)
     out = cuda.to_device(np.full(blocks * hierarchy_kernels.THREADS, np.nan, dtype=np.float32))
     if level == "shared":
         data = cuda.to_device(np.ones(hierarchy_kernels.SHARED_WORDS, dtype=np.float32))

@@ -48,12 +48,12 @@ from gpudl.checks import (
     check_bool,
     check_choice,
     check_equal,
-    check_float32_array,
     check_int,
 )
 from gpudl.kernels import attention_v1
-from gpudl.kernels.arrays import launch_into_poisoned, poisoned
+from gpudl.kernels.arrays import check_arrays, launch_into_poisoned, poisoned
 from gpudl.kernels.attention_v1 import NEG_INF, Launch, plain_launch
+from gpudl.kernels.grid import blocks_to_cover
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -211,7 +211,7 @@ def v2_fused(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
     """The fused kernel for this head size: one launch, one block per 16 query rows."""
     heads, s, d = q.shape
     scale = np.float32(1 / math.sqrt(d))
-    launch(fused_kernel(d, bool(causal)), (-(-s // TILE), heads), (TILE, TILE),
+    launch(fused_kernel(d, bool(causal)), (blocks_to_cover(s, TILE), heads), (TILE, TILE),
            q, k, v, o, lse, scale)
 
 
@@ -237,9 +237,7 @@ def check_host_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: object
 def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:
     check_choice("variant", variant, VARIANTS)
     check_bool("causal", causal)
-    on_device = False
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        on_device |= check_float32_array(name, x, 3)
+    on_device = check_arrays(q=(q, 3), k=(k, 3), v=(v, 3))
     if not q.shape == k.shape == v.shape:
         raise ValueError(f"q, k and v must have one shape (heads, s, d), got {q.shape}, "
                          f"{k.shape} and {v.shape}")

@@ -14,7 +14,6 @@ takes; both move each byte once, so both are bound by memory bandwidth.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ from gpudl.checks import (
     check_ints,
     check_real,
 )
-from gpudl.kernels.grid import grid_stride_blocks
+from gpudl.kernels.grid import blocks_to_cover, grid_stride_blocks
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -127,7 +126,7 @@ def v1_per_tensor(grads: Sequence[Array], bucket: Array, scale: float, to_bucket
     for grad, start in zip(grads, starts, strict=False):
         if grad.size == 0:
             continue
-        blocks = math.ceil(grad.size / THREADS_PER_BLOCK)
+        blocks = blocks_to_cover(grad.size, THREADS_PER_BLOCK)
         if to_bucket:
             _pack_one[blocks, THREADS_PER_BLOCK, stream](grad, bucket, start, np.float32(scale))
         else:
@@ -202,8 +201,7 @@ def v2_multi_tensor(grads: Sequence[Array], bucket: Array, scale: float, to_buck
         n = group_starts[-1] - group_starts[0]
         if n == 0:
             continue
-        blocks = grid_stride_blocks(n, THREADS_PER_BLOCK)
-        blocks = blocks if _MAX_BLOCKS is None else min(blocks, _MAX_BLOCKS)
+        blocks = grid_stride_blocks(n, THREADS_PER_BLOCK, maximum=_MAX_BLOCKS)
         if to_bucket:
             _pack_multi[blocks, THREADS_PER_BLOCK, stream](group, group_starts, bucket,
                                                            np.float32(scale))

@@ -43,7 +43,14 @@ import numpy as np
 from numba import cuda, float32
 
 from gpudl import registry
-from gpudl.checks import check_array, check_callable, check_choice, check_int, check_kernel_array
+from gpudl.checks import (
+    check_array,
+    check_callable,
+    check_choice,
+    check_host_or_device,
+    check_int,
+    check_kernel_array,
+)
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
 from gpudl.kernels.decode_tile import (
     COLUMNS,
@@ -256,14 +263,12 @@ VARIANTS: dict[str, Callable[..., None]] = registry.variants("decode")
 # ------------------------------------------------------------------------------------------
 
 
-def check_lengths(lengths: object, batch: int | None = None, max_len: int | None = None,
-                  on_device: bool = False) -> np.ndarray:
-    """``lengths`` as a host int32 array after checking it: an int32 array of shape
-    ``(batch,)`` (any batch if None) on the host or the device as the other inputs, each
-    from 1 to ``max_len`` (no upper bound if None)."""
-    if check_kernel_array("lengths", lengths, 1, np.int32) != on_device:
-        raise TypeError("inputs must be all host arrays or all device arrays, got a mix "
-                        "(lengths)")
+def check_lengths(lengths: object, batch: int | None = None,
+                  max_len: int | None = None) -> np.ndarray:
+    """``lengths`` as a host int32 array after checking it: an int32 array (on the host or
+    the device) of shape ``(batch,)`` (any batch if None), each from 1 to ``max_len`` (no
+    upper bound if None)."""
+    on_device = check_kernel_array("lengths", lengths, 1, np.int32)
     if batch is not None and lengths.shape != (batch,):
         raise ValueError(f"lengths must have shape (batch,) = ({batch},), got {lengths.shape}")
     host = lengths.copy_to_host() if on_device else lengths
@@ -293,11 +298,12 @@ def check_decode_inputs(q: Array, heads_of_cache: int, d_of_cache: int, batch_of
 
 def check_decode_arrays(q: object, k_cache: object, v_cache: object, lengths: object,
                         reference: bool = False) -> tuple[bool, np.ndarray]:
-    """The checks of decode attention's inputs: float32 C-contiguous arrays, all on the host
-    or all on the device (with ``reference``: real NumPy arrays of any precision), ``q``
-    ``(batch, heads, d)`` and caches ``(batch, kv_heads, max_len, d)`` of one shape
-    (:func:`check_decode_inputs`), int32 ``lengths`` from 1 to ``max_len``
-    (:func:`check_lengths`). Returns whether they are on the device, and the host lengths."""
+    """The checks of decode attention's inputs: float32 C-contiguous arrays (with
+    ``reference``: real NumPy arrays of any precision), ``q`` ``(batch, heads, d)`` and
+    caches ``(batch, kv_heads, max_len, d)`` of one shape (:func:`check_decode_inputs`),
+    int32 ``lengths`` from 1 to ``max_len`` (:func:`check_lengths`), all on the host or all
+    on the device (:func:`gpudl.checks.check_host_or_device`). Returns whether they are on
+    the device, and the host lengths."""
     if reference:
         for name, x, ndim in (("q", q, 3), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4)):
             check_array(name, x, ndim)
@@ -309,7 +315,9 @@ def check_decode_arrays(q: object, k_cache: object, v_cache: object, lengths: ob
                          f" d), got {k_cache.shape} and {v_cache.shape}")
     batch, kv_heads, max_len, d = k_cache.shape
     check_decode_inputs(q, kv_heads, d, batch)
-    return on_device, check_lengths(lengths, batch, max_len, on_device)
+    lengths_host = check_lengths(lengths, batch, max_len)
+    check_host_or_device({"q": q, "lengths": lengths})
+    return on_device, lengths_host
 
 
 def decode_attention(q: Array, k_cache: Array, v_cache: Array, lengths: Array,

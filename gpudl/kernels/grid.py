@@ -93,9 +93,13 @@ def _resident_blocks(threads_per_block: int) -> int:
     return dev.MULTIPROCESSOR_COUNT * per_sm
 
 
-def grid_stride_blocks(n: int, threads_per_block: int) -> int:
-    """One full wave of resident blocks on a GPU, 4 on the simulator; never more than needed."""
-    return min(resident_blocks(threads_per_block), blocks_to_cover(n, threads_per_block))
+def grid_stride_blocks(n: int, threads_per_block: int, maximum: int | None = None) -> int:
+    """One full wave of resident blocks on a GPU, 4 on the simulator; never more than needed,
+    nor more than ``maximum`` where it is given (a smaller grid on one backend)."""
+    most = resident_blocks(threads_per_block)
+    if maximum is not None:
+        most = min(most, check_int("maximum", maximum, 1))
+    return blocks_to_cover(n, threads_per_block, most)
 
 
 def check_threads_per_block(threads_per_block: int) -> None:

@@ -21,12 +21,18 @@ checked (the final index of every chase, the sums of every bandwidth kernel).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from gpudl import backend, registry
-from gpudl.checks import check_array, check_bool, check_equal, check_float32_array, check_int
-from gpudl.kernels.grid import check_threads_per_block
+from gpudl.checks import (
+    check_array,
+    check_bool,
+    check_equal,
+    check_float32_array,
+    check_int,
+    check_kernel_array,
+)
+from gpudl.kernels.grid import check_threads_per_block, resident_blocks
 
 # isort: split
 import numpy as np
@@ -48,7 +54,6 @@ __all__ = [
     "check_chase",
     "launch_chase",
     "pointer_chase",
-    "grid_blocks",
     "reference_read_sums",
     "launch_read",
     "read_sums",
@@ -182,12 +187,7 @@ def launch_chase(chain: Array, steps: int, pos: Array, shared: bool) -> None:
 def _check_chain(chain: object, shared: bool = False) -> None:
     if not isinstance(chain, np.ndarray):
         raise TypeError(f"chain must be a NumPy array from make_chain, got {type(chain).__name__}")
-    wanted = (np.int32,) if shared else (np.int32, np.int64)
-    if chain.dtype not in wanted or chain.ndim != 1:
-        raise TypeError(
-            f"chain must be a 1-D array of {' or '.join(np.dtype(t).name for t in wanted)}, "
-            f"got {chain.ndim}-D {chain.dtype}"
-        )
+    check_kernel_array("chain", chain, 1, np.int32 if shared else (np.int32, np.int64))
     if chain.size == 0:
         raise ValueError("chain must not be empty")
     if shared and chain.nbytes > MAX_SHARED_CHAIN_BYTES:
@@ -227,15 +227,6 @@ def pointer_chase(chain: np.ndarray, steps: int, shared: bool = False) -> int:
 # ------------------------------------------------------------------------------------------
 # Bandwidth: HBM and L2 (one kernel), shared memory
 # ------------------------------------------------------------------------------------------
-
-
-@functools.cache
-def grid_blocks() -> int:
-    """Eight blocks of 256 threads per SM: 2048 threads, as many as any SM holds (where an
-    SM holds fewer, the other blocks wait their turn); two blocks on the simulator."""
-    if backend.is_simulator():
-        return 2
-    return 8 * cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 # Many threads, each summing every T-th float of the array (T: the threads of the grid), so
@@ -297,11 +288,14 @@ def read_sums(
 ) -> Array:
     """Run the HBM/L2 read kernel on the float32 vector ``a``: one sum per thread.
 
-    ``blocks`` defaults to enough to fill the GPU (2 on the simulator). Host input gives a
+    ``blocks`` defaults to one full wave, as many as all SMs hold at once
+    (:func:`gpudl.kernels.grid.resident_blocks`; 4 on the simulator). Host input gives a
     host result, a device array a device array.
     """
-    blocks = grid_blocks() if blocks is None else blocks
-    _check_launch(reps=reps, blocks=blocks, threads_per_block=threads_per_block)
+    _check_launch(reps=reps, threads_per_block=threads_per_block)
+    if blocks is None:
+        blocks = resident_blocks(threads_per_block)
+    check_int("blocks", blocks, 1)
     on_device = _check_vector("a", a)
     a_dev = a if on_device else cuda.to_device(a)
     out = cuda.to_device(np.full(blocks * threads_per_block, np.nan, dtype=np.float32))
@@ -367,7 +361,7 @@ def shared_sums(src: Array, iters: int, blocks: int | None = None) -> Array:
     """Run the shared-memory read kernel on ``src`` (:data:`SHARED_WORDS` float32 values,
     copied into every block's shared array): one sum per thread, 256 threads per block (32
     on the simulator)."""
-    blocks = grid_blocks() if blocks is None else blocks
+    blocks = resident_blocks(THREADS) if blocks is None else blocks
     _check_launch(iters=iters, blocks=blocks)
     on_device = _check_vector("src", src)
     check_equal("src.size", src.size, "SHARED_WORDS", SHARED_WORDS)

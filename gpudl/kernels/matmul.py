@@ -27,7 +27,6 @@ An empty output (M or N = 0) is returned without a launch, and K = 0 gives zeros
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from numba import cuda, float32, uint32
 from gpudl import registry
 from gpudl.checks import check_array, check_choice, check_equal, check_int
 from gpudl.kernels.arrays import EPS32, check_arrays, launch_into_poisoned, zeros
+from gpudl.kernels.grid import blocks_to_cover
 from gpudl.launches import check_launch
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -287,10 +287,11 @@ def launch_config(variant: str, m: int, n: int) -> tuple[tuple[int, int], tuple[
     check_int("m", m, 1)
     check_int("n", n, 1)
     if variant == "v1_naive":
-        grid, block = (math.ceil(m / NAIVE_X), math.ceil(n / NAIVE_Y)), (NAIVE_X, NAIVE_Y)
+        grid = (blocks_to_cover(m, NAIVE_X), blocks_to_cover(n, NAIVE_Y))
+        block = (NAIVE_X, NAIVE_Y)
     else:
         rows, cols, block = _BLOCKS[variant]
-        grid = (math.ceil(n / cols), math.ceil(m / rows))
+        grid = (blocks_to_cover(n, cols), blocks_to_cover(m, rows))
     check_launch(f"{__name__}.{variant}", grid, block)
     return grid, block
 

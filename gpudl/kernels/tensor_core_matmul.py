@@ -48,6 +48,7 @@ from gpudl.checks import (
     is_device_array,
 )
 from gpudl.kernels.arrays import EPS32, check_arrays, launch_into_poisoned, zeros
+from gpudl.kernels.grid import blocks_to_cover, tiles_to_cover
 from gpudl.kernels.mma import ERROR_ULPS, bf16_round, check_tensor_cores, mma_bf16
 from gpudl.kernels.mma import K as MMA_K
 from gpudl.kernels.mma import M as MMA_M
@@ -124,7 +125,7 @@ def packed(x: Array, transpose: bool = False) -> Array:
     rows, k = (x.shape[1], x.shape[0]) if transpose else x.shape
     words = cuda.device_array((rows, -(-k // MMA_K) * WORDS), np.uint32)
     if words.size:
-        grid = (-(-words.shape[1] // 16), -(-rows // 16))
+        grid = tiles_to_cover(words.shape, 16)
         pack_bf16[grid, (16, 16)](x.view(np.uint32), words, transpose)
     return words
 
@@ -238,9 +239,9 @@ def launch_config(variant: str, m: int, n: int) -> tuple[tuple[int, int], int]:
     check_int("m", m, 1)
     check_int("n", n, 1)
     if variant == "v1_warp_tiles":
-        grid = (-(-n // (WARPS * MMA_N)), -(-m // MMA_M))
+        grid = (blocks_to_cover(n, WARPS * MMA_N), blocks_to_cover(m, MMA_M))
     else:
-        grid = (-(-n // BN), -(-m // BM))
+        grid = (blocks_to_cover(n, BN), blocks_to_cover(m, BM))
     check_launch(f"{__name__}.{variant}", grid, THREADS)
     return grid, THREADS
 

@@ -42,9 +42,12 @@ from gpudl.optim.tensors import (
     run_closure,
 )
 
-__all__ = ["Adam", "AdamW"]
+__all__ = ["LOW_PRECISION_VARIANTS", "Adam", "AdamW"]
 
 _GRAD = operator.attrgetter("grad")
+#: The variants that take 16-bit parameters (:data:`~gpudl.optim.tensors.LOW_PRECISION`),
+#: keeping float32 master weights in their state.
+LOW_PRECISION_VARIANTS = ("v2_fused", "v4_multi_tensor")
 
 
 class Adam(torch.optim.Optimizer):
@@ -122,10 +125,9 @@ class Adam(torch.optim.Optimizer):
     def _check_group(self, group: dict, dtypes: tuple[torch.dtype, ...]) -> None:
         check_choice("variant", group["variant"], optim_kernels.VARIANTS)
         low = [d for d in dtypes if d in LOW_PRECISION]
-        if low and group["variant"] not in ("v2_fused", "v4_multi_tensor"):
-            raise ValueError(f"{sorted(map(str, low))} parameters need variant 'v2_fused' or "
-                             f"'v4_multi_tensor' (float32 master weights), got "
-                             f"{group['variant']!r}")
+        if low:
+            check_choice(f"the variant of {sorted(map(str, low))} parameters (updated through "
+                         "float32 master weights)", group["variant"], LOW_PRECISION_VARIANTS)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:

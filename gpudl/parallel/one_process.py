@@ -57,6 +57,7 @@ __all__ = [
     "compare_under_torchrun",
     "encoder_sgd_run",
     "flat_parameters",
+    "gradient_difference",
     "local_bytes",
     "make_batch",
     "make_mlp",
@@ -240,12 +241,19 @@ def sgd_on_slice(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
     return sgd_steps(model, x, y, steps, lr, whole_batch_loss, whole)
 
 
+def gradient_difference(run: dict, reference: dict) -> float:
+    """The largest difference between the gradients of two runs (dicts with ``grads``, one
+    dict of parameter name -> gradient per step, as :func:`sgd_steps` returns), over every
+    step and parameter of ``reference`` (NaN if any differs by NaN)."""
+    return largest(largest_difference(run["grads"][s][k], g)
+                   for s, step in enumerate(reference["grads"]) for k, g in step.items())
+
+
 def _gradient_error(rank: int, world_size: int, worker: Callable[..., dict],
                     args: tuple) -> float:
     reference = encoder_sgd_run(MESH_CONFIG, 8, 2, 0.05)
     run = worker(rank, world_size, *args, MESH_CONFIG, 8, 2, 0.05, torch.float32)
-    return largest(largest_difference(run["grads"][s][k], g)
-                   for s, step in enumerate(reference["grads"]) for k, g in step.items())
+    return gradient_difference(run, reference)
 
 
 def compare_under_torchrun(argv: list[str] | None, prog: str, description: str, label: str,

@@ -24,6 +24,7 @@ from gpudl.checks import (
 )
 from gpudl.estimate import ridge_point
 from gpudl.estimate import roofline as attainable
+from gpudl.kernels.grid import blocks_to_cover
 from gpudl.plots.style import finish
 
 __all__ = ["roofline_precisions", "online_softmax_tiles", "mma_fragments", "attention_bytes"]
@@ -69,7 +70,7 @@ def online_softmax_tiles(s: int, tile: int, causal: bool) -> Figure:
     check_int("s", s, 1)
     check_int("tile", tile, 1)
     check_bool("causal", causal)
-    blocks = -(-s // tile)
+    blocks = blocks_to_cover(s, tile)
     grid = np.array([[1.0 if (not causal or j <= i) else 0.0 for j in range(blocks)]
                      for i in range(blocks)])
     fig, ax = plt.subplots(figsize=(4.8, 4.4))

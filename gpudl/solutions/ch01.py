@@ -13,6 +13,7 @@ from numba import cuda
 
 from gpudl import registry
 from gpudl.hardware import Occupancy, occupancy
+from gpudl.kernels.grid import blocks_to_cover
 
 
 @registry.kernel("ch01_fma_grid_stride",
@@ -35,7 +36,7 @@ def fused_multiply_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarra
     out = np.full_like(a, np.nan)  # poisoned: an element the kernel skips stays NaN
     if a.size:
         threads = 128
-        blocks = min(backend.pick(gpu=1024, sim=4), -(-a.size // threads))
+        blocks = blocks_to_cover(a.size, threads, maximum=backend.pick(gpu=1024, sim=4))
         fma_grid_stride[blocks, threads](a, b, c, out)
     return out
 

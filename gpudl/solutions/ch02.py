@@ -16,6 +16,7 @@ from gpudl import registry
 from gpudl.checks import check_float32_array, check_int
 from gpudl.estimate import ridge_point, roofline
 from gpudl.hardware import SPECS
+from gpudl.kernels.grid import blocks_to_cover
 from gpudl.trace import trace
 
 WARP = backend.WARP_SIZE
@@ -59,7 +60,7 @@ def warp_sums(x: np.ndarray, every_lane: bool = False) -> np.ndarray:
     warps = -(-x.size // WARP)
     lane_totals = np.full(warps * WARP, np.nan, dtype=np.float32)  # poisoned
     if warps:
-        blocks = -(-lane_totals.size // THREADS_PER_BLOCK)
+        blocks = blocks_to_cover(lane_totals.size, THREADS_PER_BLOCK)
         _warp_sums_kernel[blocks, THREADS_PER_BLOCK](x, lane_totals)
     per_lane = lane_totals.reshape(warps, WARP)
     return per_lane if every_lane else per_lane[:, 0].copy()

@@ -32,6 +32,7 @@ from gpudl.hardware import spec
 from gpudl.kernels import attention as attention_kernels
 from gpudl.kernels import attention_error
 from gpudl.kernels.arrays import EPS32, poisoned
+from gpudl.kernels.grid import blocks_to_cover
 
 TILE = attention_kernels.TILE
 
@@ -193,10 +194,11 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarra
         )
     arrays = [cuda.to_device(x) for x in (q, k, v, do, lse)]
     delta = poisoned((heads, s))
-    _row_dots[(-(-s // 32), heads), 32](cuda.to_device(o), arrays[3], delta)
+    _row_dots[(blocks_to_cover(s, 32), heads), 32](cuda.to_device(o), arrays[3], delta)
     dq, dk, dv = (poisoned(q.shape) for _ in range(3))
     dq_kernel, dkdv_kernel = backward_kernels(d, bool(causal))
-    grid, block, scale = (-(-s // TILE), heads), (TILE, TILE), np.float32(1 / math.sqrt(d))
+    grid, block = (blocks_to_cover(s, TILE), heads), (TILE, TILE)
+    scale = np.float32(1 / math.sqrt(d))
     dq_kernel[grid, block](*arrays, delta, dq, scale)
     dkdv_kernel[grid, block](*arrays, delta, dk, dv, scale)
     return dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host()

@@ -23,14 +23,12 @@ from gpudl.checks import (
     check_instance,
     check_int,
     check_positive,
-    largest,
-    largest_difference,
 )
 from gpudl.interop import tensor_device
 from gpudl.models.encoder import DTYPES, EncoderConfig, encoder_batch, make_encoder
 from gpudl.parallel.degrees import ParallelDegrees
 from gpudl.parallel.encoder_plan import DTENSOR_PLAN, check_dtensor_plan
-from gpudl.parallel.one_process import encoder_sgd_run, whole
+from gpudl.parallel.one_process import encoder_sgd_run, gradient_difference, whole
 from gpudl.parallel.spawn import device_and_sync, rank0_print, run_under_torchrun, spawn
 from gpudl.parallel.tensor.comms import count_all_reduces
 from gpudl.parallel.tensor.layers import full_gradients, parallelize_block
@@ -169,8 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     results = run_under_torchrun(tensor_parallel_worker, runs)
     reference = encoder_sgd_run(TENSOR_CONFIG, 2, 2, 0.05)
     for run, got in zip(runs, results, strict=True):
-        error = largest(largest_difference(got["grads"][s][k], g)
-                        for s, step in enumerate(reference["grads"]) for k, g in step.items())
+        error = gradient_difference(got, reference)
         counts = got["all_reduces"][0]
         rank0_print(f"{run.engine}: largest gradient difference from one process "
                     f"{error:.2e}; all-reduces per step: {counts['forward']} forward, "
