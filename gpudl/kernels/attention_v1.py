@@ -24,6 +24,7 @@ from numba import cuda, float32
 
 from gpudl import registry
 from gpudl.kernels.arrays import poisoned
+from gpudl.kernels.grid import blocks_to_cover
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -147,8 +148,8 @@ def v1_three_kernels(q: Array, k: Array, v: Array, o: Array, lse: Array, causal:
     arrays: ``workspace`` if given (a benchmark allocates them once), else new ones."""
     heads, s, d = q.shape
     scores, probs = workspace or (poisoned((heads, s, s)), poisoned((heads, s, s)))
-    tiles = -(-s // TILE)
+    tiles = blocks_to_cover(s, TILE)
     scale = np.float32(1 / math.sqrt(d))
     launch(v1_scores, (tiles, tiles, heads), (TILE, TILE), q, k, scores, scale, causal)
     launch(v1_softmax, (s, heads), WARP, scores, probs, lse)
-    launch(v1_pv, (-(-d // TILE), tiles, heads), (TILE, TILE), probs, v, o, causal)
+    launch(v1_pv, (blocks_to_cover(d, TILE), tiles, heads), (TILE, TILE), probs, v, o, causal)

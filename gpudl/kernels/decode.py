@@ -61,6 +61,7 @@ from gpudl.kernels.decode_tile import (
     load_query,
     store_row,
 )
+from gpudl.kernels.grid import blocks_to_cover
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -230,7 +231,7 @@ def launch_v2_split_kv(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
     ``(part_m, part_l, part_acc)`` if given (a benchmark or a CUDA graph allocates them
     once), else into new poisoned arrays."""
     batch, heads, d = q.shape
-    splits = -(-k_cache.shape[2] // check_int("split_size", split_size, 1))
+    splits = blocks_to_cover(k_cache.shape[2], check_int("split_size", split_size, 1))
     shapes = ((batch, heads, splits),) * 2 + ((batch, heads, splits, d),)
     if workspace is not None:
         _check_workspace(workspace, shapes)

@@ -30,6 +30,7 @@ from gpudl import registry
 from gpudl.checks import check_array, check_choice, check_float32_array, check_int, check_ints
 from gpudl.kernels.arrays import launch_into_poisoned
 from gpudl.kernels.elementwise import VECTORS, K
+from gpudl.kernels.grid import blocks_to_cover
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -176,20 +177,16 @@ def copy_offset_kernel(x, out, offset):
         out[i] = x[i + offset]
 
 
-def _blocks(n: int) -> int:
-    return math.ceil(n / THREADS_PER_BLOCK)
-
-
 @registry.variant("copy", "v1_naive", bytes_per_element=8)
 def launch_copy_v1_naive(x: Array, out: Array) -> None:
     """Launch ``copy_v1_naive`` on device arrays, one thread per element of ``out``."""
-    copy_v1_naive[_blocks(out.size), THREADS_PER_BLOCK](x, out)
+    copy_v1_naive[blocks_to_cover(out.size, THREADS_PER_BLOCK), THREADS_PER_BLOCK](x, out)
 
 
 @registry.variant("copy", "v2_k_loads", bytes_per_element=8)
 def launch_copy_v2_k_loads(x: Array, out: Array) -> None:
     """Launch ``copy_v2_k_loads``: one block per ``K * THREADS_PER_BLOCK`` elements."""
-    copy_v2_k_loads[math.ceil(out.size / (K * THREADS_PER_BLOCK)), THREADS_PER_BLOCK](x, out)
+    copy_v2_k_loads[blocks_to_cover(out.size, K * THREADS_PER_BLOCK), THREADS_PER_BLOCK](x, out)
 
 
 @registry.variant("copy", "v3_vector4", bytes_per_element=8)
@@ -197,7 +194,7 @@ def launch_copy_v3_vector4(x: Array, out: Array) -> None:
     """Launch ``copy_v3_vector4`` on arrays that start on 16-byte boundaries."""
     check_aligned("x", x)
     check_aligned("out", out)
-    blocks = max(1, math.ceil(out.size // WIDTH / (VECTORS * THREADS_PER_BLOCK)))
+    blocks = max(1, blocks_to_cover(out.size // WIDTH, VECTORS * THREADS_PER_BLOCK))
     copy_v3_vector4[blocks, THREADS_PER_BLOCK](x, out)
 
 
@@ -212,7 +209,8 @@ def launch_copy_strided(x: Array, out: Array, stride: int) -> None:
     if out.size and (out.size - 1) * stride >= x.size:
         raise ValueError(f"stride {stride} reads past the end of x: out has {out.size} "
                          f"elements, x {x.size}")
-    copy_strided_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, stride)
+    blocks = blocks_to_cover(out.size, THREADS_PER_BLOCK)
+    copy_strided_kernel[blocks, THREADS_PER_BLOCK](x, out, stride)
 
 
 def launch_copy_offset(x: Array, out: Array, offset: int) -> None:
@@ -222,7 +220,8 @@ def launch_copy_offset(x: Array, out: Array, offset: int) -> None:
     if offset + out.size > x.size:
         raise ValueError(f"offset {offset} reads past the end of x: out has {out.size} "
                          f"elements, x {x.size}")
-    copy_offset_kernel[_blocks(out.size), THREADS_PER_BLOCK](x, out, offset)
+    blocks = blocks_to_cover(out.size, THREADS_PER_BLOCK)
+    copy_offset_kernel[blocks, THREADS_PER_BLOCK](x, out, offset)
 
 
 def copy(x: Array, variant: str = "v1_naive") -> Array:

@@ -45,6 +45,7 @@ from gpudl.kernels.decode_tile import (
     online_softmax_step,
     store_row,
 )
+from gpudl.kernels.grid import blocks_to_cover
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -169,7 +170,7 @@ class PagedKVCache:
                              f"(tokens, {expected[0]}, {expected[1]}), got {k.shape}")
         slots = np.array(self.allocator.reserve(seq_id, k.shape[0]), np.int32)
         threads = _SCATTER_THREADS
-        v1_scatter_tokens[-(-k.size // threads), threads](
+        v1_scatter_tokens[blocks_to_cover(k.size, threads), threads](
             to_device(k), to_device(v), cuda.to_device(slots), self.k_blocks, self.v_blocks)
 
     def free(self, seq_id: int) -> None:
