@@ -163,7 +163,7 @@ def factory(name: str, builds: Sequence[tuple[tuple, str]], *, section: str | No
     return register
 
 
-#: The key of a variant: its version number and what it changes (``v2_grid_stride``).
+#: The key of a variant, its version number and what it changes (``v2_grid_stride``).
 VARIANT_KEY = re.compile(r"v[1-9][0-9]*_[a-z0-9]+(?:_[a-z0-9]+)*")
 
 

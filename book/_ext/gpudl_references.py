@@ -6,7 +6,7 @@ broken references. ``gpudl_sphinx`` connects both to Sphinx's ``missing-referenc
 """
 
 EXTERNAL_TARGET_PREFIXES = (
-    "numpy", "np.", "torch", "numba", "matplotlib", "pathlib", "concurrent", "collections.abc",
+    "numpy", "np.", "torch", "numba", "matplotlib", "pathlib", "concurrent", "collections.",
     "argparse"
 )
 

@@ -29,7 +29,7 @@ __all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
 
 #: The row every streaming kernel's bandwidth is compared with, a torch device-to-device copy.
 REFERENCE = "torch copy"
-#: The rows' groups: the kernels against the copy, SAXPY on the CPU and the GPU, divergence.
+#: The rows' groups (the kernels against the copy, SAXPY on the CPU and the GPU, divergence).
 GROUPS = ("bandwidth", "cpu_vs_gpu", "divergence")
 _VECTOR_ADD = registry.variant_records("vector_add")
 _SAXPY = registry.variant_records("saxpy")

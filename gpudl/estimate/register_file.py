@@ -5,7 +5,7 @@ Book section: Chapter 2, "Latency and bandwidth per level".
 No kernel can time the register file on its own (every instruction reads it), so the book
 derives the bandwidth an FMA stream implies from the SM count, the FP32 cores per SM and the
 SM clock. :mod:`gpudl.bench.hierarchy` sets it beside the measured levels, and
-:func:`gpudl.plots.ch02.memory_levels` draws it for the GPUs of the table.
+:func:`gpudl.plots.memory_levels` draws it for the GPUs of the table.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Book section: *Chapter 8*, "v1: three kernels and the scores in memory".
 
 For each head ``z`` of float32 ``q``, ``k``, ``v`` of shape ``(heads, s, d)``,
-:func:`v1_three_kernels` computes ``S = q k^T / sqrt(d)`` into device memory
-(:func:`v1_scores`), a row softmax from ``S`` into ``P`` with each row's log-sum-exp
-(:func:`v1_softmax`), then ``o = P v`` (:func:`v1_pv`): two ``s x s`` matrices per head
+``v1_three_kernels`` computes ``S = q k^T / sqrt(d)`` into device memory
+(``v1_scores``), a row softmax from ``S`` into ``P`` with each row's log-sum-exp
+(``v1_softmax``), then ``o = P v`` (``v1_pv``): two ``s x s`` matrices per head
 written and read back. :mod:`gpudl.kernels.attention` holds the reference, the fused
 variant that writes neither, the entry point and the bytes each variant moves.
 """

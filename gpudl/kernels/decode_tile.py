@@ -4,9 +4,9 @@ Book section: Chapter 9, "Decode attention, one block per head".
 
 A block is one warp; lane ``t`` holds the query's and the output's head dimensions ``t``,
 ``t + 32``, ``t + 64`` and ``t + 96`` (``COLUMNS`` of them). For each tile of ``TILE`` (32)
-keys the block computes the scores (:func:`contiguous_scores`), takes Chapter 8's online
-softmax step (:func:`online_softmax_step`) and adds the weighted values
-(:func:`contiguous_values`); :func:`attend_keys` runs the three over a range of keys.
+keys the block computes the scores (``contiguous_scores``), takes Chapter 8's online
+softmax step (``online_softmax_step``) and adds the weighted values
+(``contiguous_values``); ``attend_keys`` runs the three over a range of keys.
 :mod:`gpudl.kernels.decode`'s variants and :mod:`gpudl.kernels.paged`'s paged kernel are
 built from them (the paged one reads its keys and values through a block table instead).
 """

@@ -15,8 +15,11 @@ from matplotlib.text import Text
 __all__ = ["LABEL_PT", "MAX_WIDTH_IN", "MIN_FONT_PT", "TICK_PT", "TITLE_PT", "check_rows",
            "finish", "font_sizes"]
 
+#: The smallest text any figure holds, in points.
 MIN_FONT_PT = 10.0
+#: The widest figure, in inches (shown at nearly full size at a window of 1280 px).
 MAX_WIDTH_IN = 7.5
+#: The house sizes of tick labels, axis labels and titles, in points.
 TICK_PT, LABEL_PT, TITLE_PT = 10.5, 11.0, 12.0
 
 

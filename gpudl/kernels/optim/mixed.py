@@ -23,9 +23,9 @@ from gpudl.kernels.optim.traffic import THREADS, launch
 __all__ = ["LOW_FORMATS", "adam_mixed", "adam_step_mixed", "bf16_to_f32", "f32_to_bf16",
            "launch_mixed"]
 
-#: The formats of low-precision parameters and gradients: float16, or bfloat16 seen through
-#: its bit pattern as int16 (NumPy has no bfloat16; ``tensor.view(torch.int16)``), names of
-#: :data:`gpudl.checks.FLOAT_DTYPES`.
+#: The formats of low-precision parameters and gradients, float16 or bfloat16 (held as its
+#: int16 bits, since NumPy has no bfloat16, as ``tensor.view(torch.int16)`` gives them), names
+#: of :data:`gpudl.checks.FLOAT_DTYPES`.
 LOW_FORMATS = ("float16", "bfloat16")
 
 

@@ -165,7 +165,7 @@ def fsdp_worker(rank: int, world_size: int, config: EncoderConfig, batch: int, s
                 lr: float, dtype: torch.dtype) -> dict:
     """``steps`` SGD steps of the encoder with FSDP2 on every block and the root, rank
     ``r`` on samples ``[r b/N, (r + 1) b/N)``. Returns ``losses`` and ``grads`` (as
-    :func:`encoder_sgd_run`), ``param_bytes`` (this rank's
+    :func:`gpudl.parallel.one_process.encoder_sgd_run`), ``param_bytes`` (this rank's
     shards) and ``full_param_bytes`` (the whole model)."""
     check_encoder_run(config, batch, steps, lr, dtype)
     degrees = ParallelDegrees(data=world_size, sharding=world_size)
