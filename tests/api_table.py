@@ -81,6 +81,15 @@ def kernel(*keys: str) -> None:
                   "launch configuration")
 
 
+def variants(family: str, *more: str) -> Any:
+    """The choice of a ``variant`` argument: ``more``, then the keys gpudl.registry declares for
+    ``family``."""
+    from gpudl import registry
+
+    registry.load_all()
+    return choice(*more, *registry.variants(family))
+
+
 def method(cls_key: str, make: Any, name: str) -> Any:
     """A ``call`` for the method ``name`` of the instance ``make()``."""
     return lambda kw: getattr(make(), name)(**kw)
@@ -379,7 +388,8 @@ none(f"{_ARRAYS}.returned", PLUMBING)
 none(f"{_ARRAYS}.launch_into_poisoned", PLUMBING)
 none(f"{_ARRAYS}.launch_in_place", PLUMBING)
 add(f"{_ARRAYS}.from_float32", lambda: dict(x=f32(4), dtype="float16"), x=_V1, dtype=_FORMAT)
-add(f"{_ARRAYS}.rounding_bound", lambda: dict(exact=np.ones(3), dtype="float16"), dtype=_FORMAT)
+add(f"{_ARRAYS}.rounding_bound", lambda: dict(exact=np.ones(3), dtype="float16"), dtype=_FORMAT,
+    exact=Kind("a float array", ("1", [1.0], np.ones(3, np.int64)), ()))
 add(f"{_ARRAYS}.to_float64", lambda: dict(x=f32(4), dtype="float32"), x=_V1, dtype=_FORMAT)
 add(f"{_ARRAYS}.check_arrays", lambda: dict(x=(f32(4), 1)),
     x=Kind("an (array, rank) pair", ((f32(4).astype(np.float64), 1), (None, 1)),
@@ -389,12 +399,12 @@ _E1 = f"{_K}.elementwise"
 add(f"{_E1}.reference_vector_add", lambda: dict(a=f32(5), b=f32(5)),
     a=real_array(1).more((), (f32(6),)), b=real_array(1))
 add(f"{_E1}.vector_add", lambda: dict(a=f32(5), b=f32(5)), a=_V1.more((), (f32(6),)), b=_V1,
-    variant=choice("v1_naive", "v2_grid_stride", "v3_k_loads", "v4_vector4"),
+    variant=variants("vector_add"),
     threads_per_block=_TPB)
 add(f"{_E1}.reference_saxpy", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
     x=real_array(1).more((), (f32(6),)), y=real_array(1))
 add(f"{_E1}.saxpy", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
-    x=_V1.more((), (f32(6),)), y=_V1, variant=choice("v1_naive", "v2_k_loads"),
+    x=_V1.more((), (f32(6),)), y=_V1, variant=variants("saxpy"),
     threads_per_block=_TPB)
 for _name in ("saxpy_numpy", "saxpy_numba_cpu"):
     add(f"{_E1}.{_name}", lambda: dict(alpha=2.0, x=f32(5), y=f32(5)), alpha=FINITE,
@@ -406,7 +416,7 @@ add(f"{_M}.reference_copy_strided", lambda: dict(x=f32(5), stride=2), x=real_arr
 add(f"{_M}.reference_copy_offset", lambda: dict(x=f32(5), offset=2), x=real_array(1),
     offset=integer(0, 4))
 add(f"{_M}.copy", lambda: dict(x=f32(5)), x=_V1,
-    variant=choice("v1_naive", "v2_k_loads", "v3_vector4"))
+    variant=variants("copy"))
 add(f"{_M}.copy_strided", lambda: dict(x=f32(5), stride=2), x=_V1, stride=COUNT)
 add(f"{_M}.copy_offset", lambda: dict(x=f32(5), offset=2), x=_V1, offset=integer(0, 4))
 add(f"{_M}.launch_copy_strided",
@@ -421,13 +431,12 @@ add(f"{_M}.coalescing_report", dict, strides=ints(1, 0), offsets=ints(0, 0))
 _T = f"{_K}.transpose"
 add(f"{_T}.reference_transpose", lambda: dict(x=f32(3, 5)), x=real_array(2))
 add(f"{_T}.transpose", lambda: dict(x=f32(3, 5)), x=float32(2),
-    variant=choice("v1_naive", "v2_shared", "v3_padded", "v4_padded_loads_first"))
+    variant=variants("transpose"))
 add(f"{_T}.transpose_grid", lambda: dict(shape=(3, 5)),
     shape=Kind("a 2-D shape", (None, 3, (3, 1.5), "3,5", (3,)), ((0, 5), (3, -1))))
 add(f"{_T}.transpose_report", dict, side=integer(1, 256))
 _R = f"{_K}.reduction"
-_RVARIANT = choice("v1_atomic", "v2_interleaved", "v3_sequential", "v4_first_add_grid_stride",
-                   "v5_warp_shuffle", "v6_one_pass_atomic", "v7_last_block")
+_RVARIANT = variants("reduce")
 add(f"{_R}.reference_sum", lambda: dict(x=f32(5)), x=float32(1))
 add(f"{_R}.reduce_sum", lambda: dict(x=f32(5)), x=_V1, variant=_RVARIANT)
 add(f"{_R}.check_variant", lambda: dict(variant="v1_atomic"), variant=_RVARIANT)
@@ -441,7 +450,7 @@ add(f"{_K}.reduction_error.error_bound", lambda: dict(x=f32(5), variant="v1_atom
     x=float32(1), variant=_RVARIANT)
 
 _MM = f"{_K}.matmul"
-_MVARIANT = choice("v1_naive", "v2_coalesced", "v3_tiled", "v4_register_1d", "v5_register_2d")
+_MVARIANT = variants("matmul")
 _A2 = float32(2, (3, 4)).more((), (f32(3, 5),))
 add(f"{_MM}.reference", lambda: dict(a=f32(3, 4), b=f32(4, 2)),
     a=real_array(2, (3, 4)).more((), (f32(3, 5),)), b=real_array(2, (4, 2)))
@@ -513,10 +522,10 @@ add(f"{_B}.reference_unpack", lambda: dict(bucket=f32(5), sizes=[3, 2]),
     bucket=real_array(1, (5,)).more((), (f32(6),)), sizes=ints(0).more((), ([3, -1],)))
 add(f"{_B}.pack", lambda: dict(grads=[f32(3), f32(2)], bucket=f32(5), scale=0.5),
     grads=_GRADS, bucket=float32(1, (5,)).more((), (f32(6),)), scale=FINITE,
-    variant=choice("v1_per_tensor", "v2_multi_tensor"))
+    variant=variants("buckets"))
 add(f"{_B}.unpack", lambda: dict(grads=[f32(3), f32(2)], bucket=f32(5)), grads=_GRADS,
     bucket=float32(1, (5,)).more((), (f32(6),)),
-    variant=choice("v1_per_tensor", "v2_multi_tensor"))
+    variant=variants("buckets"))
 for _name in ("v1_per_tensor", "v2_multi_tensor"):
     none(f"{_B}.{_name}", "a launcher on arrays its entry points (pack, unpack) checked")
 
@@ -569,7 +578,7 @@ for _name in ("launch_read", "launch_shared_read"):
 
 _AT = f"{_K}.attention"
 _Q = float32(3, (1, 5, 4)).more((), (f32(1, 5, 129), f32(1, 5, 0)))
-_AVARIANT = choice("v1_three_kernels", "v2_fused")
+_AVARIANT = variants("attention")
 _Q64 = real_array(3, (1, 5, 4))
 add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
     q=_Q64.more((), (f32(1, 5, 5), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL)
@@ -623,7 +632,7 @@ none(f"{_MMA}.mma_bf16", "the instruction, called inside kernels (bound per back
 none(f"{_MMA}.check_tensor_cores", NO_ARGUMENT)
 
 _TC = f"{_K}.tensor_core_matmul"
-_TVARIANT = choice("v1_warp_tiles", "v2_shared_tiles")
+_TVARIANT = variants("tensor_core")
 add(f"{_TC}.reference", lambda: dict(a=f32(3, 4), b=f32(4, 2)),
     a=real_array(2, (3, 4)).more((), (f32(3, 5),)), b=real_array(2, (4, 2)))
 add(f"{_TC}.error_bound", lambda: dict(a=f32(3, 4), b=f32(4, 2)),
@@ -670,7 +679,7 @@ add(f"{_O}.reference.sgd_error_bound",
 _F4 = float32(1, (4,)).more((), (f32(5),))
 add(f"{_O}.adam.adam_step", lambda: dict(p=f32(4), g=f32(4), m=f32(4), v=f32(4), step=1),
     p=float32(1, (4,)), g=_F4, m=_F4, v=_F4, step=COUNT, decoupled=BOOL, maximize=BOOL,
-    variant=choice("v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor"), **_ADAM)
+    variant=variants("adam"), **_ADAM)
 add(f"{_O}.sgd.sgd_step", lambda: dict(p=f32(4), g=f32(4), buf=f32(4), first=True,
                                         momentum=0.9),
     p=float32(1, (4,)), g=_F4, buf=_F4.without(None).more((), (None,)), first=BOOL, lr=real(0),
@@ -809,7 +818,7 @@ add(f"{_OPT}.sgd.SGD", lambda: dict(params=[_param(3)], lr=0.1, momentum=0.9),
     maximize=BOOL, foreach=_SWITCH, fused=_SWITCH, differentiable=_SWITCH)
 _ADAM_OPTIONS = dict(lr=_TORCH_LR, betas=_BETAS, eps=real(0), weight_decay=real(0),
                      maximize=BOOL,
-                     variant=choice("v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor"),
+                     variant=variants("adam"),
                      foreach=_SWITCH, fused=_SWITCH, capturable=_SWITCH,
                      differentiable=_SWITCH, amsgrad=Kind("amsgrad", (), (True,)))
 add(f"{_OPT}.adam.Adam", lambda: dict(params=[_param(3)]), decoupled_weight_decay=BOOL,
@@ -869,7 +878,7 @@ def _flat(n: int = 2) -> Any:
                                        resolve("gpudl.interop.KernelArrays")())
 
 
-none(f"{_FLAT}.FlatGroup", "the flat buffers flatten makes (variant multi_tensor)")
+none(f"{_FLAT}.FlatGroup", "the flat buffers flatten makes (variant v4_multi_tensor)")
 none(f"{_FLAT}.FlatGroup.in_place", NO_ARGUMENT)
 add(f"{_FLAT}.FlatGroup.arrays_for", lambda: dict(first=0, end=2),
     method("FlatGroup", _flat, "arrays_for"), first=integer(0, 1), end=integer(1, 2))
@@ -1070,7 +1079,7 @@ add(f"{_DATA}.buckets.GradientBuckets",
     params=Kind("parameters", (None, torch.ones(2), [torch.ones(2, dtype=torch.int64)]),
                 ([],)),
     bucket_cap_mb=POSITIVE.allowing_none(), world_size=COUNT,
-    variant=choice("views", "v1_per_tensor", "v2_multi_tensor"))
+    variant=variants("buckets", "views"))
 for _name in ("zero_grad", "arm", "wait"):
     none(f"{_DATA}.buckets.GradientBuckets.{_name}", NO_ARGUMENT)
 add(f"{_DATA}.comms.ring_chunks", lambda: dict(numel=10, world_size=3), numel=SIZE,
@@ -1094,7 +1103,7 @@ def _setup(**kw: Any) -> Any:
 add(f"{_DATA}.sampling.Setup", dict, n_samples=COUNT, global_batch=COUNT, epochs=COUNT,
     dims=_DIMS, lr=POSITIVE, momentum=NONNEGATIVE, seed=SIZE, shuffle=BOOL, drop_last=BOOL,
     accumulation=COUNT, bucket_cap_mb=POSITIVE.allowing_none(),
-    variant=choice("views", "v1_per_tensor", "v2_multi_tensor"),
+    variant=variants("buckets", "views"),
     start=choice("broadcast", "verify"), rank_seed_step=SIZE)
 add(f"{_DATA}.sampling.check_plan", lambda: dict(setup=_setup(), world_size=2),
     setup=_SETUP, **_DP, world_size=COUNT.more((), (3, 97)))
@@ -1667,7 +1676,7 @@ _DECODE64 = dict(q=real_array(3, (2, 2, 3)).more((), _DQ_WRONG),
                  k_cache=real_array(4, (2, 2, 6, 3)),
                  v_cache=real_array(4, (2, 2, 6, 3)).more((), (f32(2, 2, 7, 3),)),
                  lengths=_DLENGTHS)
-_DVARIANT = choice("v1_one_block_per_head", "v2_split_kv")
+_DVARIANT = variants("decode")
 add(f"{_DEC}.decode_attention", _decode_arrays, variant=_DVARIANT, split_size=COUNT,
     launch=CALLABLE, **_DECODE)
 add(f"{_DEC}.reference", _decode_arrays, **_DECODE64)
@@ -1751,7 +1760,7 @@ _QU = f"{_K}.quant"
 _INT8 = Kind("an int8 array", (f32(3, 4), np.ones((3, 4), np.int16), [[1] * 4] * 3, None),
              (np.ones((3, 4, 1), np.int8), np.ones((3, 8), np.int8)[:, ::2]))
 _SCALE = float32(1, (3,)).more((), (f32(2),))
-_QVARIANT = choice("v1_dequantize_then_multiply", "v2_dequantize_in_registers")
+_QVARIANT = variants("quant")
 _HOST_Q = Kind("an integer array", (f32(3, 4), [[1] * 4] * 3, None), (np.ones((3, 4, 1),
                                                                           np.int8),))
 add(f"{_QU}.quantize_int8", lambda: dict(w=f32(3, 4)), w=float32(2, (3, 4)).more((), (

@@ -186,10 +186,10 @@ OPTIMIZERS = {
     "sgd-nesterov": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
     **{f"adam-{v}": (lambda ps, v=v: optim.Adam(ps, lr=0.01, variant=v))
        for v in optim_kernels.VARIANTS},
-    "adamw-bf16-multi_tensor": lambda ps: optim.AdamW(ps, lr=0.01),
-    "adam-fp16-fused": lambda ps: optim.Adam(ps, lr=0.01, variant="v2_fused"),
+    "adamw-bf16-v4_multi_tensor": lambda ps: optim.AdamW(ps, lr=0.01),
+    "adam-fp16-v2_fused": lambda ps: optim.Adam(ps, lr=0.01, variant="v2_fused"),
 }
-DTYPES = {"adamw-bf16-multi_tensor": torch.bfloat16, "adam-fp16-fused": torch.float16}
+DTYPES = {"adamw-bf16-v4_multi_tensor": torch.bfloat16, "adam-fp16-v2_fused": torch.float16}
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))

@@ -20,8 +20,7 @@ import gpudl
 
 #: Modules with no ``__all__``: entry points and packages that only hold modules, and the
 #: exercise solutions (tested by tests/test_solutions*.py).
-WITHOUT_ALL = ("gpudl.__main__", "gpudl.kernels", "gpudl.parallel", "gpudl.plots.style",
-               "gpudl.solutions")
+WITHOUT_ALL = ("gpudl.__main__", "gpudl.kernels", "gpudl.parallel", "gpudl.solutions")
 
 
 def _modules() -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 import torch
 from workers import hello
 
-from gpudl import launches
+from gpudl import launches, registry
 from gpudl.kernels import bias_gelu, hierarchy, matmul, nn
 from gpudl.optim import SGD, Adam
 from gpudl.parallel import data as data_parallel
@@ -28,7 +28,7 @@ from gpudl.parallel.zero import max_difference
 
 NAN = float("nan")
 ROOT = Path(__file__).resolve().parent.parent
-ADAM_VARIANTS = ("v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor")
+ADAM_VARIANTS = tuple(registry.variants("adam"))
 
 
 # --- NaN never passes "equal" -------------------------------------------------------------

@@ -148,6 +148,11 @@ SMALL = {  # each topic at a size the simulator runs in seconds
 }
 
 
+#: The views whose part of the record the small runs above skip (the memory hierarchy, the
+#: larger MLP): they say so.
+SKIPPED_BY_THE_SMALL_RUN = {("memory", "hierarchy"), ("matmul", "mlp")}
+
+
 def test_every_topic_has_a_small_run():
     assert set(SMALL) == set(TOPICS)
 
@@ -172,7 +177,11 @@ def test_every_topic_stores_its_rows_and_bars_in_the_schema(tmp_path, topic):
         lines = gpudl_measured.box_markdown(topic, view, fake, tmp_path / "generated")
         text = "\n".join(lines)
         assert "Measured on **Synthetic GPU**" in text, (view, text)
-        assert ("| " in text or "{image}" in text or "Not yet measured" in text), (view, text)
+        if (topic, view) in SKIPPED_BY_THE_SMALL_RUN:  # it says what the run left out
+            assert "Not yet measured" in text, (view, text)
+        else:
+            assert "Not yet measured" not in text and ("| " in text or "{image}" in text), (
+                view, text)
 
 
 def _as_if_measured(record: dict) -> dict:

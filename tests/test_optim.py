@@ -1,7 +1,7 @@
 """gpudl.optim: SGD, Adam and AdamW against torch.optim over 100 training steps of a small
 model and, step by step, over hypothesis-drawn hyperparameters; NaN and infinite gradients,
 mixed precision, closures, parameter groups and schedulers, state_dict round trips (also
-with torch's own optimizers), the flat buffers of multi_tensor, and torch's errors."""
+with torch's own optimizers), the flat buffers of v4_multi_tensor, and torch's errors."""
 
 import copy
 import io
@@ -78,8 +78,8 @@ def assert_tracks(ours: torch.nn.Module, theirs: torch.nn.Module, steps: int) ->
      lambda ps: torch.optim.Adam(ps, lr=0.01), 10),
     (lambda ps: optim.AdamW(ps, lr=0.01, variant="v3_shared", maximize=True),
      lambda ps: torch.optim.AdamW(ps, lr=0.01, maximize=True), 10),
-], ids=["adam-multi_tensor", "adam-fused", "adamw", "sgd-nesterov", "sgd-dampening",
-        "adam-unfused", "adamw-shared"])
+], ids=["adam-v4_multi_tensor", "adam-v2_fused", "adamw", "sgd-nesterov", "sgd-dampening",
+        "adam-v1_unfused", "adamw-v3_shared"])
 def test_training_tracks_torch(make_ours, make_theirs, steps):
     ours, theirs = small_model(), small_model()
     our_losses = train(ours, make_ours(ours.parameters()), steps)
@@ -287,7 +287,7 @@ def test_state_dicts_are_interchangeable_with_torch(direction):
 def test_multi_tensor_keeps_the_group_in_flat_buffers():
     model = small_model()
     params = list(model.parameters())
-    opt = optim.Adam(params, lr=0.01)  # multi_tensor is the default
+    opt = optim.Adam(params, lr=0.01)  # v4_multi_tensor is the default
     assert opt.defaults["variant"] == "v4_multi_tensor"
     train(model, opt, 2)
     # parameters, gradients and moments are consecutive views of one buffer each

@@ -233,11 +233,11 @@ def test_linear_dataflow_prints_the_layers_flops():
 
 
 def test_optimizer_traffic_plots_the_counted_bytes():
-    rows = [{"variant": "unfused", "launches": 14, "global_bytes_per_param": 72.0,
+    rows = [{"variant": "v1_unfused", "launches": 14, "global_bytes_per_param": 72.0,
              "shared_bytes_per_param": 0.0},
-            {"variant": "shared", "launches": 2, "global_bytes_per_param": 28.0,
+            {"variant": "v3_shared", "launches": 2, "global_bytes_per_param": 28.0,
              "shared_bytes_per_param": 56.0},
-            {"variant": "multi_tensor", "launches": 1, "global_bytes_per_param": 28.0,
+            {"variant": "v4_multi_tensor", "launches": 1, "global_bytes_per_param": 28.0,
              "shared_bytes_per_param": 0.0}]
     fig = plots.optimizer_traffic(rows)
     assert [p.get_height() for p in fig.axes[0].patches] == [72.0, 28.0, 28.0, 0.0, 56.0, 0.0]

@@ -4,9 +4,15 @@ and every module's ``VARIANTS`` table read from the registry."""
 
 import math
 
+import numpy as np
 import pytest
 
 from gpudl import registry
+
+# isort: split
+from numba import cuda, float32
+
+from gpudl.bench import elementwise as elementwise_bench
 from gpudl.kernels import (
     attention,
     buckets,
@@ -80,3 +86,49 @@ def test_bad_declarations_are_refused_naming_the_argument(call, error, message):
     with pytest.raises(error, match=message):
         call()
     assert registry.VARIANTS == before
+
+
+def _half_add(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = float32(a[i]) + float32(b[i])  # rounded to float16 as it is stored
+
+
+def _writes_nothing(a, b, out, threads_per_block):
+    return None
+
+
+def _declare_float16_variant(monkeypatch, launch) -> None:
+    """A fifth vector add on float16 vectors, declared for this test only (the registry's tables
+    are restored after it)."""
+    kernel = registry.Kernel("vector_add_v5_float16", __name__, "_half_add",
+                             ((None, "void(float16[::1], float16[::1], float16[::1])"),),
+                             "a test", None, "float16", 256)
+    variant = registry.Variant("vector_add", "v5_float16", launch, (kernel.name,), 6, 1)
+    monkeypatch.setitem(registry.KERNELS, kernel.name, kernel)
+    monkeypatch.setitem(registry.VARIANTS, "vector_add",
+                        registry.VARIANTS["vector_add"] | {variant.key: variant})
+    monkeypatch.setitem(elementwise.VARIANTS, variant.key, launch)
+
+
+def test_a_float16_variant_is_checked_allocated_and_benchmarked_in_float16(monkeypatch):
+    half_add = cuda.jit(_half_add)
+
+    def launch(a, b, out, threads_per_block):
+        half_add[-(-out.size // threads_per_block), threads_per_block](a, b, out)
+
+    _declare_float16_variant(monkeypatch, launch)
+    a, b = (np.linspace(-3, 3, 500).astype(np.float16), np.linspace(1, 2, 500).astype(np.float16))
+    out = elementwise.vector_add(a, b, variant="v5_float16")
+    assert out.dtype == np.float16 and np.array_equal(out, a + b)  # NumPy rounds once too
+    with pytest.raises(TypeError, match="a must have dtype float16, got float32"):
+        elementwise.vector_add(a.astype(np.float32), b.astype(np.float32), variant="v5_float16")
+    rows = {r["name"]: r for r in elementwise_bench.run(n=300, repeats=1)["rows"]}
+    assert rows["vector_add_v5_float16"]["bytes"] == 6 * 300
+    assert rows["vector_add_v5_float16"]["precision"] == "float16"
+
+
+def test_the_benchmark_catches_a_variant_that_writes_nothing(monkeypatch):
+    _declare_float16_variant(monkeypatch, _writes_nothing)  # its output stays poisoned (NaN)
+    with pytest.raises(RuntimeError, match="vector_add_v5_float16: a sum is off"):
+        elementwise_bench.run(n=300, repeats=1)

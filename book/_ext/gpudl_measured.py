@@ -5,7 +5,7 @@
 ``gpudl_views``), the speed goals that view is held to, and where the numbers come from (the GPU,
 its driver, the CUDA, torch and numba versions, the date and the commit of the measured code).
 With no record it says *not yet measured* and how to measure it. The directive
-The directive ``{gpudl-measured}`` (:class:`MeasuredBox`, installed by ``gpudl_sphinx``) calls it.
+``{gpudl-measured}`` (``gpudl_directives.MeasuredBox``) calls it.
 
 The topics, their views and the bars of each are imported from the bench modules
 (:data:`TOPICS`: each module's ``VIEWS``), not written here.
@@ -18,10 +18,6 @@ from pathlib import Path
 from types import ModuleType
 
 import gpudl_views as views
-from docutils import nodes
-from docutils.parsers.rst import directives
-from docutils.statemachine import StringList
-from sphinx.util.docutils import SphinxDirective
 
 from gpudl.bench import (
     allreduce,
@@ -161,52 +157,7 @@ def box_markdown(topic: str | None, view: str | None, record: dict | None,
     except Exception as err:  # any record the view cannot draw: name the file and the field
         raise MalformedRecord(f"{source}: field {trail.field or '(the record)'}: "
                               f"{type(err).__name__}: {err}") from None
-    return [*lines, "", *goals, "" if goals else "", note]
-
-
-class MeasuredBox(SphinxDirective):
-    """``{gpudl-measured} TOPIC VIEW``: a "Measured on a GPU" box. Its content says what is
-    measured; below it, the ``VIEW`` of ``results/TOPIC-cuda.json`` (``gpudl_results`` in the
-    Sphinx config) with the goals it is held to and its provenance, or *not yet measured*
-    where no such file exists. Without arguments the box has no benchmark behind it yet. A
-    stored file that fails the schema of stored results (``gpudl.bench.results.load_record``:
-    it must also hold a ``cuda`` record of its topic, with a commit) or that the view cannot
-    draw is an error of the build naming the file and the field."""
-
-    optional_arguments = 2
-    has_content = True
-    option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
-
-    def run(self):
-        from gpudl_i18n import generated_nodes
-
-        from gpudl.bench.results import load_record
-
-        topic, view = (list(self.arguments) + [None, None])[:2]
-        record = None
-        try:
-            if topic is not None:
-                path = Path(self.config.gpudl_results) / f"{topic}-cuda.json"
-                if path.exists():
-                    self.env.note_dependency(str(path))
-                    record = load_record(path)
-            # figures beside the page: its _generated/ folder (book/_generated for the book)
-            page = Path(self.env.doc2path(self.env.docname)).parent
-            measured = box_markdown(topic, view, record, page / "_generated",
-                                    self.options.get("measured-by"),
-                                    self.config.language or "en")
-        except Exception as err:  # noqa: BLE001  (any stored file the book cannot show is an
-            # error of the build, naming the file and the field, never a crash of Sphinx)
-            raise self.error(f"gpudl-measured {topic} {view}: {err}") from None
-        box = nodes.admonition(classes=["important"])
-        title = self.options.get("title", "Measured on a GPU")
-        box += nodes.title(title, title)
-        box[0].source, box[0].line = self.get_source_info()  # a message to translate
-        source = f"gpudl-measured {topic} {view}"
-        self.state.nested_parse(StringList(list(self.content), source=source),
-                                self.content_offset, box)
-        box += generated_nodes(self.state, measured, source, self.content_offset)
-        return [box]
+    return [*lines, "", *goals, "", note]
 
 
 class MalformedRecord(ValueError):

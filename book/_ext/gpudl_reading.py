@@ -1,7 +1,7 @@
 """The preface's table of how long each chapter takes to read (its words at an assumed pace) and
 how long its lab took when last executed (recorded in the notebook's metadata by
-``python -m gpudl notebooks``). The directive ``{gpudl-lab-times}`` (:class:`LabTimes`, installed
-by ``gpudl_sphinx``) renders :func:`reading_and_lab_times`.
+``python -m gpudl notebooks``). The directive ``{gpudl-lab-times}`` (``gpudl_directives.LabTimes``)
+renders :func:`reading_and_lab_times`.
 """
 
 from __future__ import annotations
@@ -9,12 +9,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-
-from docutils import nodes
-from docutils.statemachine import StringList
-from sphinx.util.docutils import SphinxDirective
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -80,17 +74,3 @@ def reading_and_lab_times(book: Path, notebooks: Path, language: str = "en") -> 
     header = zh["header"] if zh else ["chapter", "words of prose", "reading",
                                       "its lab, last executed"]
     return _table(header, rows)
-
-
-class LabTimes(SphinxDirective):
-    """``{gpudl-lab-times}``: the preface's table of reading times (derived from each chapter's
-    words) and lab times (as recorded in each notebook's metadata when it was last executed)."""
-
-    def run(self):
-        for path in (ROOT / "notebooks").glob("*.ipynb"):
-            self.env.note_dependency(str(path))
-        language = "zh_CN" if self.config.language == "zh_CN" else "en"
-        lines = reading_and_lab_times(ROOT / "book", ROOT / "notebooks", language)
-        container = nodes.container()
-        self.state.nested_parse(StringList(lines, source="gpudl-lab-times"), 0, container)
-        return container.children

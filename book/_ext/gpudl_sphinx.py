@@ -7,8 +7,8 @@
 - ``{literalinclude}`` as the chapters show code (``gpudl_listings``: no registry decorators,
   and the ``:no-checks:`` flag);
 - the ``{gpudl-specs}`` and ``{gpudl-kernel-registers}`` tables (``gpudl_tables``), the
-  ``{gpudl-measured}`` boxes (``gpudl_measured``, drawn by ``gpudl_views``) and the preface's
-  ``{gpudl-lab-times}`` (``gpudl_reading``);
+  ``{gpudl-measured}`` boxes and the preface's ``{gpudl-lab-times}`` (``gpudl_directives``, whose
+  content ``gpudl_measured``, ``gpudl_views`` and ``gpudl_reading`` make);
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search
@@ -24,9 +24,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # book/_ext, beside this file: one module per concern
+from gpudl_directives import LabTimes, MeasuredBox  # noqa: E402
 from gpudl_listings import Listing  # noqa: E402
-from gpudl_measured import MeasuredBox  # noqa: E402
-from gpudl_reading import LabTimes  # noqa: E402
 from gpudl_references import ignore_external, resolve_reexported  # noqa: E402
 from gpudl_tables import KernelRegisters, SpecsTable  # noqa: E402
 

@@ -2,9 +2,11 @@
 
 :data:`DRAW` maps each topic of ``gpudl.bench`` to its views, the ones its module declares in
 ``VIEWS`` (``tests/test_book_measured.py`` holds the two equal), each a function
-``(record, path) -> MyST lines`` that may save a figure at ``path``. The rows a view reads are
-found by the names and groups the bench module exports (``REFERENCE``, ``GROUPS``), never by a
-string written here. ``gpudl_measured`` puts the drawing into its box.
+``(record, path) -> MyST lines`` that may save a figure at ``path``. Where a topic's rows come
+in groups against a reference row (elementwise, memory), a view takes the group and the
+reference from its bench module (``GROUPS``, checked by :func:`_group`, and ``REFERENCE``);
+the other views read the fields their module's ``run`` stores (``tests/test_bench.py`` draws
+each from a run). ``gpudl_measured`` puts the drawing into its box.
 """
 
 from __future__ import annotations
@@ -88,15 +90,24 @@ def _bandwidth(record: dict, names: list[str], reference: str, title: str, path:
     return _figure(fig, path, title) + [""] + table
 
 
+def _group(module: object, group: str) -> str:
+    """``group`` if the bench ``module`` declares it in its ``GROUPS`` (``ValueError``
+    otherwise): a view draws only groups its module stores."""
+    if group not in module.GROUPS:
+        raise ValueError(f"group must be one of {module.GROUPS}, got {group!r}")
+    return group
+
+
 def _elementwise_bandwidth(record: dict, path: Path) -> list[str]:
     reference = elementwise.REFERENCE
-    names = [r["name"] for r in _rows(record, "bandwidth") if r["name"] != reference]
+    names = [r["name"] for r in _rows(record, _group(elementwise, "bandwidth"))
+             if r["name"] != reference]
     return _bandwidth(record, names, reference,
                       f"Streaming kernels, n = {record['n']:,} float32", path)
 
 
 def _elementwise_divergence(record: dict, path: Path) -> list[str]:
-    rows = _rows(record, "divergence")
+    rows = _rows(record, _group(elementwise, "divergence"))
     return _table(["mode", "time (ms)", "paths per warp"],
                   [[r["name"].split()[-1], _ms(r["median_s"]), str(r["max_paths_per_warp"])]
                    for r in rows])
@@ -105,7 +116,7 @@ def _elementwise_divergence(record: dict, path: Path) -> list[str]:
 def _elementwise_cpu_vs_gpu(record: dict, path: Path) -> list[str]:
     return _table(["SAXPY", "n", "time (ms)", "GB/s"],
                   [[r["name"].removeprefix("saxpy "), f"{r['n']:,}", _ms(r["median_s"]),
-                    _num(r["gbps"])] for r in _rows(record, "cpu_vs_gpu")])
+                    _num(r["gbps"])] for r in _rows(record, _group(elementwise, "cpu_vs_gpu"))])
 
 
 def _allreduce_busbw(record: dict, path: Path) -> list[str]:
@@ -124,8 +135,7 @@ def _allreduce_busbw(record: dict, path: Path) -> list[str]:
 
 
 def _memory_group(group: str, title: str) -> Callable[[dict, Path], list[str]]:
-    if group not in memory.GROUPS:
-        raise ValueError(f"group must be one of {memory.GROUPS}, got {group!r}")
+    _group(memory, group)
 
     def view(record: dict, path: Path) -> list[str]:
         reference = memory.REFERENCE

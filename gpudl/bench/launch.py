@@ -212,7 +212,7 @@ def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = N
         for p in params:
             p.grad = torch.randn_like(p)
         with recorded_launches(run=not backend.is_simulator()) as launched:
-            opt.step()  # the first step flattens (multi_tensor) and converts
+            opt.step()  # the first step flattens (v4_multi_tensor) and converts
             launched.clear()
             conversions = opt.kernel_arrays.conversions
             opt.step()

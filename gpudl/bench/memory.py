@@ -25,6 +25,7 @@ from gpudl.checks import check_bool, check_int
 from gpudl.kernels import memory as memory_kernels
 from gpudl.kernels import reduction as reduction_kernels
 from gpudl.kernels import reduction_error, transpose
+from gpudl.kernels.arrays import poisoned
 
 __all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
 
@@ -103,18 +104,18 @@ def _kernels(n: int) -> list[dict]:
         np.testing.assert_array_equal(got.copy_to_host(), expected)
 
     for v in _COPY.values():
-        out = cuda.device_array(n, dtype=np.float32)
+        out = poisoned(n)  # each kernel's own output, NaN until it writes
         rows.append(row(v.name, time_cuda(v.launch, x, out, **timed), v.bytes_per_element * n,
                         group="copies"))
         check(out, x_host)
     for stride in (2, 4, 8, 32):
-        out = cuda.device_array(-(-n // stride), dtype=np.float32)
+        out = poisoned(-(-n // stride))
         timing = time_cuda(memory_kernels.launch_copy_strided, x, out, stride, **timed)
         check(out, x_host[::stride])
         # useful bytes: each output element read once and written once
         rows.append(row(f"copy stride {stride}", timing, 8 * out.size, group="copies",
                         stride=stride))
-    out = cuda.device_array(n - 1, dtype=np.float32)
+    out = poisoned(n - 1)
     timing = time_cuda(memory_kernels.launch_copy_offset, x, out, 1, **timed)
     check(out, x_host[1:])
     rows.append(row("copy offset 1", timing, 8 * out.size, group="copies", offset=1))
@@ -123,7 +124,7 @@ def _kernels(n: int) -> list[dict]:
     m = x_host[: side * side].reshape(side, side)
     md = cuda.to_device(m)
     for v in _TRANSPOSE.values():
-        out = cuda.device_array((side, side), dtype=np.float32)
+        out = poisoned((side, side))
         timing = time_cuda(v.launch, md, out, **timed)
         check(out, m.T)
         rows.append(row(v.name, timing, v.bytes_per_element * side * side, group="transposes",
@@ -131,7 +132,7 @@ def _kernels(n: int) -> list[dict]:
 
     exact = reduction_kernels.reference_sum(x_host)
     for variant, v in _REDUCE.items():
-        out = cuda.device_array(1, dtype=np.float32)
+        out = poisoned(1)
         # v1 (one atomic per element) takes about 0.1 s at 2**26 on a GPU: one call per sample
         # (the policy then stops after a few samples)
         few = {"warmup": 1, "inner": 1} if on_gpu and variant == "v1_atomic" else {}

@@ -25,6 +25,7 @@ from numba import cuda
 from numba.cuda.cudadrv import driver
 
 from gpudl.checks import (
+    check_array,
     check_bool,
     check_float_array,
     check_host_or_device,
@@ -70,7 +71,8 @@ def rounding_bound(exact: np.ndarray, dtype: str) -> np.ndarray:
     be from it: ``UNIT_ROUNDOFF[dtype] * |exact|`` plus half the format's smallest subnormal
     (barring overflow)."""
     float_dtype(dtype)
-    return UNIT_ROUNDOFF[dtype] * np.abs(np.asarray(exact, np.float64)) + _HALF_SUBNORMAL[dtype]
+    check_array("exact", exact, kinds="f")
+    return UNIT_ROUNDOFF[dtype] * np.abs(exact.astype(np.float64)) + _HALF_SUBNORMAL[dtype]
 
 
 def from_float32(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -213,8 +213,8 @@ def _scale(d: int) -> np.float32:
 
 
 @registry.variant("decode", "v1_one_block_per_head")
-def launch_v1_one_block_per_head(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
-              launch: Launch = plain_launch) -> None:
+def launch_v1_one_block_per_head(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
+                                  o: Array, launch: Launch = plain_launch) -> None:
     """One launch of ``v1_one_block_per_head``: a block per (head, sequence)."""
     batch, heads, d = q.shape
     launch(v1_one_block_per_head, (heads, batch), TILE, q, k_cache, v_cache, lengths, o,
@@ -224,8 +224,8 @@ def launch_v1_one_block_per_head(q: Array, k_cache: Array, v_cache: Array, lengt
 @registry.variant("decode", "v2_split_kv", kernels=("decode_v2_split_kv",
                                                     "decode_v2_combine_splits"))
 def launch_v2_split_kv(q: Array, k_cache: Array, v_cache: Array, lengths: Array, o: Array,
-              launch: Launch = plain_launch, split_size: int = SPLIT_SIZE,
-              workspace: tuple[Array, Array, Array] | None = None) -> None:
+                       launch: Launch = plain_launch, split_size: int = SPLIT_SIZE,
+                       workspace: tuple[Array, Array, Array] | None = None) -> None:
     """``v2_split_kv`` over ``ceil(max_len / split_size)`` chunks per head, then
     ``v2_combine_splits``: two launches. The partials go into ``workspace``
     ``(part_m, part_l, part_acc)`` if given (a benchmark or a CUDA graph allocates them

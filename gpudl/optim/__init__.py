@@ -34,7 +34,9 @@ and writes the parameters rounded to nearest even (mixed precision). The kernels
 default CUDA stream, where PyTorch also runs its work unless it is told to use another one.
 
 One module per topic: :mod:`.tensors` (what the optimizers share), :mod:`.sgd`, :mod:`.adam`
-and :mod:`.variant_costs`. Every public name is importable from :mod:`gpudl.optim` itself.
+(the optimizer, whose parts are :mod:`.flat_buffers`, :mod:`.gradient_hooks` and
+:mod:`.adam_steps`) and :mod:`.variant_costs`. The public names of :mod:`.sgd`, :mod:`.adam` and
+:mod:`.variant_costs` are importable from :mod:`gpudl.optim` itself.
 """
 
 from importlib import import_module

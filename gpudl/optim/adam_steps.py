@@ -77,7 +77,7 @@ def step_per_tensor(group: dict, states: States, arrays: KernelArrays, name: str
             a = {kind: kernel_array(arrays, x, kind) for kind, x in t.items() if x is not None}
             if p.dtype in LOW_PRECISION:
                 optim_kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
-                                     a["exp_avg_sq"], k)
+                                           a["exp_avg_sq"], k)
             else:
                 launch(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
 

@@ -34,7 +34,7 @@ def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
         opt = Adam(params, lr=1e-3, variant=variant)
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen)
-        opt.step()  # the first step (flattens the multi_tensor buffers): not counted
+        opt.step()  # the first step (flattens the v4_multi_tensor buffers): not counted
         with optim_kernels.traffic() as t:
             opt.step()
         rows.append({"variant": variant, "launches": t.launches, "params": n,

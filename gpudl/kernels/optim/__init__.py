@@ -47,8 +47,5 @@ from gpudl.kernels.optim.traffic import *
 
 #: The modules whose public names this package re-exports, in this order.
 _MODULES = ("hyper", "reference", "adam", "mixed", "sgd", "traffic")
-#: Public names of the modules that stay in their module: not re-exported.
-_KEPT_IN_MODULE = {"blocks_for"}
 __all__ = ["EPS32", *(name for module in _MODULES
-                      for name in import_module(f"{__name__}.{module}").__all__
-                      if name not in _KEPT_IN_MODULE)]
+                      for name in import_module(f"{__name__}.{module}").__all__)]
