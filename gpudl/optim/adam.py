@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
+import gpudl.optim.adam_steps as adam_steps
 from gpudl.checks import check_bool, check_choice
 from gpudl.interop import KernelArrays
 from gpudl.kernels import optim as optim_kernels
-from gpudl.optim import adam_steps
 from gpudl.optim.flat_buffers import FP32_STATE, FlatGroup, flatten
 from gpudl.optim.gradient_hooks import WrittenGradients
 from gpudl.optim.tensors import (
