@@ -145,7 +145,9 @@ def test_a_notebook_cut_short_gives_one_line_and_keeps_its_outputs(tmp_path):
     assert re.search(r"^notebook 05-data-parallel: skipped: its GPU cells need 2 GPUs, this "
                      r"machine has 1; its stored outputs kept$", summary, re.M), summary
     assert not (out / "logs" / "notebook-05-data-parallel.txt").exists()
-    assert "Traceback" not in summary and "; stored" not in summary  # nothing was stored
+    # the lab keeps its stored outputs; what its cells stored before the cut (lab 7's
+    # benchmark cell stores its simulator run on a quiet machine) is named, never the lab
+    assert "Traceback" not in summary and "notebooks/07-case-study.ipynb" not in summary
     with tarfile.open(out / "gpu.tar") as tar:
         back = tar.extractfile("notebooks/07-case-study.ipynb").read()
     assert back == (ROOT / "notebooks" / "07-case-study.ipynb").read_bytes()
