@@ -17,7 +17,7 @@ NO_FIGURES = $(if $(wildcard book/_generated/*.png),-D gpudl_model_figures=0)
 PO_TOOL := $(BIN)/python book/_ext/gpudl_po.py
 
 .PHONY: help env book book-en book-zh figures test lint pytest notebooks bench gpu-wheels serve clean \
-	pot po i18n-check
+	pot po i18n-check cjk-font
 
 help:
 	@echo "make book       create $(VENV), install, build both editions of the HTML book:"
@@ -36,6 +36,9 @@ help:
 	@echo "make po         update locales/$(ZH) from them (translations of moved paragraphs"
 	@echo "                reused), and regenerate the Chinese labs notebooks/$(ZH)"
 	@echo "make i18n-check how much is translated, and every problem of the translations"
+	@echo "make cjk-font   subset the book's CJK font again (book/_static/fonts) when a translation"
+	@echo "                uses a character it lacks (NOTO_CJK=FILE: a Noto Sans CJK SC .otf; default:"
+	@echo "                Debian's fonts-noto-cjk, downloaded with apt-get)"
 	@echo "make clean      remove _build and $(VENV)"
 
 # constraints.txt: the exact versions CI proves together (pyproject.toml holds the ranges)
@@ -85,6 +88,10 @@ po: pot
 	$(PO_TOOL) memory
 	$(PO_TOOL) notebooks
 	$(PO_TOOL) figures
+
+# the book's CJK font (book/_ext/gpudl_fonts.py): the book's characters and the commonest ones
+cjk-font: $(STAMP)
+	$(BIN)/python book/_ext/gpudl_fonts.py subset $(if $(NOTO_CJK),--source $(NOTO_CJK) --face 0)
 
 i18n-check: pot
 	$(PO_TOOL) check --pot _build/gettext

@@ -124,3 +124,27 @@ def fake_cuda_record():
                 "bars": bars}
 
     return make
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> Path:
+    """Both built editions (English in the folder returned, Chinese in its ``zh_CN``): `make
+    test` builds them (warnings as errors) before the tests; a run without them, such as
+    `pytest tests/test_book.py` in a fresh clone, builds a copy as `make book` does (the
+    figures once, by the English build; the Chinese build reuses them)."""
+    pytest.importorskip("sphinx", reason="building the book needs Sphinx (pip install -e '.[dev]')")
+    built = ROOT / "_build" / "html"
+    if (built / "index.html").exists() and (built / "zh_CN" / "index.html").exists():
+        return built
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "jupyter-book").exists():
+        pytest.skip(f"no built book in {built} and no jupyter-book command in {bin_dir}")
+    out = tmp_path_factory.mktemp("book") / "_build"
+    for command in ([str(bin_dir / "jupyter-book"), "build", str(ROOT), "--path-output",
+                     str(out.parent)],
+                    [str(bin_dir / "sphinx-build"), "-q", "-b", "html", "-t", "zh_CN", "-D",
+                     "gpudl_model_figures=0", "-d", str(out / ".doctrees-zh_CN"), str(ROOT),
+                     str(out / "html" / "zh_CN")]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return out / "html"

@@ -3,7 +3,6 @@ and a built HTML book that needs no network (MathJax served from the book itself
 
 import json
 import re
-import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -181,21 +180,9 @@ def test_each_chapter_has_figures(stem, least):
 
 
 @pytest.fixture(scope="module")
-def html_dir(tmp_path_factory) -> Path:
-    """The built HTML book: `make test` builds it (with warnings as errors) before the
-    tests run; a test run without it builds a copy."""
-    built = ROOT / "_build" / "html"
-    if (built / "index.html").exists():
-        return built
-    # jupyter-book 1.x has no `python -m jupyter_book`: its command sits beside this Python
-    command = Path(sys.executable).parent / "jupyter-book"
-    if not command.exists():
-        pytest.skip(f"no built book in {built} and no jupyter-book command at {command}")
-    out = tmp_path_factory.mktemp("book")
-    done = subprocess.run([str(command), "build", str(ROOT), "--path-output", str(out)],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    return out / "_build" / "html"
+def html_dir(built_book) -> Path:
+    """The built HTML book, both editions (tests/conftest.py)."""
+    return built_book
 
 
 class _Resources(HTMLParser):

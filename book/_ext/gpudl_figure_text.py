@@ -3,22 +3,26 @@
 Each figure is drawn once, in English, by the English build. It is then saved a second time
 with every text that holds a word (a title, an axis label, a legend, an annotation, a tick
 label such as a kernel's name) replaced by its translation from ``locales/zh_CN/figures.po``,
-in a CJK font, as ``<name>.zh_CN.png`` beside the English file; Sphinx's
-``figure_language_filename`` then shows that file in the Chinese edition. Numbers alone (the
-ticks of a numeric axis, ``$10^{6}$``) are left as they are.
+in the book's own CJK font (`gpudl_fonts`), as ``<name>.zh_CN.png`` beside the English file;
+Sphinx's ``figure_language_filename`` then shows that file in the Chinese edition. Numbers
+alone (the ticks of a numeric axis, ``$10^{6}$``) are left as they are.
 
 A model figure's text with no translation, or only a fuzzy one, is a warning of the English
 build (which runs with ``-W``): a figure cannot change its words without its translation.
 ``python book/_ext/gpudl_po.py figures`` (part of `make po`) draws every figure and updates the
 catalogue: new texts untranslated, changed ones with the old translation marked fuzzy.
-Where no CJK font is installed the Chinese edition shows the English figures."""
+The font travels with the repository, so every machine draws the same Chinese figures; a
+character it lacks is an error naming it, never an empty box."""
 
 from __future__ import annotations
 
+import logging
 import re
+import warnings
 from functools import cache
 from pathlib import Path
 
+import gpudl_fonts
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 from matplotlib import font_manager
@@ -28,9 +32,19 @@ from matplotlib.text import Text
 ROOT = Path(__file__).resolve().parents[2]
 LANGUAGE = "zh_CN"
 CATALOGUE = ROOT / "locales" / LANGUAGE / "figures.po"
-#: CJK font families, first preferred, and the files that may hold them.
-FAMILIES = ("Noto Sans CJK SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "Noto Sans CJK JP")
-_FONT_FILES = re.compile(r"(NotoSansCJK|SourceHanSans|wqy-zenhei)[^/]*\.(ttc|otf|ttf)$", re.I)
+#: What matplotlib says when it draws a character as an empty box: a warning for text, a log
+#: record of ``matplotlib.mathtext`` for a text with ``$...$`` (whose words are drawn in the
+#: first font of the text's family alone, hence the book's CJK font first).
+_GLYPH_MISSING = re.compile(r"Glyph \d+ .* missing from font|does not have a glyph for")
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 _MATH = re.compile(r"\$[^$]*\$")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 
@@ -47,16 +61,11 @@ def has_words(text: str) -> bool:
 
 
 @cache
-def cjk_family() -> str | None:
-    """The first of :data:`FAMILIES` that matplotlib can draw with, after adding the system's
-    CJK font files (matplotlib's cache leaves out font collections); None where there is none."""
-    known = {f.name for f in font_manager.fontManager.ttflist}
-    if not known.intersection(FAMILIES):
-        for path in font_manager.findSystemFonts():
-            if _FONT_FILES.search(path):
-                font_manager.fontManager.addfont(path)
-        known = {f.name for f in font_manager.fontManager.ttflist}
-    return next((family for family in FAMILIES if family in known), None)
+def cjk_family() -> str:
+    """The family name of the book's CJK font, added to matplotlib's fonts from the repository
+    (`gpudl_fonts`); no system font is looked for."""
+    font_manager.fontManager.addfont(str(gpudl_fonts.OTF))
+    return gpudl_fonts.FAMILY
 
 
 def _tick_labels(fig: Figure) -> list[tuple[object, bool, list[Text]]]:
@@ -118,15 +127,34 @@ def load(path: Path = CATALOGUE) -> dict[str, str]:
     return {m.id: m.string for m in catalog if m.id and m.string and not m.fuzzy}
 
 
-def save_chinese(fig: Figure, path: Path, translations: dict[str, str]) -> list[str] | None:
-    """Save ``fig`` (already saved in English at ``path``) in Chinese beside it; returns the
-    texts left without a translation, or None where no CJK font is installed (nothing saved).
-    ``fig`` is changed in place."""
-    family = cjk_family()
-    if family is None:
-        return None
-    missing = translate(fig, translations, family)
-    fig.savefig(localized(path), dpi=110)
+def save(fig: Figure, path: Path) -> None:
+    """``fig.savefig(path)`` at the book's resolution. A character that no font has
+    (matplotlib's "Glyph ... missing" warning: an empty box in the drawing) is a RuntimeError
+    naming it."""
+    records, mathtext = _Records(), logging.getLogger("matplotlib.mathtext")
+    mathtext.addHandler(records)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            fig.savefig(path, dpi=110)
+    finally:
+        mathtext.removeHandler(records)
+    said = [str(w.message) for w in seen] + records.messages
+    boxes = sorted({m for m in said if _GLYPH_MISSING.search(m)})
+    for w in seen:
+        if not _GLYPH_MISSING.search(str(w.message)):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if boxes:
+        raise RuntimeError(f"{path.name}: characters no font has, drawn as empty boxes (run "
+                           f"`make cjk-font`): {boxes}")
+
+
+def save_chinese(fig: Figure, path: Path, translations: dict[str, str]) -> list[str]:
+    """Save ``fig`` (already saved in English at ``path``) in Chinese beside it, in the book's
+    CJK font (:func:`save`); returns the texts left without a translation. ``fig`` is changed
+    in place."""
+    missing = translate(fig, translations, cjk_family())
+    save(fig, localized(path))
     return missing
 
 

@@ -196,12 +196,10 @@ def draw(logger: logging.Logger | logging.LoggerAdapter) -> int:
     untranslated = 0
     for name, draw_figure in figures().items():
         fig = draw_figure()
-        fig.savefig(GENERATED / name, dpi=110)
+        figure_text.save(fig, GENERATED / name)
         missing = figure_text.save_chinese(fig, GENERATED / name, translations)
         plt.close(fig)
-        if missing is None:
-            logger.info("no CJK font: the Chinese edition shows the English figures")
-        elif missing:
+        if missing:
             untranslated += 1
             logger.warning(f"figure {name}: {len(missing)} text(s) without a Chinese "
                            f"translation in {figure_text.CATALOGUE.relative_to(ROOT)} (run "

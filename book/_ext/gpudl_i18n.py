@@ -319,8 +319,11 @@ LANDING = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1" />
 <title>{title_en} · {title_zh}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; max-width: 40rem; margin: 4rem auto;
-       padding: 0 1rem; line-height: 1.5; color: #222; }}
+@font-face {{ font-family: "Noto Sans SC gpudl"; font-display: swap;
+             src: url("_static/fonts/NotoSansSC-gpudl.woff2") format("woff2");
+             unicode-range: U+2E80-9FFF, U+F900-FAFF, U+FE30-FE4F, U+FF00-FFEF; }}
+body {{ font-family: "Noto Sans SC gpudl", system-ui, sans-serif; max-width: 40rem;
+       margin: 4rem auto; padding: 0 1rem; line-height: 1.5; color: #222; }}
 a.edition {{ display: block; margin: 1rem 0; padding: 1rem 1.25rem; border: 1px solid #ccc;
             border-radius: 6px; text-decoration: none; color: inherit; }}
 a.edition:hover {{ border-color: #2a6db2; }}

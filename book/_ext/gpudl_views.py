@@ -36,12 +36,9 @@ def _figure(fig: object, path: Path, alt: str) -> list[str]:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     if LANGUAGE.get() == figure_text.LANGUAGE:
-        family = figure_text.cjk_family()
-        if family is not None:
-            figure_text.translate(fig, figure_text.load(), family)
-        fig.savefig(figure_text.localized(path), dpi=110)
+        figure_text.save_chinese(fig, path, figure_text.load())
     else:
-        fig.savefig(path, dpi=110)
+        figure_text.save(fig, path)
     plt.close(fig)
     return [f"```{{image}} _generated/{path.name}", f":alt: {alt}", "```"]
 
