@@ -124,3 +124,33 @@ def fake_cuda_record():
                 "bars": bars}
 
     return make
+
+
+# --- the built book ------------------------------------------------------------------------------
+
+#: Where `make book` builds the book: English at the root, Chinese under ``ZH``.
+HTML = ROOT / "_build" / "html"
+ZH = "zh_CN"
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> Path:
+    """Both built editions: `make test` builds them (warnings as errors) before the tests; a
+    test run without them builds a copy."""
+    if (HTML / ZH / "index.html").exists() and (HTML / "index.html").exists():
+        return HTML
+    out = tmp_path_factory.mktemp("book") / "_build"
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "jupyter-book"), "build", str(ROOT), "--path-output",
+                    str(out.parent)], check=True, capture_output=True, timeout=900)
+    subprocess.run([str(bin_dir / "sphinx-build"), "-q", "-b", "html", "-t", ZH, "-D",
+                    "gpudl_model_figures=0", "-d", str(out / ".doctrees-zh"), str(ROOT),
+                    str(out / "html" / ZH)], check=True, capture_output=True, timeout=900)
+    return out / "html"
+
+
+def pages(root: Path) -> list[Path]:
+    """The pages of the edition built at ``root`` (not its landing page, assets or sources)."""
+    skip = ("_static", "_sources", "_images", "jupyter_execute", ZH)
+    return [p for p in sorted(root.rglob("*.html"))
+            if p.relative_to(root).parts[0] not in skip and p.name != "index.html"]

@@ -20,10 +20,10 @@ import gpudl_glossary  # noqa: E402
 import gpudl_i18n  # noqa: E402
 import gpudl_labs  # noqa: E402
 import gpudl_po  # noqa: E402
+from conftest import ZH, pages  # noqa: E402  (conftest's fixture `built`: both editions)
 from gpudl_po_checks import entry_problems, term_problems  # noqa: E402
 
-HTML = ROOT / "_build" / "html"
-ZH = gpudl_i18n.LANGUAGE  # the Chinese edition is built into HTML / ZH
+assert ZH == gpudl_i18n.LANGUAGE  # the Chinese edition is built into _build/html/zh_CN
 NOTEBOOKS = sorted(gpudl_labs.NOTEBOOKS.glob("*.ipynb"))
 
 # --- the catalogues ---------------------------------------------------------------------------
@@ -293,28 +293,6 @@ def test_the_chinese_build_fails_on_an_untranslated_message_and_an_obsolete_one(
 
 
 # --- the built editions -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    """Both built editions: `make test` builds them (warnings as errors) before the tests; a
-    test run without them builds a copy."""
-    if (HTML / ZH / "index.html").exists() and (HTML / "index.html").exists():
-        return HTML
-    out = tmp_path_factory.mktemp("book") / "_build"
-    bin_dir = Path(sys.executable).parent
-    subprocess.run([str(bin_dir / "jupyter-book"), "build", str(ROOT), "--path-output",
-                    str(out.parent)], check=True, capture_output=True, timeout=900)
-    subprocess.run([str(bin_dir / "sphinx-build"), "-q", "-b", "html", "-t", ZH, "-D",
-                    "gpudl_model_figures=0", "-d", str(out / ".doctrees-zh"), str(ROOT),
-                    str(out / "html" / ZH)], check=True, capture_output=True, timeout=900)
-    return out / "html"
-
-
-def pages(root: Path) -> list[Path]:
-    skip = ("_static", "_sources", "_images", "jupyter_execute", ZH)
-    return [p for p in sorted(root.rglob("*.html"))
-            if p.relative_to(root).parts[0] not in skip and p.name != "index.html"]
 
 
 class _Page(HTMLParser):
