@@ -34,7 +34,8 @@ help:
 	@echo "make serve      serve the built book on http://localhost:8000"
 	@echo "make pot        the catalogue templates of every page, into _build/gettext"
 	@echo "make po         update locales/$(ZH) from them (translations of moved paragraphs"
-	@echo "                reused), and regenerate the Chinese labs notebooks/$(ZH)"
+	@echo "                reused), regenerate the Chinese labs notebooks/$(ZH), and update"
+	@echo "                the figures' and the extensions' catalogues"
 	@echo "make i18n-check how much is translated, and every problem of the translations"
 	@echo "make clean      remove _build and $(VENV)"
 
@@ -85,6 +86,7 @@ po: pot
 	$(PO_TOOL) memory
 	$(PO_TOOL) notebooks
 	$(PO_TOOL) figures
+	$(PO_TOOL) extensions
 
 i18n-check: pot
 	$(PO_TOOL) check --pot _build/gettext

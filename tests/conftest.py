@@ -93,6 +93,9 @@ def fake_cuda_record():
                 "tflops": None} | extra
 
     def make(topic: str = "elementwise") -> dict:
+        from gpudl.bench import elementwise
+
+        what = {spec["name"]: spec["what"] for spec in elementwise.BARS}  # translated too
         n = 1 << 20
         rows = [row("vector_add_v1_naive", 2e-5, 12 * n, group="bandwidth", n=n),
                 row("vector_add_v2_grid_stride", 1e-5, 12 * n, group="bandwidth", n=n),
@@ -104,11 +107,11 @@ def fake_cuda_record():
                 row("divergence warp", 1e-3, None, group="divergence", n=n,
                     max_paths_per_warp=1)]
         ratio = rows[1]["gbps"] / rows[3]["gbps"]
-        bars = [{"name": "vector_add_v2_vs_torch_copy", "what": "v2 over a torch copy",
+        bars = [{"name": "vector_add_v2_vs_torch_copy", "what": what["vector_add_v2_vs_torch_copy"],
                  "numerator": "vector_add_v2_grid_stride", "denominator": "torch copy",
                  "rate": "gbps",
                  "ratio": ratio, "compare": ">=", "threshold": 0.9, "verdict": ratio >= 0.9},
-                {"name": "parity_divergence_over_warp", "what": "parity over warp",
+                {"name": "parity_divergence_over_warp", "what": what["parity_divergence_over_warp"],
                  "numerator": "divergence parity", "denominator": "divergence warp",
                  "rate": "median_s", "ratio": 2.0, "compare": ">=", "threshold": 1.5,
                  "verdict": True}]
