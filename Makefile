@@ -34,7 +34,8 @@ help:
 	@echo "make serve      serve the built book on http://localhost:8000"
 	@echo "make pot        the catalogue templates of every page, into _build/gettext"
 	@echo "make po         update locales/$(ZH) from them (translations of moved paragraphs"
-	@echo "                reused), and regenerate the Chinese labs notebooks/$(ZH)"
+	@echo "                reused), regenerate the Chinese labs notebooks/$(ZH), and update"
+	@echo "                the figures' and the extensions' catalogues"
 	@echo "make i18n-check how much is translated, and every problem of the translations"
 	@echo "make cjk-font   subset the book's CJK font again (book/_static/fonts) when a translation"
 	@echo "                uses a character it lacks (NOTO_CJK=FILE: a Noto Sans CJK SC .otf; default:"
@@ -88,6 +89,7 @@ po: pot
 	$(PO_TOOL) memory
 	$(PO_TOOL) notebooks
 	$(PO_TOOL) figures
+	$(PO_TOOL) extensions
 
 # the book's CJK font (book/_ext/gpudl_fonts.py): the book's characters and the commonest ones
 cjk-font: $(STAMP)

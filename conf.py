@@ -3,8 +3,10 @@ catalogues (`make pot`) and the Chinese edition (`make book`: `sphinx-build -t z
 
 Every value comes from _config.yml through Jupyter Book's own `get_final_config`, so the
 English and Chinese builds cannot drift apart; `jupyter-book build` never reads this file.
-Under the tag ``zh_CN`` the language, the title, the search box, the dropdowns' hints and
-the search index's dictionary (the glossary's Chinese terms, for jieba) are set for Chinese."""
+Under the tag ``zh_CN`` the language and the search index's dictionary (the glossary's Chinese
+terms, for jieba) are set for Chinese; the title, the search box, the dropdowns' hints and the
+other words of the configuration are then put into Chinese from locales/zh_CN/extensions.po
+(book/_ext/gpudl_editions.py)."""
 
 from pathlib import Path
 
@@ -19,8 +21,7 @@ globals().update(_config)
 project = _config["html_title"]
 
 if tags.has("zh_CN"):  # noqa: F821 (Sphinx gives conf.py its tags)
-    from gpudl_i18n import ZH_CONFIG, ZH_THEME_OPTIONS, write_search_dictionary
+    from gpudl_i18n import LANGUAGE, write_search_dictionary
 
-    globals().update(ZH_CONFIG)
-    html_theme_options = {**_config["html_theme_options"], **ZH_THEME_OPTIONS}
+    language = LANGUAGE
     html_search_options = {"dict": str(write_search_dictionary(ROOT / "_build"))}

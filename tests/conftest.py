@@ -93,6 +93,9 @@ def fake_cuda_record():
                 "tflops": None} | extra
 
     def make(topic: str = "elementwise") -> dict:
+        from gpudl.bench import elementwise
+
+        what = {spec["name"]: spec["what"] for spec in elementwise.BARS}  # translated too
         n = 1 << 20
         rows = [row("vector_add_v1_naive", 2e-5, 12 * n, group="bandwidth", n=n),
                 row("vector_add_v2_grid_stride", 1e-5, 12 * n, group="bandwidth", n=n),
@@ -104,11 +107,11 @@ def fake_cuda_record():
                 row("divergence warp", 1e-3, None, group="divergence", n=n,
                     max_paths_per_warp=1)]
         ratio = rows[1]["gbps"] / rows[3]["gbps"]
-        bars = [{"name": "vector_add_v2_vs_torch_copy", "what": "v2 over a torch copy",
+        bars = [{"name": "vector_add_v2_vs_torch_copy", "what": what["vector_add_v2_vs_torch_copy"],
                  "numerator": "vector_add_v2_grid_stride", "denominator": "torch copy",
                  "rate": "gbps",
                  "ratio": ratio, "compare": ">=", "threshold": 0.9, "verdict": ratio >= 0.9},
-                {"name": "parity_divergence_over_warp", "what": "parity over warp",
+                {"name": "parity_divergence_over_warp", "what": what["parity_divergence_over_warp"],
                  "numerator": "divergence parity", "denominator": "divergence warp",
                  "rate": "median_s", "ratio": 2.0, "compare": ">=", "threshold": 1.5,
                  "verdict": True}]
@@ -126,25 +129,38 @@ def fake_cuda_record():
     return make
 
 
+# --- the built book ------------------------------------------------------------------------------
+
+#: Where `make book` builds the book: English at the root, Chinese under ``ZH``.
+HTML = ROOT / "_build" / "html"
+ZH = "zh_CN"
+
+
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory) -> Path:
-    """Both built editions (English in the folder returned, Chinese in its ``zh_CN``): `make
+def built(tmp_path_factory) -> Path:
+    """Both built editions (English in the folder returned, Chinese in its ``ZH``): `make
     test` builds them (warnings as errors) before the tests; a run without them, such as
     `pytest tests/test_book.py` in a fresh clone, builds a copy as `make book` does (the
     figures once, by the English build; the Chinese build reuses them)."""
     pytest.importorskip("sphinx", reason="building the book needs Sphinx (pip install -e '.[dev]')")
-    built = ROOT / "_build" / "html"
-    if (built / "index.html").exists() and (built / "zh_CN" / "index.html").exists():
-        return built
+    if (HTML / ZH / "index.html").exists() and (HTML / "index.html").exists():
+        return HTML
     bin_dir = Path(sys.executable).parent
     if not (bin_dir / "jupyter-book").exists():
-        pytest.skip(f"no built book in {built} and no jupyter-book command in {bin_dir}")
+        pytest.skip(f"no built book in {HTML} and no jupyter-book command in {bin_dir}")
     out = tmp_path_factory.mktemp("book") / "_build"
     for command in ([str(bin_dir / "jupyter-book"), "build", str(ROOT), "--path-output",
                      str(out.parent)],
-                    [str(bin_dir / "sphinx-build"), "-q", "-b", "html", "-t", "zh_CN", "-D",
-                     "gpudl_model_figures=0", "-d", str(out / ".doctrees-zh_CN"), str(ROOT),
-                     str(out / "html" / "zh_CN")]):
+                    [str(bin_dir / "sphinx-build"), "-q", "-b", "html", "-t", ZH, "-D",
+                     "gpudl_model_figures=0", "-d", str(out / ".doctrees-zh"), str(ROOT),
+                     str(out / "html" / ZH)]):
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return out / "html"
+
+
+def pages(root: Path) -> list[Path]:
+    """The pages of the edition built at ``root`` (not its landing page, assets or sources)."""
+    skip = ("_static", "_sources", "_images", "jupyter_execute", ZH)
+    return [p for p in sorted(root.rglob("*.html"))
+            if p.relative_to(root).parts[0] not in skip and p.name != "index.html"]

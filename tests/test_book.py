@@ -180,9 +180,9 @@ def test_each_chapter_has_figures(stem, least):
 
 
 @pytest.fixture(scope="module")
-def html_dir(built_book) -> Path:
+def html_dir(built) -> Path:
     """The built HTML book, both editions (tests/conftest.py)."""
-    return built_book
+    return built
 
 
 class _Resources(HTMLParser):

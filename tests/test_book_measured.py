@@ -1,9 +1,12 @@
 """The book's "Measured on a GPU" boxes (book/_ext): drawn from a stored GPU result with the GPU,
 its software, the date and the commit, or saying "not yet measured" where none is stored; and a
-small Sphinx project using the directive builds without warnings either way."""
+small Sphinx project using the directive builds without warnings either way. In the Chinese
+edition their words come from locales/zh_CN/extensions.po, and a text it lacks is a warning of
+the build."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +16,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 
+import gpudl_extension_text  # noqa: E402
 import gpudl_measured  # noqa: E402
 import gpudl_reading  # noqa: E402
 import gpudl_views  # noqa: E402
+from zh_text import english_sentences, page_sentences  # noqa: E402
+
+
+def chinese_prose(lines: list[str]) -> str:
+    """The text of a box's markdown ``lines`` that a reader sees as prose: no inline code,
+    no image directive."""
+    text = "\n".join(line for line in lines if not line.startswith(("```", ":alt:")))
+    return re.sub(r"`[^`]*`", " ", text)
 
 
 def test_a_box_from_a_stored_run_shows_the_gpu_the_commit_and_the_goals(tmp_path,
@@ -25,7 +37,8 @@ def test_a_box_from_a_stored_run_shows_the_gpu_the_commit_and_the_goals(tmp_path
     assert "**Fake GPU 9000** (driver 999.1.2, CUDA 13.0, torch 2.11.0, numba 0.68.1" in text
     assert "on 2026-12-01, code at commit `0123abcd0123`" in text
     assert "`results/elementwise-cuda.json`" in text
-    assert "v2 over a torch copy: **1.20** (goal >= 0.9), met." in text
+    assert ("vector_add v2's bandwidth over a torch device-to-device copy's, same run: **1.20** "
+            "(goal >= 0.9), met.") in text
     assert "```{image} _generated/measured-elementwise-bandwidth.png" in text
     assert (tmp_path / "measured-elementwise-bandwidth.png").stat().st_size > 1000
     assert "| vector_add_v2_grid_stride | 0.010 | 1,258 | 120% |" in text
@@ -59,6 +72,51 @@ def test_a_box_without_a_stored_run_says_not_yet_measured(tmp_path):
         gpudl_measured.box_markdown("memory", "bars", None, tmp_path)
 
 
+def test_a_chinese_box_without_a_stored_run_says_so_in_the_catalogue_s_words(tmp_path):
+    zh = gpudl_extension_text.load()
+    for topic, view, measured_by in [("memory", "copies", None), (None, None, None),
+                                     (None, None, "no benchmark of the book times it yet")]:
+        lines = gpudl_measured.box_markdown(topic, view, None, tmp_path, measured_by,
+                                            language="zh_CN")
+        assert lines[0].startswith(zh["**Not yet measured**"]), lines
+        assert english_sentences(chinese_prose(lines)) == [], lines
+    assert zh["no benchmark of the book times it yet"] in lines[0]
+
+
+def test_a_text_without_a_chinese_translation_is_named(tmp_path):
+    """Written in the Chinese edition, a text the catalogue lacks raises (or, in Sphinx, is a
+    warning naming it) and stays English; the English edition needs no catalogue."""
+    with pytest.raises(gpudl_extension_text.Untranslated, match="'nothing translates this'"):
+        gpudl_measured.box_markdown(None, None, None, tmp_path, "nothing translates this",
+                                    language="zh_CN")
+    missing = []
+    lines = gpudl_measured.box_markdown(None, None, None, tmp_path, "nothing translates this",
+                                        language="zh_CN", on_missing=missing.append)
+    assert missing == ["nothing translates this"] and "nothing translates this" in lines[0]
+    words = gpudl_extension_text.Words("zh_CN", translations={"{minutes} min": "{minutes} 分钟"})
+    assert words("{minutes} min", minutes=3) == "3 分钟"
+    assert gpudl_extension_text.Words("en", translations={})("{minutes} min", minutes=3) == (
+        "3 min")
+
+
+def test_a_chinese_box_from_a_stored_run_keeps_its_numbers_and_names(tmp_path,
+                                                                     fake_cuda_record):
+    record = fake_cuda_record()
+    english = gpudl_measured.box_markdown("elementwise", "bandwidth", record, tmp_path)
+    chinese = gpudl_measured.box_markdown("elementwise", "bandwidth", record, tmp_path,
+                                          language="zh_CN")
+    numbers = re.compile(r"\d+(?:[.,]\d+)*")
+    assert sorted(numbers.findall("\n".join(english))) == sorted(
+        numbers.findall("\n".join(chinese)))  # the same numbers, maybe in another order
+    stored = gpudl_measured.record_texts(record)
+    assert "vector_add_v2_grid_stride" in stored
+    assert not stored & {bar["what"] for bar in record["bars"]}  # translated instead
+    prose = chinese_prose(chinese)
+    for name in stored:
+        prose = prose.replace(f"| {name} |", "| |")
+    assert english_sentences(prose) == [], chinese
+
+
 def test_every_topic_s_views_and_bars_come_from_its_bench_module():
     from gpudl.bench import TOPICS
 
@@ -88,12 +146,12 @@ def _conf(src, results) -> None:
         "gpudl_model_figures = False\n")
 
 
-def _sphinx(src, out) -> subprocess.CompletedProcess:
+def _sphinx(src, out, *options: str) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [
         str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "-n", "-q", "-b", "html",
-                           str(src), str(out)], capture_output=True, text=True, env=env,
-                          timeout=280)
+    return subprocess.run([sys.executable, "-m", "sphinx", *(options or ("-W",)), "-n", "-q",
+                           "-b", "html", str(src), str(out)], capture_output=True, text=True,
+                          env=env, timeout=280)
 
 
 @pytest.mark.timeout(300)
@@ -118,6 +176,32 @@ def test_a_page_with_boxes_builds_without_warnings(tmp_path, fake_cuda_record, s
     assert html.count("Not yet measured") == (1 if stored else 3)
     assert ((tmp_path / "html" / "_images" / "measured-elementwise-bandwidth.png").exists()
             == stored)
+
+
+@pytest.mark.timeout(300)
+def test_a_chinese_page_with_boxes_is_in_chinese_and_warns_of_a_missing_text(
+        tmp_path, fake_cuda_record):
+    src, results = tmp_path / "src", tmp_path / "results"
+    src.mkdir()
+    results.mkdir()
+    record = fake_cuda_record()
+    (results / "elementwise-cuda.json").write_text(json.dumps(record))
+    _conf(src, results)
+    with (src / "conf.py").open("a") as conf:
+        conf.write("language = 'zh_CN'\n")
+    (src / "index.md").write_text(
+        "# 测量\n\n"
+        "```{gpudl-measured} elementwise bandwidth\n:title: 在 GPU 上测量\n向量加法。\n```\n\n"
+        "```{gpudl-measured} memory copies\n:title: 在 GPU 上测量\n拷贝。\n```\n\n"
+        "```{gpudl-measured}\n:title: 在 GPU 上测量\n:measured-by: nothing translates this\n"
+        "无。\n```\n")
+    done = _sphinx(src, tmp_path / "html", "--keep-going")
+    assert "'nothing translates this' has no Chinese translation" in done.stderr, done.stderr
+    assert done.stderr.count("has no Chinese translation") == 1, done.stderr
+    html = (tmp_path / "html" / "index.html").read_text()
+    boxes = html[html.index('admonition">'):html.index("nothing translates this")]
+    assert "Fake GPU 9000" in boxes and "尚未测量" in boxes and "gpudl-record" in boxes
+    assert page_sentences(boxes) == [], page_sentences(boxes)
 
 
 @pytest.mark.timeout(300)
@@ -171,10 +255,17 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
     assert rows[2] == "| 1 | 8 | 0 min | 2 min on the simulator, 2 CPU threads, 2026-12-01 |"
     minutes = 300 / gpudl_reading.WORDS_PER_MINUTE
     assert rows[3] == f"| 2 | 300 | {minutes:.0f} min | not recorded |"
-    # the Chinese edition's table: the same numbers, its words in Chinese
+    # the Chinese edition's table: the same numbers, its words from the catalogue
     zh = gpudl_reading.reading_and_lab_times(book, labs, "zh_CN")
-    assert zh[0].startswith("| 章 | 正文词数（英文原文） | 阅读时间 |")
-    assert zh[2] == "| 1 | 8 | 0 分钟 | 2 分钟，模拟器（simulator），2 个 CPU 线程，2026-12-01 |"
-    assert zh[3] == f"| 2 | 300 | {minutes:.0f} 分钟 | 未记录 |"
+    words = gpudl_extension_text.load()
+    header = [words[h] for h in ("chapter", "words of prose", "reading",
+                                 "its lab, last executed")]
+    assert zh[0] == "| " + " | ".join(header) + " |"
+    took = words["{minutes} min on the {backend}, {threads} CPU threads, {date}"].format(
+        minutes=2, backend=words["simulator"], threads=2, date="2026-12-01")
+    assert zh[2] == f"| 1 | 8 | {words['{minutes} min'].format(minutes=0)} | {took} |"
+    assert zh[3] == (f"| 2 | 300 | {words['{minutes} min'].format(minutes=f'{minutes:.0f}')} "
+                     f"| {words['not recorded']} |")
+    assert english_sentences("\n".join(zh)) == []
     with pytest.raises(ValueError, match="language"):
         gpudl_reading.reading_and_lab_times(book, labs, "fr")

@@ -54,14 +54,14 @@ def test_the_web_font_holds_the_same_characters_and_both_are_small_and_licensed(
 
 
 def test_the_stylesheets_declare_the_font_for_the_cjk_characters_only():
-    import gpudl_i18n
+    import gpudl_editions
 
     css = (ROOT / "book" / "_static" / "gpudl.css").read_text()
     face = re.search(r"@font-face\s*\{([^}]*)\}", css).group(1)
     assert f'"{gpudl_fonts.FAMILY}"' in face and 'url("fonts/NotoSansSC-gpudl.woff2")' in face
     assert f"unicode-range: {gpudl_fonts.UNICODE_RANGE};" in face
     assert re.search(rf'--pst-font-family-base: "{gpudl_fonts.FAMILY}"', css)
-    landing = gpudl_i18n.LANDING
+    landing = gpudl_editions.LANDING
     assert "_static/fonts/NotoSansSC-gpudl.woff2" in landing
     assert gpudl_fonts.UNICODE_RANGE in landing and gpudl_fonts.FAMILY in landing
     # the regular expression and the unicode-range name the same characters

@@ -16,13 +16,16 @@ sys.path.insert(0, str(ROOT / "book" / "_ext"))
 # the book's tools need Sphinx, which a lent GPU machine's image lacks (its gpu-marked run)
 pytest.importorskip("sphinx")
 
+import gpudl_editions  # noqa: E402
+import gpudl_extension_text  # noqa: E402
 import gpudl_glossary  # noqa: E402
 import gpudl_i18n  # noqa: E402
 import gpudl_labs  # noqa: E402
 import gpudl_po  # noqa: E402
+from conftest import ZH, pages  # noqa: E402  (conftest's fixture `built`: both editions)
 from gpudl_po_checks import entry_problems, term_problems  # noqa: E402
 
-ZH = gpudl_i18n.LANGUAGE  # the Chinese edition is built into the built book's folder ZH
+assert ZH == gpudl_i18n.LANGUAGE  # the Chinese edition is built into _build/html/zh_CN
 NOTEBOOKS = sorted(gpudl_labs.NOTEBOOKS.glob("*.ipynb"))
 
 # --- the catalogues ---------------------------------------------------------------------------
@@ -195,6 +198,75 @@ def test_the_figures_catalogue_check_finds_fuzzy_untranslated_and_changed_number
     assert "run `make po`" in gpudl_po.figure_problems(tmp_path / "none.po")[0]
 
 
+# --- the words the extensions write ------------------------------------------------------------
+
+
+def test_the_extensions_catalogue_holds_every_text_they_write():
+    """The boxes' reasons (a page's `:measured-by:`), the bars' descriptions, the literal
+    messages of book/_ext and the book's title are found, and all are translated."""
+    found = gpudl_extension_text.texts()
+    assert "no benchmark of the book times it yet" in found  # ch01's and ch06's boxes
+    assert ("book/ch05-data-parallel.md", 274) in found[
+        "the lab's timeline cell measures it with NCCL where two or more GPUs are present"]
+    from gpudl.bench import decode
+
+    assert all(spec["what"] in found for spec in decode.BARS)
+    assert {"**Not yet measured**", "{minutes} min", "How deep learning runs on GPUs",
+            "Show code cell output", "time (ms)"} <= set(found)
+    assert set(found) <= set(gpudl_extension_text.load())
+    assert not gpudl_extension_text.problems()
+
+
+def test_the_extensions_catalogue_check_finds_what_a_translation_loses(tmp_path):
+    from babel.messages.catalog import Catalog
+
+    catalog = Catalog(locale="zh_CN")
+    catalog.add("{minutes} min", "{minute} 分钟")
+    catalog.add("within 10%", "相差不超过 1%")
+    catalog.add("see `results/`", "见 results/")
+    catalog.add("not recorded", "")
+    catalog.add("reading", "阅读时间", flags=["fuzzy"])
+    catalog.add("gone", "不再使用")
+    path = tmp_path / "extensions.po"
+    gpudl_po.write(path, catalog)
+    wanted = {"{minutes} min", "within 10%", "see `results/`", "not recorded", "reading",
+              "new text"}
+    problems = gpudl_extension_text.problems(path, wanted)
+    assert len(problems) == 7, problems
+    expected = ["'new text' is not in the catalogue", "placeholders of '{minutes} min'",
+                "numbers ['10']", "changes roles, references, links, code or math",
+                "untranslated: 'not recorded'", "fuzzy: 'reading'",
+                "no extension writes 'gone' any more"]
+    for text in expected:
+        assert any(text in p for p in problems), (text, problems)
+
+
+def test_an_extension_s_message_is_a_literal(tmp_path):
+    source = tmp_path / "gpudl_x.py"
+    source.write_text("tr('{n} rows', n=2)\nmessage('kernel')\nother('not a message')\n")
+    assert gpudl_extension_text.literal_messages(source) == [("{n} rows", 1), ("kernel", 2)]
+    source.write_text("name = 'kernel'\ntr(name)\n")
+    with pytest.raises(ValueError, match="gpudl_x.py:2: tr\\(\\) takes a literal string"):
+        gpudl_extension_text.literal_messages(source)
+
+
+def test_update_adds_new_texts_marks_changed_ones_fuzzy_and_drops_gone_ones(tmp_path):
+    from babel.messages.catalog import Catalog
+
+    path = tmp_path / "extensions.po"
+    catalog = Catalog(locale="zh_CN")
+    catalog.add("the stored run has no MLP timing.", "存储的这次运行没有 MLP 的计时。")
+    catalog.add("gone", "不再使用")
+    gpudl_po.write(path, catalog)
+    total, todo = gpudl_extension_text.update(
+        {"the stored run has no MLP timings.": [("gpudl_views.py", 3)], "new": [("x.py", 1)]},
+        path)
+    assert (total, todo) == (2, 2)
+    messages = {m.id: m for m in gpudl_po.read(path) if m.id}
+    assert messages["the stored run has no MLP timings."].fuzzy
+    assert messages["new"].string == "" and "gone" not in messages
+
+
 # --- the Chinese labs -------------------------------------------------------------------------
 
 
@@ -219,10 +291,10 @@ def test_the_chinese_edition_launches_the_chinese_lab():
                        "notebooks/01-hardware.ipynb"},
                {"url": "https://mybinder.org/v2/gh/o/r/main?urlpath=tree/"
                        "notebooks/01-hardware.ipynb"}]
-    gpudl_i18n.zh_launch_urls(buttons, "notebooks/01-hardware")
+    gpudl_editions.zh_launch_urls(buttons, "notebooks/01-hardware")
     assert all(b["url"].endswith("/notebooks/zh_CN/01-hardware.ipynb") for b in buttons)
     chapter = [{"url": "https://example.org/book/ch01-hardware.md"}]
-    gpudl_i18n.zh_launch_urls(chapter, "book/ch01-hardware")
+    gpudl_editions.zh_launch_urls(chapter, "book/ch01-hardware")
     assert chapter[0]["url"].endswith("/book/ch01-hardware.md")
 
 
@@ -274,18 +346,6 @@ def test_the_chinese_build_fails_on_an_untranslated_message_and_an_obsolete_one(
 
 
 # --- the built editions -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def built(built_book) -> Path:
-    """Both built editions (tests/conftest.py)."""
-    return built_book
-
-
-def pages(root: Path) -> list[Path]:
-    skip = ("_static", "_sources", "_images", "jupyter_execute", ZH)
-    return [p for p in sorted(root.rglob("*.html"))
-            if p.relative_to(root).parts[0] not in skip and p.name != "index.html"]
 
 
 class _Page(HTMLParser):

@@ -2,6 +2,8 @@
 GPU" boxes (:class:`MeasuredBox`, whose content ``gpudl_measured`` makes) and the preface's
 reading and lab times (:class:`LabTimes`, from ``gpudl_reading``). Those two modules need no
 Sphinx, so the tests that use them collect where Sphinx is not installed (a lent GPU machine).
+Both write in the edition being built (``gpudl_editions.edition_words``): a text without a
+Chinese translation is a warning at the directive.
 """
 
 from pathlib import Path
@@ -28,6 +30,7 @@ class MeasuredBox(SphinxDirective):
     option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
 
     def run(self):
+        from gpudl_editions import edition_words
         from gpudl_i18n import generated_nodes
         from gpudl_measured import box_markdown
 
@@ -43,9 +46,10 @@ class MeasuredBox(SphinxDirective):
                     record = load_record(path)
             # figures beside the page: its _generated/ folder (book/_generated for the book)
             page = Path(self.env.doc2path(self.env.docname)).parent
+            words = edition_words(self)
             measured = box_markdown(topic, view, record, page / "_generated",
-                                    self.options.get("measured-by"),
-                                    self.config.language or "en")
+                                    self.options.get("measured-by"), words.language,
+                                    words.on_missing)
         except Exception as err:  # noqa: BLE001  (any stored file the book cannot show is an
             # error of the build, naming the file and the field, never a crash of Sphinx)
             raise self.error(f"gpudl-measured {topic} {view}: {err}") from None
@@ -56,8 +60,25 @@ class MeasuredBox(SphinxDirective):
         source = f"gpudl-measured {topic} {view}"
         self.state.nested_parse(StringList(list(self.content), source=source),
                                 self.content_offset, box)
-        box += generated_nodes(self.state, measured, source, self.content_offset)
+        drawn = generated_nodes(self.state, measured, source, self.content_offset)
+        if record is not None and words.language == "zh_CN":
+            mark_record_cells(drawn, record)
+        box += drawn
         return [box]
+
+
+def mark_record_cells(drawn: list[nodes.Node], record: dict) -> None:
+    """Give each table cell of ``drawn`` that holds a name or note of the stored ``record``
+    (``gpudl_measured.record_texts``: a row's, a kernel's name), which stays as stored, the
+    class ``gpudl-record`` (tests/test_zh_pages.py reads it)."""
+    from gpudl_measured import record_texts
+
+    stored = record_texts(record)
+    for node in drawn:
+        for cell in node.findall(nodes.entry):
+            for paragraph in cell.findall(nodes.paragraph):
+                if paragraph.astext() in stored:
+                    paragraph["classes"].append("gpudl-record")
 
 
 class LabTimes(SphinxDirective):
@@ -65,12 +86,15 @@ class LabTimes(SphinxDirective):
     words) and lab times (as recorded in each notebook's metadata when it was last executed)."""
 
     def run(self):
+        from gpudl_editions import edition_words
         from gpudl_reading import reading_and_lab_times
 
         for path in (ROOT / "notebooks").glob("*.ipynb"):
             self.env.note_dependency(str(path))
-        language = "zh_CN" if self.config.language == "zh_CN" else "en"
-        lines = reading_and_lab_times(ROOT / "book", ROOT / "notebooks", language)
+        words = edition_words(self)
+        language = "zh_CN" if words.language == "zh_CN" else "en"
+        lines = reading_and_lab_times(ROOT / "book", ROOT / "notebooks", language,
+                                      words.on_missing)
         container = nodes.container()
         self.state.nested_parse(StringList(lines, source="gpudl-lab-times"), 0, container)
         return container.children

@@ -7,6 +7,10 @@ its driver, the CUDA, torch and numba versions, the date and the commit of the m
 With no record it says *not yet measured* and how to measure it. The directive
 ``{gpudl-measured}`` (``gpudl_directives.MeasuredBox``) calls it.
 
+Its words are written for the edition the box is drawn for (``gpudl_extension_text``: the
+Chinese ones from ``locales/zh_CN/extensions.po``); what the stored run names (its rows, its
+GPU and software) stays as stored (:func:`record_texts`), and so do the numbers.
+
 The topics, their views and the bars of each are imported from the bench modules
 (:data:`TOPICS`: each module's ``VIEWS``), not written here.
 """
@@ -14,10 +18,12 @@ The topics, their views and the bars of each are imported from the bench modules
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import gpudl_views as views
+from gpudl_extension_text import Untranslated, Words, edition, message, tr, translated
 
 from gpudl.bench import (
     allreduce,
@@ -35,6 +41,8 @@ from gpudl.bench import (
 )
 
 NOT_MEASURED = views.NOT_MEASURED
+#: A goal's verdict, by the stored bar's ``verdict``.
+VERDICTS = {True: message("met"), False: message("**missed**"), None: message("not measured")}
 
 #: Topic -> the bench module that measures it, and declares its views (``VIEWS``: view -> the
 #: names of the bars, from its ``BARS``, that the view's box is held to).
@@ -109,10 +117,11 @@ def _goals(record: dict, names: tuple[str, ...]) -> list[str]:
     for b in record["bars"]:
         if not _held_to(names, b["name"]):
             continue
-        verdict = {True: "met", False: "**missed**", None: "not measured"}[b["verdict"]]
-        ratio = "n/a" if b["ratio"] is None else f"{b['ratio']:.2f}"
-        lines.append(f"- {b['what']}: **{ratio}** (goal {b['compare']} {b['threshold']:g}), "
-                     f"{verdict}.")
+        ratio = tr("n/a") if b["ratio"] is None else f"{b['ratio']:.2f}"
+        lines.append("- " + tr("{what}: **{ratio}** (goal {compare} {threshold}), {verdict}.",
+                               what=translated(b["what"]), ratio=ratio, compare=b["compare"],
+                               threshold=f"{b['threshold']:g}",
+                               verdict=translated(VERDICTS[b["verdict"]])))
     return lines
 
 
@@ -120,41 +129,73 @@ def provenance(record: dict, source: str) -> str:
     """Where the numbers come from: the GPU and its software, the date, the commit."""
     m = record["machine"]
     v = m["versions"]
-    return (f"Measured on **{m['gpu']}** (driver {m['driver']}, CUDA {m['cuda_driver']}, "
-            f"torch {v.get('torch')}, numba {v.get('numba')}, numba-cuda "
-            f"{v.get('numba-cuda')}) on {record['date'][:10]}, code at commit "
-            f"`{record['commit'][:12]}` (`{source}`).")
+    return tr("Measured on **{gpu}** (driver {driver}, CUDA {cuda}, torch {torch}, numba "
+              "{numba}, numba-cuda {numba_cuda}) on {date}, code at commit `{commit}` "
+              "(`{source}`).", gpu=m["gpu"], driver=m["driver"], cuda=m["cuda_driver"],
+              torch=v.get("torch"), numba=v.get("numba"), numba_cuda=v.get("numba-cuda"),
+              date=record["date"][:10], commit=record["commit"][:12], source=source)
+
+
+def record_texts(record: dict) -> set[str]:
+    """The texts of a stored ``record`` that a box shows as stored: the names of its rows,
+    kernels, GPU and software, and the notes of its run (each bar's description, ``what``,
+    is translated instead)."""
+    found: set[str] = set()
+
+    def walk(value: object, key: object = None) -> None:
+        if isinstance(value, str) and key != "what":
+            found.add(value)
+        elif isinstance(value, dict):
+            for k, item in value.items():
+                walk(item, k)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(record)
+    return found
 
 
 def box_markdown(topic: str | None, view: str | None, record: dict | None,
                  generated: Path, measured_by: str | None = None,
-                 language: str = "en") -> list[str]:
+                 language: str = "en",
+                 on_missing: Callable[[str], None] | None = None) -> list[str]:
     """The measured part of a box: ``view`` of ``topic``'s stored ``record`` (figures into
     ``generated``, as ``<name>.zh_CN.png`` in Chinese where ``language`` is ``"zh_CN"``), or
     *not yet measured* when there is no record. A box with no topic says what would measure
-    it (``measured_by``), or that nothing in the book does yet."""
+    it (``measured_by``), or that nothing in the book does yet. Its words are in
+    ``language``; ``on_missing`` is called with each text the Chinese catalogue lacks (by
+    default, ``gpudl_extension_text.Untranslated`` is raised)."""
+    words = Words(language) if on_missing is None else Words(language, on_missing)
+    with edition(words):
+        return _box(topic, view, record, generated, measured_by)
+
+
+def _box(topic: str | None, view: str | None, record: dict | None, generated: Path,
+         measured_by: str | None) -> list[str]:
     source = f"results/{topic}-cuda.json"
     if topic is None:
-        return [f"{NOT_MEASURED}: {measured_by or 'no benchmark of the book measures it yet'}; "
-                "no GPU run of it is stored in `results/`."]
+        reason = (translated(measured_by) if measured_by
+                  else tr("no benchmark of the book measures it yet"))
+        return [tr("{not_measured}: {reason}; no GPU run of it is stored in `results/`.",
+                   not_measured=views.not_measured(), reason=reason)]
     if topic not in TOPICS or view not in TOPICS[topic].VIEWS:
         raise ValueError(f"no view {view!r} of topic {topic!r}; views: "
                          f"{ {t: list(m.VIEWS) for t, m in TOPICS.items()} }")
     if record is None:
-        return [f"{NOT_MEASURED}: no GPU run of this benchmark is stored in `results/` "
-                f"(`python -m gpudl bench {topic}` writes `{source}`)."]
+        return [tr("{not_measured}: no GPU run of this benchmark is stored in `results/` "
+                   "(`python -m gpudl bench {topic}` writes `{source}`).",
+                   not_measured=views.not_measured(), topic=topic, source=source)]
     draw, bars = views.DRAW[topic][view], TOPICS[topic].VIEWS[view]
     trail = _Trail()
     tracked = _tracked(record, "", trail)
     try:
-        edition = views.LANGUAGE.set(language)
-        try:
-            lines = draw(tracked, generated / f"measured-{topic}-{view}.png")
-        finally:
-            views.LANGUAGE.reset(edition)
+        lines = draw(tracked, generated / f"measured-{topic}-{view}.png")
         goals = _goals(tracked, bars)
         note = provenance(tracked, source)
     except Exception as err:  # any record the view cannot draw: name the file and the field
+        if isinstance(err, Untranslated):
+            raise
         raise MalformedRecord(f"{source}: field {trail.field or '(the record)'}: "
                               f"{type(err).__name__}: {err}") from None
     return [*lines, "", *goals, "", note]

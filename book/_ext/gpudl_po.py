@@ -4,22 +4,28 @@
     python book/_ext/gpudl_po.py memory                         # part of `make po`
     python book/_ext/gpudl_po.py notebooks                      # part of `make po`
     python book/_ext/gpudl_po.py figures                        # part of `make po`
+    python book/_ext/gpudl_po.py extensions                     # part of `make po`
 
 ``check`` prints, per catalogue, how many of its messages are translated, and fails on: a
 fuzzy entry; an obsolete entry (``#~``) that keeps a translation; a translation that loses
 what `gpudl_po_checks` says it must keep; an untranslated message of a page that
 ``locales/zh_CN/pending.txt`` does not list; a figure's text untranslated, fuzzy or with a
-number changed (``locales/zh_CN/figures.po``); a glossary term rendered otherwise; a Chinese lab
-out of sync with its English notebook and catalogue. With ``--pot`` it also compares every
-catalogue with the templates `make pot` wrote: a message missing from a catalogue is
-untranslated, a translated one no template has is obsolete.
+number changed (``locales/zh_CN/figures.po``); a text the extensions write untranslated, fuzzy,
+missing, no longer written, or with a placeholder, a number, code or emphasis changed
+(``locales/zh_CN/extensions.po``, `gpudl_extension_text`); a glossary term rendered otherwise;
+a Chinese lab out of sync with its English notebook and catalogue. With ``--pot`` it also
+compares every catalogue with the templates `make pot` wrote: a message missing from a
+catalogue is untranslated, a translated one no template has is obsolete.
 
 ``memory`` is the translation memory across catalogues, for paragraphs that move between
 pages: after ``sphinx-intl update`` it gives each untranslated message the translation the
 same message has anywhere (another catalogue, an obsolete entry, ``locales/zh_CN/memory.po``),
 or, failing that, the translation of the most similar message, marked fuzzy for review; then
 it moves the obsolete entries into memory.po (kept, never compiled) and out of the pages'
-catalogues."""
+catalogues.
+
+``extensions`` brings ``locales/zh_CN/extensions.po`` up to the texts the extensions write
+(`gpudl_extension_text.texts`), as ``figures`` does for the figures' words."""
 
 import argparse
 import difflib
@@ -29,6 +35,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import gpudl_extension_text
 import gpudl_labs
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
@@ -156,6 +163,7 @@ def report(pot: Path | None = None) -> tuple[list[str], list[str]]:
     for english in sorted(gpudl_labs.NOTEBOOKS.glob("*.ipynb")):
         problems += lab_problems(english)
     problems += figure_problems(FIGURES)
+    problems += gpudl_extension_text.problems()
     lines.append(f"{total - untranslated} of {total} messages translated, {untranslated} "
                  "untranslated" + ("" if pot else " (the catalogues as they are; "
                                    "`make i18n-check` first compares them with the pages)"))
@@ -243,6 +251,13 @@ def figures() -> None:
     print(f"{figure_text.CATALOGUE.relative_to(ROOT)}: {total} messages, {todo} to translate")
 
 
+def extensions() -> None:
+    """Bring locales/zh_CN/extensions.po up to the texts the extensions write."""
+    total, todo = gpudl_extension_text.update(gpudl_extension_text.texts())
+    print(f"{gpudl_extension_text.CATALOGUE.relative_to(ROOT)}: {total} messages, {todo} to "
+          "translate")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -251,10 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("memory", help="reuse translations of moved messages")
     commands.add_parser("notebooks", help="write notebooks/zh_CN/*.ipynb")
     commands.add_parser("figures", help="update locales/zh_CN/figures.po from the figures")
+    commands.add_parser("extensions", help="update locales/zh_CN/extensions.po from the texts "
+                        "the extensions write")
     args = parser.parse_args(argv)
     if args.command == "check":
         return 1 if check(args.pot) else 0
-    {"memory": memory, "notebooks": notebooks, "figures": figures}[args.command]()
+    {"memory": memory, "notebooks": notebooks, "figures": figures,
+     "extensions": extensions}[args.command]()
     return 0
 
 

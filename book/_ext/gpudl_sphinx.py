@@ -9,6 +9,8 @@
 - the ``{gpudl-specs}`` and ``{gpudl-kernel-registers}`` tables (``gpudl_tables``), the
   ``{gpudl-measured}`` boxes and the preface's ``{gpudl-lab-times}`` (``gpudl_directives``, whose
   content ``gpudl_measured``, ``gpudl_views`` and ``gpudl_reading`` make);
+- the words those directives write, in the edition being built (``gpudl_extension_text``: the
+  Chinese ones from locales/zh_CN/extensions.po);
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search

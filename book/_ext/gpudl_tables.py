@@ -6,11 +6,15 @@
   occupancy each allows on an A100 at the block size the book launches it with
   (`gpudl.hardware.occupancy`).
 
-The Chinese edition translates the headers; the cells are data.
+The Chinese edition translates the headers and the words among the cells (a rate a GPU does
+not have, the limit that binds) from ``locales/zh_CN/extensions.po`` (``gpudl_extension_text``);
+the other cells are data.
 """
 
 from docutils import nodes
 from docutils.statemachine import StringList
+from gpudl_editions import edition_words
+from gpudl_extension_text import message
 from sphinx.util.docutils import SphinxDirective
 
 
@@ -22,13 +26,16 @@ def _table(directive: SphinxDirective, header: tuple, rows: list, source: str) -
     return container.children
 
 
-SPECS_HEADERS_ZH = {
-    "year": "年份", "compute capability": "计算能力", "SMs": "SM 数",
-    "FP32 cores per SM": "每个 SM 的 FP32 核心数", "CUDA cores": "CUDA 核心数", "memory": "显存",
-    "bandwidth (GB/s)": "带宽（GB/s）", "FP32 (TFLOP/s)": "FP32（TFLOP/s）",
-    "FP16 tensor, dense": "FP16 张量核心，稠密", "BF16 tensor, dense": "BF16 张量核心，稠密",
-    "TDP (W)": "热设计功耗（W）", "source": "来源",
+#: The columns of ``{gpudl-specs} core`` and ``rates``.
+SPECS_COLUMNS = {
+    "core": ("GPU", message("year"), message("compute capability"), message("SMs"),
+             message("FP32 cores per SM"), message("CUDA cores"), message("memory")),
+    "rates": ("GPU", message("bandwidth (GB/s)"), message("FP32 (TFLOP/s)"),
+              message("FP16 tensor, dense"), message("BF16 tensor, dense"), message("TDP (W)"),
+              message("source")),
 }
+#: What ``gpudl.hardware.datasheet_number`` writes for a rate a GPU does not have.
+NO_VALUE = message("none")
 
 
 class SpecsTable(SphinxDirective):
@@ -44,17 +51,15 @@ class SpecsTable(SphinxDirective):
         from gpudl.hardware import SPECS, datasheet_number
 
         part = self.arguments[0]
-        columns = {
-            "core": ("GPU", "year", "compute capability", "SMs", "FP32 cores per SM",
-                     "CUDA cores", "memory"),
-            "rates": ("GPU", "bandwidth (GB/s)", "FP32 (TFLOP/s)", "FP16 tensor, dense",
-                      "BF16 tensor, dense", "TDP (W)", "source"),
-        }
-        if part not in columns:
-            raise self.error(f"gpudl-specs takes one of {list(columns)}, got {part!r}")
-        header = columns[part]
-        if self.config.language == "zh_CN":  # the Chinese edition's headers; the cells are data
-            header = tuple(SPECS_HEADERS_ZH.get(h, h) for h in header)
+        if part not in SPECS_COLUMNS:
+            raise self.error(f"gpudl-specs takes one of {list(SPECS_COLUMNS)}, got {part!r}")
+        words = edition_words(self)
+        header = tuple(h if h == "GPU" else words(h) for h in SPECS_COLUMNS[part])
+
+        def number(value: float | None) -> str:
+            text = datasheet_number(value)
+            return words(NO_VALUE) if text == NO_VALUE else text
+
         rows = []
         for s in SPECS.values():
             if part == "core":
@@ -64,19 +69,17 @@ class SpecsTable(SphinxDirective):
             else:
                 rates = (s.memory_bandwidth_gbs, s.fp32_tflops, s.fp16_tensor_tflops,
                          s.bf16_tflops, s.tdp_watts)
-                cells = (s.name, *map(datasheet_number, rates), f"{{cite:p}}`{s.source}`")
+                cells = (s.name, *map(number, rates), f"{{cite:p}}`{s.source}`")
             rows.append(cells)
         return _table(self, header, rows, "gpudl.hardware.SPECS")
 
 
-
-KERNEL_HEADERS_ZH = {
-    "kernel": "核函数", "threads / block": "线程数/块", "registers / thread": "寄存器/线程",
-    "shared memory / block": "共享内存/块", "blocks / SM": "块数/SM", "occupancy": "占用率",
-    "limited by": "限制",
-}
-LIMITS_ZH = {"warps": "线程束", "blocks": "线程块", "registers": "寄存器",
-             "shared_memory": "共享内存"}
+#: The columns of ``{gpudl-kernel-registers}``.
+KERNEL_COLUMNS = (message("kernel"), message("threads / block"), message("registers / thread"),
+                  message("shared memory / block"), message("blocks / SM"),
+                  message("occupancy"), message("limited by"))
+#: What can limit the occupancy (``gpudl.hardware.Occupancy.limit``).
+LIMITS = (message("warps"), message("blocks"), message("registers"), message("shared_memory"))
 
 
 def occupancy_text(value: float) -> str:
@@ -98,11 +101,8 @@ class KernelRegisters(SphinxDirective):
 
         kernels = registry.load_all()
         stored = resources.load()
-        header = ("kernel", "threads / block", "registers / thread", "shared memory / block",
-                  "blocks / SM", "occupancy", "limited by")
-        zh = self.config.language == "zh_CN"
-        if zh:
-            header = tuple(KERNEL_HEADERS_ZH[h] for h in header)
+        words = edition_words(self)
+        header = tuple(map(words, KERNEL_COLUMNS))
         rows, seen = [], set()
         for row in stored["kernels"]:  # one row per kernel, or per build of a factory
             entry = kernels.get(row["kernel"])
@@ -113,7 +113,7 @@ class KernelRegisters(SphinxDirective):
             sm80 = row["sm_80"]
             o = occupancy(entry.threads_per_block, sm80["registers"], sm80["shared_bytes"],
                           (8, 0))
-            limit = LIMITS_ZH.get(o.limit, o.limit) if zh else o.limit
+            limit = words(o.limit) if o.limit in LIMITS else o.limit
             name = row["kernel"] if build[1] is None else (
                 f"{row['kernel']}({', '.join(map(str, build[1]))})")
             rows.append((f"`{name}`", entry.threads_per_block, sm80["registers"],

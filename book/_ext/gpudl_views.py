@@ -7,11 +7,15 @@ in groups against a reference row (elementwise, memory), a view takes the group 
 reference from its bench module (``GROUPS``, checked by :func:`_group`, and ``REFERENCE``);
 the other views read the fields their module's ``run`` stores (``tests/test_bench.py`` draws
 each from a run). ``gpudl_measured`` puts the drawing into its box.
+
+A view writes its words (headers, sentences, alt texts) through ``gpudl_extension_text``'s
+:func:`tr`, in the edition the box is drawn for; what the stored run names (its rows, kernels,
+GPU) it writes as stored. A figure's own words are the figures' catalogue's
+(``gpudl_figure_text``).
 """
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,23 +23,33 @@ import matplotlib
 
 matplotlib.use("Agg")  # figures are files, drawn during the build
 
+from gpudl_extension_text import current, message, tr, translated  # noqa: E402
+
 from gpudl.bench import elementwise, memory  # noqa: E402
 
-NOT_MEASURED = "**Not yet measured**"
+NOT_MEASURED = message("**Not yet measured**")
 
 
-#: The edition a box is drawn for: the Chinese build saves its figures as ``<name>.zh_CN.png``
-#: with the words that ``locales/zh_CN/figures.po`` has in Chinese (the others, a kernel's name
-#: or a measured number, as they are), so the two editions never write one file.
-LANGUAGE: contextvars.ContextVar[str] = contextvars.ContextVar("language", default="en")
+def not_measured() -> str:
+    """*Not yet measured*, in the current edition."""
+    return translated(NOT_MEASURED)
+
+
+def _both(text: str, **fields: object) -> tuple[str, str]:
+    """``text`` in English (a figure's title: its words are the figures' catalogue's) and in
+    the current edition (the figure's alt text)."""
+    return text.format(**fields), translated(text, **fields)
 
 
 def _figure(fig: object, path: Path, alt: str) -> list[str]:
+    """Save ``fig`` for the current edition (the Chinese one as ``<name>.zh_CN.png``, with the
+    words that ``locales/zh_CN/figures.po`` has in Chinese, so the two editions never write
+    one file) and show it with the ``alt`` text."""
     import gpudl_figure_text as figure_text
     import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    if LANGUAGE.get() == figure_text.LANGUAGE:
+    if current().language == figure_text.LANGUAGE:
         figure_text.save_chinese(fig, path, figure_text.load())
     else:
         figure_text.save(fig, path)
@@ -63,8 +77,12 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
+def _na() -> str:
+    return tr("n/a")
+
+
 def _num(value: float | None, digits: int = 0) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
+    return _na() if value is None else f"{value:,.{digits}f}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -72,19 +90,21 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
 
 
-def _bandwidth(record: dict, names: list[str], reference: str, title: str, path: Path
-               ) -> list[str]:
-    """A bar per row of ``names`` (GB/s) against the ``reference`` row's line, and a table."""
+def _bandwidth(record: dict, names: list[str], reference: str, title: tuple[str, str],
+               path: Path) -> list[str]:
+    """A bar per row of ``names`` (GB/s) against the ``reference`` row's line, and a table;
+    ``title``: the figure's, in English and in the current edition (:func:`_both`)."""
     from gpudl import plots
 
     rows = _by_name(record)
     fig = plots.rate_bars({"": {n: rows[n]["gbps"] for n in names}},
-                          {"": rows[reference]["gbps"]}, "GB/s", title, reference)
-    table = _table(["kernel", "time (ms)", "GB/s", f"of {reference}"],
+                          {"": rows[reference]["gbps"]}, "GB/s", title[0], reference)
+    table = _table([tr("kernel"), tr("time (ms)"), "GB/s",
+                    tr("of {reference}", reference=reference)],
                    [[n, _ms(rows[n]["median_s"]), _num(rows[n]["gbps"]),
                      f"{rows[n]['gbps'] / rows[reference]['gbps']:.0%}"]
                     for n in [*names, reference]])
-    return _figure(fig, path, title) + [""] + table
+    return _figure(fig, path, title[1]) + [""] + table
 
 
 def _group(module: object, group: str) -> str:
@@ -99,19 +119,19 @@ def _elementwise_bandwidth(record: dict, path: Path) -> list[str]:
     reference = elementwise.REFERENCE
     names = [r["name"] for r in _rows(record, _group(elementwise, "bandwidth"))
              if r["name"] != reference]
-    return _bandwidth(record, names, reference,
-                      f"Streaming kernels, n = {record['n']:,} float32", path)
+    title = _both(message("Streaming kernels, n = {n} float32"), n=f"{record['n']:,}")
+    return _bandwidth(record, names, reference, title, path)
 
 
 def _elementwise_divergence(record: dict, path: Path) -> list[str]:
     rows = _rows(record, _group(elementwise, "divergence"))
-    return _table(["mode", "time (ms)", "paths per warp"],
+    return _table([tr("mode"), tr("time (ms)"), tr("paths per warp")],
                   [[r["name"].split()[-1], _ms(r["median_s"]), str(r["max_paths_per_warp"])]
                    for r in rows])
 
 
 def _elementwise_cpu_vs_gpu(record: dict, path: Path) -> list[str]:
-    return _table(["SAXPY", "n", "time (ms)", "GB/s"],
+    return _table(["SAXPY", "n", tr("time (ms)"), "GB/s"],
                   [[r["name"].removeprefix("saxpy "), f"{r['n']:,}", _ms(r["median_s"]),
                     _num(r["gbps"])] for r in _rows(record, _group(elementwise, "cpu_vs_gpu"))])
 
@@ -128,24 +148,29 @@ def _allreduce_busbw(record: dict, path: Path) -> list[str]:
     ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="All-reduce")
     ax.legend()
     fig.tight_layout()
-    return _figure(fig, path, "all-reduce bus bandwidth against message size")
+    return _figure(fig, path, tr("all-reduce bus bandwidth against message size"))
 
 
 def _memory_group(group: str, title: str) -> Callable[[dict, Path], list[str]]:
+    """The view of ``group``'s rows; ``title`` is a :func:`message`."""
     _group(memory, group)
 
     def view(record: dict, path: Path) -> list[str]:
         reference = memory.REFERENCE
         names = [r["name"] for r in _rows(record, group) if r["name"] != reference]
-        return _bandwidth(record, names, reference, f"{title}, n = {record['n']:,}", path)
+        n = f"{record['n']:,}"
+        both = (f"{title}, n = {n}", tr("{title}, n = {n}", title=translated(title), n=n))
+        return _bandwidth(record, names, reference, both, path)
     return view
 
 
 def _memory_hierarchy(record: dict, path: Path) -> list[str]:
     if "hierarchy" not in record:
-        return [f"{NOT_MEASURED}: the stored run skipped the memory hierarchy."]
+        return [tr("{not_measured}: the stored run skipped the memory hierarchy.",
+                   not_measured=not_measured())]
     levels = record["hierarchy"]
-    lines = _table(["level", "latency (ns)", "cycles", "read bandwidth (GB/s)"],
+    lines = _table([tr("level"), tr("latency (ns)"), tr("cycles"),
+                    tr("read bandwidth (GB/s)")],
                    [[level, _num(r["ns_per_hop"], 1), _num(r["cycles_per_hop"]),
                      _num(levels["bandwidth"].get(level, {}).get("gbs"))]
                     for level, r in levels["latency"].items()])
@@ -156,11 +181,11 @@ def _allreduce_p2p(record: dict, path: Path) -> list[str]:
     from gpudl import plots
 
     if not record.get("p2p"):
-        return [f"{NOT_MEASURED} between two GPUs: the stored run skipped it "
-                f"({record.get('p2p_skipped')})."]
+        return [tr("{not_measured} between two GPUs: the stored run skipped it ({reason}).",
+                   not_measured=not_measured(), reason=record.get("p2p_skipped"))]
     rows = record["p2p"]
     fig = plots.bandwidth_vs_size(rows, "gbps", f"send/recv between 2 GPUs ({rows[0]['backend']})")
-    return _figure(fig, path, "point-to-point bandwidth against message size")
+    return _figure(fig, path, tr("point-to-point bandwidth against message size"))
 
 
 def _matmul_gflops(record: dict, path: Path) -> list[str]:
@@ -173,20 +198,23 @@ def _matmul_gflops(record: dict, path: Path) -> list[str]:
                                  if r["variant"] != "torch"}
         references[f"n = {size}"] = _row(rows, "reference", variant="torch")["tflops"] * 1e3
         table += [[str(size), r["variant"], _num(r["tflops"] * 1e3),
-                   "n/a" if r["fraction_of_torch"] is None else f"{r['fraction_of_torch']:.0%}"]
+                   _na() if r["fraction_of_torch"] is None else f"{r['fraction_of_torch']:.0%}"]
                   for r in rows]
     fig = plots.rate_bars(groups, references, "GFLOP/s", "float32 matmul (TF32 off)",
                           "cuBLAS (torch.matmul)")
-    return (_figure(fig, path, "GFLOP/s per matmul variant against cuBLAS") + [""]
-            + _table(["n", "kernel", "GFLOP/s", "of cuBLAS"], table))
+    return (_figure(fig, path, tr("GFLOP/s per matmul variant against cuBLAS")) + [""]
+            + _table(["n", tr("kernel"), "GFLOP/s", tr("of cuBLAS")], table))
 
 
 def _matmul_mlp(record: dict, path: Path) -> list[str]:
     rows = [r for r in record["rows"] if r["name"].startswith("mlp ")]
     if not rows:
-        return [f"{NOT_MEASURED}: the stored run has no MLP timing."]
-    return _table(["pass", "time (ms)"], [[r["name"], _ms(r["median_s"])] for r in rows]) + [
-        "", f"Backward over forward: **{record['backward_over_forward']:.2f}**."]
+        return [tr("{not_measured}: the stored run has no MLP timing.",
+                   not_measured=not_measured())]
+    return _table([tr("pass"), tr("time (ms)")],
+                  [[r["name"], _ms(r["median_s"])] for r in rows]) + [
+        "", tr("Backward over forward: **{ratio}**.",
+               ratio=f"{record['backward_over_forward']:.2f}")]
 
 
 def _optim_bandwidth(record: dict, path: Path) -> list[str]:
@@ -200,37 +228,40 @@ def _optim_bandwidth(record: dict, path: Path) -> list[str]:
                           "One Adam step: effective bandwidth", "device copy")
     failed = [f"`{r['name']}` ({', '.join(r['check']['failed'])})" for r in record["rows"]
               if r["check"] and not r["check"]["ok"]]
-    note = ["", "Off the float64 reference by more than its bound in the stored run: "
-            + ", ".join(failed) + "."] if failed else []
-    return _figure(fig, path, "effective bandwidth of one Adam step per variant") + note
+    note = ["", tr("Off the float64 reference by more than its bound in the stored run: "
+                   "{failed}.", failed=", ".join(failed))] if failed else []
+    return _figure(fig, path, tr("effective bandwidth of one Adam step per variant")) + note
 
 
 def _dataparallel_steps(record: dict, path: Path) -> list[str]:
-    return _table(["GPUs", "manual (ms)", "bucketed (ms)", "DDP (ms)", "model (ms)"],
+    return _table([tr("GPUs"), tr("manual (ms)"), tr("bucketed (ms)"), "DDP (ms)",
+                   tr("model (ms)")],
                   [[str(r["world_size"]), *(_ms(r["step_s"][s]) for s in
                                             ("manual", "bucketed", "ddp")),
-                    "n/a" if r["predicted_step_s"] is None else _ms(r["predicted_step_s"])]
+                    _na() if r["predicted_step_s"] is None else _ms(r["predicted_step_s"])]
                    for r in record["runs"]])
 
 
 def _pipeline_bubble(record: dict, path: Path) -> list[str]:
-    return _table(["schedule", "m", "idle, measured", "idle, formula", "step (ms)"],
+    return _table([tr("schedule"), "m", tr("idle, measured"), tr("idle, formula"),
+                   tr("step (ms)")],
                   [[r["schedule"], str(r["microbatches"]), f"{r['measured']:.3f}",
                     f"{r['formula']:.3f}", _ms(r["makespan_s"])] for r in record["rows"]])
 
 
 def _precision_rates(record: dict, path: Path) -> list[str]:
-    lines = _table(["", "time (ms)", "TFLOP/s"],
+    lines = _table(["", tr("time (ms)"), "TFLOP/s"],
                    [[r["name"], _ms(r["median_s"]), _num(r["tflops"], 1)]
                     for r in record["rows"]])
     if record.get("mfu") is not None:
-        lines += ["", f"MFU of the kernel MLP's step: **{record['mfu']:.1%}** of "
-                  f"{record['peak_flops'] / 1e12:.1f} TFLOP/s ({record['peak_source']})."]
+        lines += ["", tr("MFU of the kernel MLP's step: **{mfu}** of {peak} TFLOP/s ({source}).",
+                         mfu=f"{record['mfu']:.1%}", peak=f"{record['peak_flops'] / 1e12:.1f}",
+                         source=record["peak_source"])]
     return lines
 
 
 def _attention_times(record: dict, path: Path) -> list[str]:
-    return _table(["kernel", "s", "time (ms)", "TFLOP/s"],
+    return _table([tr("kernel"), "s", tr("time (ms)"), "TFLOP/s"],
                   [[r["name"].rsplit(" s=", 1)[0], f"{r['s']:,}", _ms(r["median_s"]),
                     _num(r["tflops"], 1)] for r in record["rows"]])
 
@@ -244,21 +275,22 @@ def _tensorcores_torch(record: dict, path: Path) -> list[str]:
               for n in sizes}
     fig = plots.rate_bars(groups, {}, "TFLOP/s", "torch.matmul per precision", "")
     peaks = [[r["dtype"], f"{r['size']:,}", _num(r["tflops"], 1), _num(r["peak_tflops"], 1),
-              "n/a" if r["fraction_of_peak"] is None else f"{r['fraction_of_peak']:.0%}"]
+              _na() if r["fraction_of_peak"] is None else f"{r['fraction_of_peak']:.0%}"]
              for r in rows]
-    return (_figure(fig, path, "TFLOP/s of torch.matmul per precision and size") + [""]
-            + _table(["precision", "n", "TFLOP/s", "datasheet", "of the datasheet"], peaks))
+    return (_figure(fig, path, tr("TFLOP/s of torch.matmul per precision and size")) + [""]
+            + _table([tr("precision"), "n", "TFLOP/s", tr("datasheet"), tr("of the datasheet")],
+                     peaks))
 
 
 def _tensorcores_kernels(record: dict, path: Path) -> list[str]:
     rows = [r for r in record["rows"] if not r["name"].startswith("torch ")]
-    return _table(["kernel", "n", "time (ms)", "TFLOP/s"],
+    return _table([tr("kernel"), "n", tr("time (ms)"), "TFLOP/s"],
                   [[r["variant"], f"{r['size']:,}", _ms(r["median_s"]), _num(r["tflops"], 1)]
                    for r in rows])
 
 
 def _launch_costs(record: dict, path: Path) -> list[str]:
-    return _table(["launch", "µs (fastest sample)", "what was measured"],
+    return _table([tr("launch"), tr("µs (fastest sample)"), tr("what was measured")],
                   [[r["name"], f"{r['min_s'] * 1e6:.1f}", r["measured"]]
                    for r in record["rows"]])
 
@@ -266,7 +298,7 @@ def _launch_costs(record: dict, path: Path) -> list[str]:
 def _decode_group(group: str) -> Callable[[dict, Path], list[str]]:
     def view(record: dict, path: Path) -> list[str]:
         rows = _rows(record, group)
-        return _table(["", "time (µs)", "GB/s"],
+        return _table(["", tr("time (µs)"), "GB/s"],
                       [[r["name"], f"{r['median_s'] * 1e6:,.1f}", _num(r["gbps"], 1)]
                        for r in rows])
     return view
@@ -274,7 +306,7 @@ def _decode_group(group: str) -> Callable[[dict, Path], list[str]]:
 
 def _decode_graphs(record: dict, path: Path) -> list[str]:
     rows = _rows(record, "graphs") + _rows(record, "decoder")
-    return _table(["", "kernels", "time (µs)"],
+    return _table(["", tr("kernels"), tr("time (µs)")],
                   [[r["name"], str(r["kernels"]), f"{r['median_s'] * 1e6:,.1f}"] for r in rows])
 
 
@@ -283,9 +315,9 @@ def _decode_graphs(record: dict, path: Path) -> list[str]:
 DRAW: dict[str, dict[str, Callable[[dict, Path], list[str]]]] = {
     "elementwise": {"bandwidth": _elementwise_bandwidth, "divergence": _elementwise_divergence,
                     "cpu_vs_gpu": _elementwise_cpu_vs_gpu},
-    "memory": {"copies": _memory_group("copies", "Copies"),
-               "transposes": _memory_group("transposes", "Transposes"),
-               "reductions": _memory_group("reductions", "Reductions (bytes read)"),
+    "memory": {"copies": _memory_group("copies", message("Copies")),
+               "transposes": _memory_group("transposes", message("Transposes")),
+               "reductions": _memory_group("reductions", message("Reductions (bytes read)")),
                "hierarchy": _memory_hierarchy},
     "allreduce": {"busbw": _allreduce_busbw, "p2p": _allreduce_p2p},
     "matmul": {"gflops": _matmul_gflops, "mlp": _matmul_mlp},
