@@ -36,6 +36,7 @@ help:
 	@echo "make po         update locales/$(ZH) from them (translations of moved paragraphs"
 	@echo "                reused), and regenerate the Chinese labs notebooks/$(ZH)"
 	@echo "make i18n-check how much is translated, and every problem of the translations"
+	@echo "                (the glossary's terms across all catalogues, msgfmt -c on each)"
 	@echo "make clean      remove _build and $(VENV)"
 
 # constraints.txt: the exact versions CI proves together (pyproject.toml holds the ranges)
@@ -80,12 +81,16 @@ pot: $(STAMP)
 	$(SPHINX) -b gettext -W --keep-going $(NO_FIGURES) -d _build/.doctrees-gettext \
 	    . _build/gettext
 
+# babel (under sphinx-intl) flags every message holding a % or a {...} as a Python format, which
+# markdown never is and `msgfmt -c` then rejects: `flags` removes them, last
 po: pot
 	$(BIN)/sphinx-intl update -p _build/gettext -l $(ZH) -d locales
 	$(PO_TOOL) memory
 	$(PO_TOOL) notebooks
 	$(PO_TOOL) figures
+	$(PO_TOOL) flags
 
+# the report, every check of the translations, and `msgfmt -c -o /dev/null` on every catalogue
 i18n-check: pot
 	$(PO_TOOL) check --pot _build/gettext
 
