@@ -33,6 +33,7 @@ that such a flag makes it read as one."""
 import argparse
 import difflib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -205,7 +206,7 @@ def msgfmt_problems(paths: list[Path]) -> list[str]:
                               capture_output=True, text=True, timeout=60)
         if done.returncode:
             errors = [line for line in done.stderr.splitlines()
-                      if "warning:" not in line and not line.startswith("msgfmt: found")]
+                      if "warning:" not in line and not re.search(r"msgfmt: found \d", line)]
             problems += [f"msgfmt -c: {line}" for line in errors] or [
                 f"msgfmt -c: {shown(path)}: {done.stderr.strip()[-200:]}"]
     return problems
