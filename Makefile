@@ -37,6 +37,7 @@ help:
 	@echo "                reused), regenerate the Chinese labs notebooks/$(ZH), and update"
 	@echo "                the figures' and the extensions' catalogues"
 	@echo "make i18n-check how much is translated, and every problem of the translations"
+	@echo "                (the glossary's terms across all catalogues, msgfmt -c on each)"
 	@echo "make cjk-font   subset the book's CJK font again (book/_static/fonts) when a translation"
 	@echo "                uses a character it lacks (NOTO_CJK=FILE: a Noto Sans CJK SC .otf; default:"
 	@echo "                Debian's fonts-noto-cjk, downloaded with apt-get)"
@@ -84,17 +85,21 @@ pot: $(STAMP)
 	$(SPHINX) -b gettext -W --keep-going $(NO_FIGURES) -d _build/.doctrees-gettext \
 	    . _build/gettext
 
+# babel (under sphinx-intl) flags every message holding a % or a {...} as a Python format, which
+# markdown never is and `msgfmt -c` then rejects: `flags` removes them, last
 po: pot
 	$(BIN)/sphinx-intl update -p _build/gettext -l $(ZH) -d locales
 	$(PO_TOOL) memory
 	$(PO_TOOL) notebooks
 	$(PO_TOOL) figures
 	$(PO_TOOL) extensions
+	$(PO_TOOL) flags
 
 # the book's CJK font (book/_ext/gpudl_fonts.py): the book's characters and the commonest ones
 cjk-font: $(STAMP)
 	$(BIN)/python book/_ext/gpudl_fonts.py subset $(if $(NOTO_CJK),--source $(NOTO_CJK) --face 0)
 
+# the report, every check of the translations, and `msgfmt -c -o /dev/null` on every catalogue
 i18n-check: pot
 	$(PO_TOOL) check --pot _build/gettext
 

@@ -1,7 +1,7 @@
 """The glossary (book/appendix-glossary.md) read as the Chinese edition's dictionary.
 
 Each row gives one or more English terms and their Chinese: terms separated by `` / `` pair up
-in order (``rank / world size`` with ``进程序号 / 进程总数``), an English parenthesis is the
+in order (``rank / world size`` with ``进程 / 进程总数``), an English parenthesis is the
 term's expansion or acronym (``streaming multiprocessor (SM)``: both are terms), a Chinese
 parenthesis （…） is a note or another name that the translation does not use. Two uses:
 the search index's dictionary for jieba (`search_dictionary`), and the term check of
@@ -27,9 +27,16 @@ class Term:
 
     @property
     def name_like(self) -> bool:
-        """An acronym or a name (``GPU``, ``NVLink``, ``C ≈ 6ND``): the translation may keep
-        it as it is, and need not gloss it."""
+        """Holds an acronym or a name (``GPU``, ``KV cache``, ``C ≈ 6ND``), or is kept in
+        English by its Chinese cell (``token``, ``gloo``): found in the English with its case."""
         return bool(re.search(r"[A-Z0-9≈]", self.english)) or self.english in self.cell
+
+    @property
+    def bare(self) -> bool:
+        """A bare acronym or name (``GPU``, ``SM``, ``NVLink``, ``Adam``, ``token``, a formula
+        ``C ≈ 6ND``): the translation may keep it as it is, and need not gloss it. A longer term
+        that holds one (``KV cache``, ``CUDA core``, ``L1 cache``) is translated and glossed."""
+        return self.name_like and (" " not in self.english or "≈" in self.english)
 
 
 def rows(text: str | None = None) -> list[tuple[str, str, str]]:

@@ -5,6 +5,7 @@
     python book/_ext/gpudl_po.py notebooks                      # part of `make po`
     python book/_ext/gpudl_po.py figures                        # part of `make po`
     python book/_ext/gpudl_po.py extensions                     # part of `make po`
+    python book/_ext/gpudl_po.py flags                          # part of `make po`
 
 ``check`` prints, per catalogue, how many of its messages are translated, and fails on: a
 fuzzy entry; an obsolete entry (``#~``) that keeps a translation; a translation that loses
@@ -12,10 +13,13 @@ what `gpudl_po_checks` says it must keep; an untranslated message of a page that
 ``locales/zh_CN/pending.txt`` does not list; a figure's text untranslated, fuzzy or with a
 number changed (``locales/zh_CN/figures.po``); a text the extensions write untranslated, fuzzy,
 missing, no longer written, or with a placeholder, a number, code or emphasis changed
-(``locales/zh_CN/extensions.po``, `gpudl_extension_text`); a glossary term rendered otherwise;
-a Chinese lab out of sync with its English notebook and catalogue. With ``--pot`` it also
-compares every catalogue with the templates `make pot` wrote: a message missing from a
-catalogue is untranslated, a translated one no template has is obsolete.
+(``locales/zh_CN/extensions.po``, `gpudl_extension_text`); a glossary term not glossed at its
+first use in a page; a term with two renderings across all the catalogues, or an English word
+glossed two ways; an entry flagged as a Python format (``flags``); a Chinese lab out of sync
+with its English notebook and catalogue; and whatever ``msgfmt -c`` finds in any catalogue (GNU
+gettext's msgfmt must be installed). With ``--pot`` it also compares every catalogue with the
+templates `make pot` wrote: a message missing from a catalogue is untranslated, a translated
+one no template has is obsolete.
 
 ``memory`` is the translation memory across catalogues, for paragraphs that move between
 pages: after ``sphinx-intl update`` it gives each untranslated message the translation the
@@ -25,14 +29,20 @@ it moves the obsolete entries into memory.po (kept, never compiled) and out of t
 catalogues.
 
 ``extensions`` brings ``locales/zh_CN/extensions.po`` up to the texts the extensions write
-(`gpudl_extension_text.texts`), as ``figures`` does for the figures' words."""
+(`gpudl_extension_text.texts`), as ``figures`` does for the figures' words.
+
+``flags`` removes the ``python-format`` and ``python-brace-format`` flags that babel (under
+``sphinx-intl update``) puts on every message holding a ``%`` or a ``{...}``: a message is
+markdown ("90%", ``{ref}``), never a Python format, and ``msgfmt -c`` fails on a translation
+that such a flag makes it read as one."""
 
 import argparse
 import difflib
 import json
 import re
+import shutil
+import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import gpudl_extension_text
@@ -41,14 +51,24 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 from gpudl_glossary import terms as glossary_terms
 from gpudl_i18n import CATALOGUES, LANGUAGE, ROOT, is_pending
-from gpudl_po_checks import entry_problems, exempt_terms, term_problems
+from gpudl_po_checks import (
+    Entry,
+    entry_problems,
+    exemptions,
+    number_problems,
+    rendering_problems,
+    term_problems,
+)
 
 MEMORY = ROOT / "locales" / LANGUAGE / "memory.po"
 #: The words inside the figures (`gpudl_figure_text`; not a page's catalogue: never compiled).
 FIGURES = ROOT / "locales" / LANGUAGE / "figures.po"
-NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-#: Pages that are not held to the glossary's terms: the glossary itself, the bibliography.
+#: Pages not held to the first-use gloss of the glossary's terms: the glossary itself, the
+#: bibliography; the bibliography is not held to the glossary's renderings either.
 NOT_TERM_CHECKED = ("book/appendix-glossary", "book/appendix-references")
+NOT_RENDERING_CHECKED = ("book/appendix-references",)
+#: the flags babel puts on a message with a % or a {...}: never right for markdown
+FORMAT_FLAGS = ("python-format", "python-brace-format")
 #: How close an English message must be to one in the memory to reuse its translation (fuzzy),
 #: and how long (characters) both must be: a paragraph, not a heading or a term.
 SIMILAR, PARAGRAPH = 0.85, 60
@@ -60,6 +80,9 @@ def read(path: Path) -> Catalog:
 
 
 def write(path: Path, catalog: Catalog) -> None:
+    """Write ``catalog``, without the format flags babel gives its messages (``flags``)."""
+    for message in list(catalog) + list(catalog.obsolete.values()):
+        message.flags.difference_update(FORMAT_FLAGS)
     with path.open("wb") as f:
         write_po(f, catalog, width=76)
 
@@ -68,6 +91,16 @@ def catalogues() -> dict[str, Path]:
     """docname -> its catalogue, for every catalogue in locales/zh_CN/LC_MESSAGES."""
     return {str(p.relative_to(CATALOGUES).with_suffix("")): p
             for p in sorted(CATALOGUES.rglob("*.po"))}
+
+
+def every_catalogue() -> list[Path]:
+    """Every catalogue: the pages', the translation memory, the figures' and the extensions'."""
+    return list(catalogues().values()) + [
+        p for p in (MEMORY, FIGURES, gpudl_extension_text.CATALOGUE) if p.exists()]
+
+
+def shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def messages(catalog: Catalog) -> list:
@@ -101,7 +134,7 @@ def check_catalogue(docname: str, catalog: Catalog, template: set[str] | None) -
             problems.append(f"{where}: fuzzy (review the translation, then drop the flag)")
         elif m.string:
             problems += [f"{where}: {p}" for p in entry_problems(m.id, m.string)]
-            entries.append((m.id, m.string, exempt_terms(m.user_comments)))
+            entries.append((m.id, m.string, exemptions(m.user_comments), where))
         if template is not None and m.id not in template and m.string:
             problems.append(f"{where}: obsolete (no page has it any more): run `make po`")
     problems += [f"obsolete entry {m.id[:50]!r} keeps a translation: run `make po`"
@@ -121,17 +154,69 @@ def check_catalogue(docname: str, catalog: Catalog, template: set[str] | None) -
 
 def figure_problems(path: Path) -> list[str]:
     """What is wrong with the figures' catalogue (`gpudl_figure_text`): a fuzzy or untranslated
-    text, or a translation that drops or changes one of its numbers."""
-    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    text, or a translation that drops or changes one of its numbers (`number_problems`)."""
     if not path.exists():
-        return [f"{shown}: missing: run `make po`"]
+        return [f"{shown(path)}: missing: run `make po`"]
     problems = []
     for m in messages(read(path)):
-        where = f"{shown}: line {m.lineno}"
+        where = f"{shown(path)}: line {m.lineno}"
         if m.fuzzy or not m.string:
             problems.append(f"{where}: {'fuzzy' if m.fuzzy else 'untranslated'}: {m.id!r}")
-        elif lost := Counter(NUMBER.findall(m.id)) - Counter(NUMBER.findall(m.string)):
-            problems.append(f"{where}: drops or changes the numbers {sorted(lost)}: {m.id!r}")
+        else:
+            problems += [f"{where}: {p}: {m.id!r}" for p in number_problems(m.id, m.string)]
+    return problems
+
+
+def term_entries(paths: list[Path]) -> dict[str, list[Entry]]:
+    """The translated, not fuzzy, entries of the catalogues at ``paths`` (the bibliography's
+    left out), for `rendering_problems`."""
+    found = {}
+    for path in paths:
+        if path.is_relative_to(CATALOGUES) and str(
+                path.relative_to(CATALOGUES).with_suffix("")) in NOT_RENDERING_CHECKED:
+            continue
+        name = str(shown(path))
+        found[name] = [Entry(m.id, m.string, exemptions(m.user_comments),
+                             f"{name} line {m.lineno}")
+                       for m in messages(read(path)) if m.string and not m.fuzzy]
+    return found
+
+
+def flagged(path: Path) -> list[int]:
+    """The lines of ``path`` that flag a message as a Python format (``flags`` removes them)."""
+    return [n for n, line in enumerate(path.read_text().splitlines(), 1)
+            if line.startswith("#,") and any(f in line for f in FORMAT_FLAGS)]
+
+
+def strip_flags(path: Path) -> int:
+    """Remove the format flags from the catalogue at ``path``, as text (nothing else of it
+    changes); the number of lines changed."""
+    lines, changed = path.read_text().splitlines(keepends=True), 0
+    for i, line in enumerate(lines):
+        if line.startswith("#,") and any(f in line for f in FORMAT_FLAGS):
+            kept = [f.strip() for f in line[2:].split(",") if f.strip() not in FORMAT_FLAGS]
+            lines[i] = f"#, {', '.join(kept)}\n" if kept else ""
+            changed += 1
+    if changed:
+        path.write_text("".join(lines))
+    return changed
+
+
+def msgfmt_problems(paths: list[Path]) -> list[str]:
+    """What ``msgfmt -c`` (GNU gettext) finds wrong in the catalogues at ``paths``: its errors,
+    not its warnings (a header's default fields). Empty where msgfmt is not installed."""
+    msgfmt = shutil.which("msgfmt")
+    if msgfmt is None:
+        return []
+    problems = []
+    for path in paths:
+        done = subprocess.run([msgfmt, "-c", "-o", "/dev/null", str(shown(path))], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            errors = [line for line in done.stderr.splitlines()
+                      if "warning:" not in line and not re.search(r"msgfmt: found \d", line)]
+            problems += [f"msgfmt -c: {line}" for line in errors] or [
+                f"msgfmt -c: {shown(path)}: {done.stderr.strip()[-200:]}"]
     return problems
 
 
@@ -164,6 +249,14 @@ def report(pot: Path | None = None) -> tuple[list[str], list[str]]:
         problems += lab_problems(english)
     problems += figure_problems(FIGURES)
     problems += gpudl_extension_text.problems()
+    every = every_catalogue()
+    problems += [f"terms: {p}" for p in rendering_problems(term_entries(every),
+                                                            glossary_terms())]
+    for path in every:
+        if flag_lines := flagged(path):
+            problems.append(f"{shown(path)}: lines {flag_lines} flag a message as a Python format: "
+                            "run `python book/_ext/gpudl_po.py flags`")
+    problems += msgfmt_problems(every)
     lines.append(f"{total - untranslated} of {total} messages translated, {untranslated} "
                  "untranslated" + ("" if pot else " (the catalogues as they are; "
                                    "`make i18n-check` first compares them with the pages)"))
@@ -171,10 +264,19 @@ def report(pot: Path | None = None) -> tuple[list[str], list[str]]:
 
 
 def check(pot: Path | None) -> int:
-    """Print the report; the number of problems found."""
+    """Print the report; the number of problems found (msgfmt missing is one)."""
     lines, problems = report(pot)
+    if shutil.which("msgfmt") is None:
+        problems.append("msgfmt (GNU gettext) is not installed: `msgfmt -c` checks nothing")
     print("\n".join(lines + [f"PROBLEM {p}" for p in problems]))
     return len(problems)
+
+
+def flags() -> None:
+    """Remove the format flags from every catalogue (after ``sphinx-intl update``)."""
+    for path in every_catalogue():
+        if changed := strip_flags(path):
+            print(f"{shown(path)}: {changed} format flags removed")
 
 
 def memory() -> None:
@@ -268,11 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("figures", help="update locales/zh_CN/figures.po from the figures")
     commands.add_parser("extensions", help="update locales/zh_CN/extensions.po from the texts "
                         "the extensions write")
+    commands.add_parser("flags", help="remove the python-format flags babel puts on messages")
     args = parser.parse_args(argv)
     if args.command == "check":
         return 1 if check(args.pot) else 0
     {"memory": memory, "notebooks": notebooks, "figures": figures,
-     "extensions": extensions}[args.command]()
+     "extensions": extensions, "flags": flags}[args.command]()
     return 0
 
 
