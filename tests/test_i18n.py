@@ -77,6 +77,26 @@ REF = "{ref}`Chapter 2, \"The roofline\" <ch02-roofline>`"
     # an English abbreviation may stay, or take the Chinese manner
     ("At 1M, 10M and 100M parameters.", "规模为 1M、10M 和 100M 个参数。", None),
     ("At 1M, 10M and 100M parameters.", "规模为 100 万、1000 万和 1 亿个参数。", None),
+    # thousands, millions and billions converted exactly (20k: 2 万), never otherwise
+    ("About 20k CNY a year, 50k CNY.", "每年约 2 万元，5 万元。", None),
+    ("About 20k CNY a year.", "每年约 20 万元。", "converts 20k wrongly: it is 2 万"),
+    ("About 20k CNY a year.", "每年约 2 千元。", "numbers ['20']"),
+    ("About 5k CNY a year.", "每年约 5,000 元。", None),
+    ("About 5k CNY a year.", "每年约 5 万元。", "converts 5k wrongly: it is 5000"),
+    ("About 20 thousand CNY.", "约 2 万元。", None),
+    ("1.61 million tokens.", "161 万个 token。", None),
+    ("1.61 million tokens.", "16.1 万个 token。", "writes 1.61 million otherwise than 161 万"),
+    ("About 1.5B tokens.", "大约 15 亿个 token。", None),
+    ("About 1.5B tokens.", "大约 1.5 亿个 token。", "converts 1.5B wrongly: it is 15 亿"),
+    ("A 10-million-sample data set.", "一个 1000 万样本的数据集。", None),
+    ("A 10-million-sample data set.", "一个 10 万样本的数据集。", "converts 10 million wrongly"),
+    # a list that shares its last number's scale: "3.67 and 63.8 million" is 367 万 and 6380 万
+    ("At a price p, 3.67 and 63.8 million over p.", "价格为 p 时，367 万和 6380 万除以 p。", None),
+    ("At a price p, 3.67 and 63.8 million over p.", "价格为 p 时，36.7 万和 6380 万除以 p。",
+     "numbers ['3.67']"),
+    ("At a price p, 3.67 and 63.8 million over p.", "价格为 p 时，3.67 万和 6380 万除以 p。",
+     "converts 3.67 million wrongly: it is 367 万"),
+    ("At batch 1 and 28.0 million at batch 64.", "批次为 1 时，批次为 64 时 2800 万。", None),
     # CommonMark does not close **...。** before a character: the full stop goes outside
     ("**Read it.** The book.", "**阅读。**本书。", "emphasis"),
     ("**Read it.** The book.", "**阅读**。本书。", None),
@@ -192,15 +212,20 @@ def test_an_exemption_for_another_meaning_is_honoured_and_one_for_a_title_is_not
 
 
 def test_an_english_word_glossed_two_ways_is_reported():
-    """Glossary term or not: eager is 即时执行（eager） in one page and 逐个启动（eager） in
-    another (each named by its last word, as many as the English has: 执行, 启动). A longer
-    rendering that ends in the same one is the same (多个流, 流)."""
-    a = _entries(("An eager framework.", "以即时执行（eager）方式运行的框架。", {}),
-                 ("Several streams.", "核函数排入多个流（stream）。", {}), name="a.po")
-    b = _entries(("The eager run.", "与逐个启动（eager）的运行相等。", {}),
-                 ("A stream.", "一种叫作**流**（stream）的队列。", {}), name="b.po")
+    """Glossary term or not: spill (not in the glossary) is 溢出（spill） in one page and
+    溢写（spill） in another (each named by its last words, as many as the English has: 溢出,
+    not 寄存器溢出); eager, in the glossary since its two glosses 即时执行（eager） and
+    逐个启动（eager） were found, is a term with two renderings. A longer rendering that ends
+    in the same one is the same (多个流, 流)."""
+    a = _entries(("Registers spill to local memory.", "寄存器溢出（spill）到本地内存。", {}),
+                 ("Several streams.", "核函数排入多个流（stream）。", {}),
+                 ("An eager framework.", "以即时执行（eager）方式运行的框架。", {}), name="a.po")
+    b = _entries(("A spill costs a load.", "一次溢写（spill）要多一次加载。", {}),
+                 ("A stream.", "一种叫作**流**（stream）的队列。", {}),
+                 ("The eager run.", "与逐个启动（eager）的运行相等。", {}), name="b.po")
     assert rendering_problems({"a.po": a, "b.po": b}, TERMS) == [
-        "'eager' is glossed 2 ways: 执行（eager） (a.po line 10); 启动（eager） (b.po line 10)"]
+        "'eager' has 2 renderings: 即时执行 (the glossary, 1 glosses); 启动 (b.po line 30)",
+        "'spill' is glossed 2 ways: 溢出（spill） (a.po line 10); 溢写（spill） (b.po line 10)"]
     # a parenthesis the English has itself is a remark, not a gloss (FSDP, ZeRO stage 3)
     c = _entries(("Sharded data parallelism (FSDP, ZeRO stage 3).",
                   "**分片数据并行**（FSDP、ZeRO 第 3 阶段）。", {}), name="c.po")

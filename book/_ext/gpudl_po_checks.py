@@ -8,9 +8,9 @@ markdown-it, with the extensions of _config.yml) and must keep, unchanged:
   ``{eq}``, a bare ``{ref}``) whole;
 - every link's target, inline code, inline math, substitution and inline HTML;
 - every number of its text (a translation may add numbers, as 8 月 31 日 for 31 August), in
-  the Chinese manner for millions and billions (10 million is 1000 万, 1.5 billion 15 亿), never
-  abbreviated (10M) nor in Chinese numerals (一千万) where the English has digits
-  (`number_problems`);
+  the Chinese manner for thousands, millions and billions (20k is 2 万, 10 million 1000 万,
+  1.5 billion 15 亿: exact conversions only), never abbreviated (10M) nor in Chinese numerals
+  (一千万) where the English has digits (`number_problems`);
 - its emphasis: as many strong and emphasised spans, and no ``*`` left over. CommonMark does
   not close ``**读它。**`` when a character follows it: the full stop goes outside,
   ``**读它**。``
@@ -39,17 +39,26 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Roles whose content is "title <target>": the title may be translated, the target not.
 TITLED_ROLES = {"ref", "numref", "doc", "term", "download", "any", "external"}
 NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-#: "N million" in English (or "NM", "NB", which a translation may also keep as they are), and
-#: the powers of ten
+#: "N thousand", "N million", "N billion" in English, also hyphenated ("a 10-million-sample
+#: set"), or abbreviated, "20k", "10M", "1.5B" (which a translation may also keep as they are)
 SCALED = re.compile(r"(?<![\w.,])(\d+(?:\.\d+)?)"
-                    r"(?:\s*((?i:million|billion|trillion))\b|([MB])(?![A-Za-z]))")
-SCALES = {"million": 6, "billion": 9, "trillion": 12, "m": 6, "b": 9}
+                    r"(?:(?:\s*|-)((?i:thousand|million|billion|trillion))\b"
+                    r"|([kKMB])(?![A-Za-z]))")
+#: the numbers of a list that shares the scale of its last one: the 3.67 of "3.67 and 63.8
+#: million", the 20 of "20 to 50 thousand" (a translation may write them in the Chinese manner
+#: too, 367 万 and 6380 万, or keep them as they are: "at batch 1 and 28.0 million" means 1)
+_JOIN = r"(?:,\s+|\s+(?:and|or|to)\s+|\s*[-–]\s*)"
+SHARED = re.compile(rf"(?<![\w.,])(\d+(?:\.\d+)?)(?={_JOIN}(?:\d+(?:\.\d+)?{_JOIN})*"
+                    r"\d+(?:\.\d+)?(?:\s*|-)((?i:thousand|million|billion|trillion))\b)")
+SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "k": 3, "m": 6, "b": 9}
 #: Chinese units of a large number, largest first: 1.5 billion is 15 亿
 CHINESE_UNITS = (("万亿", 12), ("亿", 8), ("万", 4))
-#: a number abbreviated, 10M, 1.5B (where the English does not write it so itself)
-ABBREVIATED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[KMBT](?![A-Za-z])")
+#: a number abbreviated, 10M, 1.5B, 20k (where the English does not write it so itself)
+ABBREVIATED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[kKMBT](?![A-Za-z])")
 #: a number in Chinese numerals, 一千万, 十五亿 (数百万, 几十亿 "millions" is not a number)
 CHINESE_NUMERAL = re.compile(r"(?<![数几])[一二两三四五六七八九十百千]+[万亿]")
+#: a number with a Chinese unit of a large number (2 万, 15 亿; 5 千 is not the manner)
+WITH_UNIT = r"\s*(?:万亿|[千万亿])"
 
 
 @cache
@@ -114,28 +123,54 @@ def emphasis(text: str) -> tuple[int, int, int]:
 
 
 def chinese_number(number: str, scale: str) -> tuple[str, str]:
-    """``number`` ``scale`` (16.8 million) in the Chinese manner: (1680, 万)."""
+    """``number`` ``scale`` (16.8 million) in the Chinese manner: (1680, 万); a number below
+    10,000 (5 thousand) has no unit: (5000, "")."""
     value = Decimal(number).scaleb(SCALES[scale.lower()])
-    unit, power = next(((u, p) for u, p in CHINESE_UNITS if value >= Decimal(10) ** p),
-                       CHINESE_UNITS[-1])
+    if value < 10 ** CHINESE_UNITS[-1][1]:
+        return f"{value.normalize():f}", ""
+    unit, power = next((u, p) for u, p in CHINESE_UNITS if value >= Decimal(10) ** p)
     amount = value.scaleb(-power).normalize()
     return f"{amount:f}", unit
 
 
+def _written(amount: str, unit: str, chinese: str) -> bool:
+    """Whether ``chinese`` writes ``amount`` ``unit`` (1680 万; 5000 or 5,000 with no unit)."""
+    if not unit:
+        plain = {amount, f"{Decimal(amount):,f}"}
+        return any(re.search(rf"(?<![\d.,]){re.escape(p)}(?![\d.,]|{WITH_UNIT})", chinese)
+                   for p in plain)
+    after = "(?!亿)" if unit == "万" else ""
+    return bool(re.search(rf"(?<![\d.,]){re.escape(amount)}\s*{unit}{after}", chinese))
+
+
 def number_problems(english: str, chinese: str) -> list[str]:
     """What the prose ``chinese`` drops or changes of the numbers of the prose ``english``:
-    every number stays (more may come), "N million" and "N billion" are written in the Chinese
-    manner (10 million: 1000 万; 16.8 million: 1680 万; 1.5 billion: 15 亿), and a number is
-    neither abbreviated (10M) nor written in Chinese numerals (一千万)."""
+    every number stays (more may come), "N thousand", "N million" and "N billion" are written
+    in the Chinese manner (20 thousand: 2 万; 10 million: 1000 万; 16.8 million: 1680 万;
+    1.5 billion: 15 亿), and a number is neither abbreviated (10M) nor written in Chinese
+    numerals (一千万). An abbreviation of the English (20k, 10M, 1.5B) and a number of a list
+    sharing a scale ("3.67 and 63.8 million") may stay as they are or take the Chinese manner
+    (2 万, 1000 万, 15 亿, 367 万); a conversion that is not exact (20k as 20 万 or 2 千,
+    1.5B as 1.5 亿, 3.67 million as 36.7 万) is reported."""
     problems = []
     needed = Counter(NUMBER.findall(english))
-    for number, scale, abbreviation in SCALED.findall(english):
-        amount, unit = chinese_number(number, scale or abbreviation)
-        if re.search(rf"(?<![\d.,]){re.escape(amount)}\s*{unit}", chinese):
+    scaled = [(number, scale, bool(word)) for number, word, abbreviation in
+              SCALED.findall(english) for scale in [word or abbreviation]]
+    scaled += [(number, scale, False) for number, scale in SHARED.findall(english)]
+    converted = [chinese_number(number, scale) for number, scale, _ in scaled]
+    exact = {amount + unit for amount, unit in converted}
+    for (number, scale, word), (amount, unit) in zip(scaled, converted, strict=True):
+        written = f"{number}{scale}" if len(scale) == 1 else f"{number} {scale}"
+        if _written(amount, unit, chinese):
             needed[number] -= 1
-        elif scale:  # "10 million" must be 1000 万; "10M" may stay
+            continue
+        # the English digits with a Chinese unit, not another number's exact conversion
+        if any(re.sub(r"\s", "", m.group(0)) not in exact
+               for m in re.finditer(rf"(?<![\d.,]){re.escape(number)}{WITH_UNIT}", chinese)):
+            problems.append(f"converts {written} wrongly: it is {amount} {unit}".strip())
+        elif word:  # "10 million" must be 1000 万; "10M", the 3.67 of a list may stay
             needed[number] -= 1
-            problems.append(f"writes {number} {scale} otherwise than {amount} {unit}")
+            problems.append(f"writes {written} otherwise than {amount} {unit}".strip())
     missing = needed - Counter(NUMBER.findall(chinese))
     if missing:
         problems.append(f"drops or changes the numbers {sorted(missing)}")
