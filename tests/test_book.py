@@ -21,6 +21,7 @@ from gpudl_listings import (  # noqa: E402
     CHECKS_OMITTED,
     LISTING_COLUMNS,
     listing_text,
+    plain_docstrings,
     strip_checks,
     strip_registration,
 )
@@ -57,6 +58,39 @@ def test_listings_drop_the_registry_s_three_decorators_and_keep_the_code():
             '@registry.factory("f", [((1,), "void()")])\ndef make(n):\n    return n\n')
     assert strip_registration(code) == ("def launch(a):\n    return a\n\n@cuda.jit\n"
                                         "def k():\n    pass\ndef make(n):\n    return n\n")
+
+
+REST_MARKUP = re.compile(r":[\w:]+:`|``")
+
+
+def test_every_listing_shows_its_docstrings_without_rest_markup():
+    """No ``:func:`...``` or double backquote in any listing of the book: a listing shows the
+    package's docstrings as plain text (the package's source keeps its markup for autodoc)."""
+    listings = [p.values for p in literalincludes()]
+    assert len(listings) > 100
+    shown = [(path, listing_text(path.resolve(), options)) for path, options in listings]
+    marked = [(path.name, m) for path, text in shown for m in REST_MARKUP.findall(text)]
+    assert not marked, marked[:10]
+    sources = "".join(path.resolve().read_text() for path, _ in listings)
+    assert REST_MARKUP.search(sources)  # the package's source still has the markup
+
+
+def test_plain_docstrings_reads_roles_and_literals_and_leaves_the_code():
+    code = ('def f(x):\n'
+            '    """Like :func:`gpudl.kernels.attention.traffic` and :meth:`sgd_step`, for a\n'
+            '    :class:`gpudl.models.EncoderBlock`, :data:`~gpudl.hardware.SPECS` or\n'
+            '    :func:`the plan <gpudl.parallel.plan>`: ``x`` is ``(row, col)``."""\n'
+            '    #: an :exc:`ValueError` of ``x``\n'
+            '    return x + 1  # ``x``\n')
+    assert plain_docstrings(code) == (
+        'def f(x):\n'
+        '    """Like `traffic()` and `sgd_step()`, for a\n'
+        '    `EncoderBlock`, SPECS or\n'
+        '    the plan: `x` is `(row, col)`."""\n'
+        '    #: an `ValueError` of `x`\n'
+        '    return x + 1  # `x`\n')
+    # a part of a statement, which Python cannot tokenize, is read as text
+    assert plain_docstrings('    """:func:`a.b` and\n') == '    """`b()` and\n'
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

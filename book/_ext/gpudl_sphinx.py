@@ -5,7 +5,7 @@
 - draws the prose's model figures (``gpudl_figures``) into book/_generated/ when the build
   starts, so a figure in the text is always the package's current answer;
 - ``{literalinclude}`` as the chapters show code (``gpudl_listings``: no registry decorators,
-  and the ``:no-checks:`` flag);
+  docstrings without reST markup, and the ``:no-checks:`` flag);
 - the ``{gpudl-specs}`` and ``{gpudl-kernel-registers}`` tables (``gpudl_tables``), the
   ``{gpudl-measured}`` boxes and the preface's ``{gpudl-lab-times}`` (``gpudl_directives``, whose
   content ``gpudl_measured``, ``gpudl_views`` and ``gpudl_reading`` make);
