@@ -318,3 +318,81 @@ def test_chapter_1_shows_each_launched_kernel_s_registers_and_occupancy(html_dir
             row = (f"{name} {tpb} {sm80['registers']} {sm80['shared_bytes']:,} B "
                    f"{o.blocks_per_sm} {occupancy_text(o.occupancy)}")
             assert row in text, (page.name, row)
+
+
+# ------------------------------------------------------------------------------------------
+# Captions: WCAG AA contrast, from the colours book/_static/gpudl.css sets
+# ------------------------------------------------------------------------------------------
+
+WCAG_AA = 4.5  # normal text
+
+
+def _css_blocks(css: str) -> list[tuple[str, dict[str, str]]]:
+    """(selector, {property: value}) of each rule, in order (an @media's rules included)."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    return [(" ".join(selector.split()),
+             {k.strip(): v.strip() for k, v in re.findall(r"([\w-]+)\s*:\s*([^;]+)", body)})
+            for selector, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css)]
+
+
+def _theme_colours(blocks, mode: str) -> dict[str, str]:
+    """The custom properties that ``html[data-theme=<mode>]`` rules set, later ones winning."""
+    found: dict[str, str] = {}
+    for selector, props in blocks:
+        if re.fullmatch(rf"html\[data-theme=\"?{mode}\"?\]", selector):
+            found.update({k: v for k, v in props.items() if k.startswith("--")})
+    return found
+
+
+def _resolve(value: str, colours: dict[str, str]) -> str:
+    while (var := re.fullmatch(r"var\((--[\w-]+)\)", value.strip())):
+        value = colours[var.group(1)]
+    return value
+
+
+def relative_luminance(colour: str) -> float:
+    hex_digits = colour.lstrip("#")
+    if len(hex_digits) == 3:
+        hex_digits = "".join(c * 2 for c in hex_digits)
+    channels = [int(hex_digits[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+    r, g, b = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(a: str, b: str) -> float:
+    """WCAG 2's contrast ratio of two colours (#rgb or #rrggbb)."""
+    light, dark = sorted((relative_luminance(a), relative_luminance(b)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_the_contrast_ratio_is_wcag_s():
+    assert contrast_ratio("#fff", "#000") == pytest.approx(21)
+    assert contrast_ratio("#777", "#fff") == pytest.approx(4.48, abs=0.01)  # just below AA
+
+
+def test_captions_reach_wcag_aa_contrast_in_light_and_dark_mode():
+    """Figure and table captions and their numbers, against each background the theme puts
+    text on (the page, an admonition's, a surface), with the colours gpudl.css sets and the
+    themes' backgrounds (pydata-sphinx-theme, overridden by sphinx-book-theme)."""
+    pydata = pytest.importorskip("pydata_sphinx_theme")
+    book = pytest.importorskip("sphinx_book_theme")
+    themes = [Path(pydata.__file__).parent / "theme" / "pydata_sphinx_theme" / "static" /
+              "styles" / "pydata-sphinx-theme.css",
+              Path(book.__file__).parent / "theme" / "sphinx_book_theme" / "static" /
+              "styles" / "sphinx-book-theme.css"]
+    theme_blocks = [b for css in themes for b in _css_blocks(css.read_text())]
+    ours = _css_blocks((ROOT / "book" / "_static" / "gpudl.css").read_text())
+    captions = [(sel, props) for sel, props in ours if "caption" in sel and "color" in props]
+    selectors = " ".join(sel for sel, _ in captions)
+    for part in ("figure figcaption", "table caption", "caption-number"):
+        assert part in selectors, f"gpudl.css sets no colour for {part}"
+    for mode in ("light", "dark"):
+        colours = {**_theme_colours(theme_blocks, mode), **_theme_colours(ours, mode)}
+        backgrounds = [_resolve(colours[f"--pst-color-{name}"], colours)
+                       for name in ("background", "on-background", "surface")]
+        for selector, props in captions:
+            colour = _resolve(props["color"], colours)
+            for background in backgrounds:
+                ratio = contrast_ratio(colour, background)
+                assert ratio >= WCAG_AA, (mode, selector, colour, background, round(ratio, 2))
+            assert props.get("font-weight", "400") not in ("100", "200", "300"), selector

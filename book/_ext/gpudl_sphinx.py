@@ -13,9 +13,10 @@
   Chinese ones from locales/zh_CN/extensions.po);
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
-  ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search
-  page's snippets without TeX (book/_static/gpudl-search.js), and shows the repository and
-  launch buttons only when ``repository.url`` is set in _config.yml."""
+  ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px, captions in WCAG AA contrast) and a
+  script that shows the search page's snippets without TeX
+  (book/_static/gpudl-search.js), and shows the repository and launch buttons only when
+  ``repository.url`` is set in _config.yml."""
 
 import os
 import sys
