@@ -396,3 +396,146 @@ def test_captions_reach_wcag_aa_contrast_in_light_and_dark_mode():
                 ratio = contrast_ratio(colour, background)
                 assert ratio >= WCAG_AA, (mode, selector, colour, background, round(ratio, 2))
             assert props.get("font-weight", "400") not in ("100", "200", "300"), selector
+
+
+# ------------------------------------------------------------------------------------------
+# Glossary links (book/_ext/gpudl_terms.py)
+# ------------------------------------------------------------------------------------------
+
+_VOID = {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+_NOT_PROSE = {"h1", "h2", "h3", "h4", "h5", "h6", "code", "pre", "figcaption", "caption",
+              "thead", "script", "style", "dt", "nav"}
+
+
+class _Article(HTMLParser):
+    """A built page's article: its glossary links, each with the tags it is inside, and the
+    text of its running prose (in a paragraph, not in a heading, caption, code, math or other
+    link), each run with the glossary link it is in (or None)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, str]] = []  # (tag, class)
+        self.links: list[dict] = []
+        self.prose: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        classes = attrs.get("class") or ""
+        if tag == "a" and "gpudl-term" in classes.split():
+            self.links.append({"href": attrs.get("href"), "title": attrs.get("title"),
+                               "inside": [t for t, _ in self.stack], "text": "",
+                               "in_math": any("math" in c.split() for _, c in self.stack)})
+        if tag not in _VOID:
+            self.stack.append((tag, classes))
+
+    def handle_endtag(self, tag):
+        if any(t == tag for t, _ in self.stack):  # closes what is open, not a stray end tag
+            while self.stack.pop()[0] != tag:
+                pass
+
+    def handle_data(self, data):
+        if not any(t == "article" for t, _ in self.stack):
+            return
+        term = next((c for t, c in reversed(self.stack) if t == "a"), None)
+        if term is not None and "gpudl-term" in term.split():
+            self.links[-1]["text"] += data
+        tags = [t for t, _ in self.stack]
+        if ("p" not in tags or set(tags) & _NOT_PROSE
+                or any("math" in c.split() for _, c in self.stack)
+                or (term is not None and "gpudl-term" not in term.split())):
+            return
+        self.prose.append((data, self.links[-1]["href"] if term is not None else None))
+
+
+def _article(page: Path) -> _Article:
+    parser = _Article()
+    parser.feed(page.read_text())
+    return parser
+
+
+def _term_pages(root: Path) -> list[Path]:
+    return sorted(root.joinpath("book").glob("ch*.html")) + sorted(
+        root.joinpath("notebooks").glob("*.html"))
+
+
+def _first_use(article: _Article, word: str, longer: list[str]) -> str | None:
+    """The glossary link (href) around the first use of ``word`` in the prose, not inside one
+    of the ``longer`` terms (``warp`` in ``warp divergence``)."""
+    for text, href in article.prose:
+        for match in re.finditer(word, text):
+            if not any(text[match.start():].lower().startswith(x) for x in longer):
+                return href
+    raise AssertionError(f"no {word} in the prose")
+
+
+def test_glossary_terms_are_found_longest_first_in_their_plural_and_hyphenated_forms():
+    from gpudl_glossary import rows
+    from gpudl_terms import matcher, row_anchor
+
+    def found(text, chinese=False, keys=None):
+        return [(text[a:b], e.anchor) for a, b, e in matcher(chinese).find(text, keys)]
+
+    assert found("Thread blocks of threads run a tensor-core warp-level kernel on GPUs, "
+                 "not gpus, and a fused\nmultiply-add (FMA) per-thread.") == [
+        ("Thread blocks", "term-thread-block"), ("threads", "term-thread"),
+        ("tensor-core", "term-tensor-core"), ("kernel", "term-kernel"), ("GPUs", "term-gpu"),
+        ("fused\nmultiply-add", "term-fma"), ("FMA", "term-fma")]
+    assert found("Little’s law and the L2 cache")[1] == ("L2 cache", "term-l1-cache-l2-cache")
+    # Chinese: the glossary's Chinese, longest first, not inside an English gloss; with keys
+    # (the terms of the paragraph's English) only those, a shared Chinese told by its gloss
+    text = "线程束分化（warp divergence）让线程束（warp）的 SM 做反向传播（backpropagation）"
+    assert found(text, chinese=True) == [
+        ("线程束分化", "term-warp-divergence"), ("线程束", "term-warp"),
+        ("SM", "term-streaming-multiprocessor"), ("反向传播", "term-backpropagation")]
+    warp = next(e.key for _, _, e in matcher(False).find("warp"))
+    assert found(text, chinese=True, keys={warp}) == [("线程束", "term-warp")]
+    assert found("逐通道缩放因子；32 个通道", chinese=True)[0][1] == "term-per-channel-scale"
+    anchors = [row_anchor(english) for english, _, _ in rows()]
+    assert len(set(anchors)) == len(anchors) and "term-warp" in anchors
+
+
+def test_chapter_1_links_its_first_warp_to_the_glossary_in_both_editions(html_dir):
+    from gpudl_glossary import terms
+
+    longer = [(t.english.lower(), t.chinese) for t in terms()
+              if "warp" in t.english and t.english != "warp"]
+    assert len(longer) >= 2  # warp divergence, warp shuffle
+    english = _article(html_dir / "book" / "ch01-hardware.html")
+    href = _first_use(english, r"(?i)(?<![\w-])warps?(?![\w-])", [e for e, _ in longer])
+    assert href == "appendix-glossary.html#term-warp"
+    chinese = _article(html_dir / "zh_CN" / "book" / "ch01-hardware.html")
+    assert _first_use(chinese, "线程束", [z for _, z in longer]) == href
+    for article in (english, chinese):
+        warp = [link for link in article.links if link["href"] == href]
+        assert len(warp) == 1 and warp[0]["title"].startswith(("32 threads", "SM 每次"))
+
+
+@pytest.mark.parametrize("edition", ["", "zh_CN"])
+def test_glossary_links_are_once_per_term_in_prose_only_and_lead_to_the_term_s_row(
+        html_dir, edition):
+    """Every chapter and lab links terms; none twice (a row of two terms, ``L1 cache / L2
+    cache``, twice at most), none in a heading, caption, code, math or link; each to a row
+    of the glossary page, by an anchor that exists. The glossary and the preface link none."""
+    from gpudl_glossary import rows
+    from gpudl_terms import row_anchor
+
+    root = html_dir / edition if edition else html_dir
+    glossary = root / "book" / "appendix-glossary.html"
+    anchors = {row_anchor(english): english.count(" / ") + 1 for english, _, _ in rows()}
+    ids = set(re.findall(r'<tr[^>]* id="([^"]+)"', glossary.read_text()))
+    assert set(anchors) <= ids, set(anchors) - ids
+    pages = _term_pages(root)
+    assert len(pages) >= 18
+    for page in pages:
+        links = _article(page).links
+        assert len(links) >= 5, page.name
+        hrefs = [link["href"] for link in links]
+        for link in links:
+            target, _, anchor = link["href"].partition("#")
+            assert (page.parent / target).resolve() == glossary.resolve(), link
+            assert anchor in anchors and link["title"] and link["text"].strip(), link
+            assert not set(link["inside"]) & (_NOT_PROSE | {"a"}), (page.name, link)
+            assert not link["in_math"], (page.name, link)
+            assert hrefs.count(link["href"]) <= anchors[anchor], (page.name, link["href"])
+    for page in (glossary, root / "book" / "preface.html"):
+        assert not _article(page).links, page

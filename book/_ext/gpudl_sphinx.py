@@ -6,6 +6,8 @@
   starts, so a figure in the text is always the package's current answer;
 - ``{literalinclude}`` as the chapters show code (``gpudl_listings``: no registry decorators,
   docstrings without reST markup, and the ``:no-checks:`` flag);
+- each chapter's and lab's first use of each glossary term linked to its row of the glossary
+  (``gpudl_terms``);
 - the ``{gpudl-specs}`` and ``{gpudl-kernel-registers}`` tables (``gpudl_tables``), the
   ``{gpudl-measured}`` boxes and the preface's ``{gpudl-lab-times}`` (``gpudl_directives``, whose
   content ``gpudl_measured``, ``gpudl_views`` and ``gpudl_reading`` make);
@@ -13,8 +15,8 @@
   Chinese ones from locales/zh_CN/extensions.po);
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
-  ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px, captions in WCAG AA contrast) and a
-  script that shows the search page's snippets without TeX
+  ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px, captions in WCAG AA contrast, quiet
+  glossary links) and a script that shows the search page's snippets without TeX
   (book/_static/gpudl-search.js), and shows the repository and launch buttons only when
   ``repository.url`` is set in _config.yml."""
 
@@ -66,6 +68,7 @@ def setup(app):
     app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))
     app.add_css_file("gpudl.css")
     app.add_js_file("gpudl-search.js")
+    app.setup_extension("gpudl_terms")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
     app.add_directive("gpudl-kernel-registers", KernelRegisters)
