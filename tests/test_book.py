@@ -3,9 +3,13 @@ and a built HTML book that needs no network (MathJax served from the book itself
 
 import json
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -539,3 +543,63 @@ def test_glossary_links_are_once_per_term_in_prose_only_and_lead_to_the_term_s_r
             assert hrefs.count(link["href"]) <= anchors[anchor], (page.name, link["href"])
     for page in (glossary, root / "book" / "preface.html"):
         assert not _article(page).links, page
+
+
+# ------------------------------------------------------------------------------------------
+# Search results with excerpts (book/_ext/gpudl_search.py, book/_static/gpudl-search.js)
+# ------------------------------------------------------------------------------------------
+
+
+def test_a_page_s_search_text_keeps_its_sections_and_words_and_drops_the_rest():
+    from gpudl_search import page_text
+
+    body = ('<section id="coalescing"><h2>Coalescing<a class="headerlink" href="#c">#</a></h2>'
+            '<p>A <em>warp</em> reads <code>a[i]</code>;</p><p>then</p><script>x()</script>'
+            '<style>p{}</style><img src="a.png" alt="fig"><p>&lt;32 &amp; more</p></section>')
+    assert page_text(body) == ('<div role="main"><section id="coalescing"> Coalescing A warp '
+                               'reads a[i]; then &lt;32 &amp; more </section></div>')
+
+
+@pytest.mark.parametrize("edition", ["", "zh_CN"])
+def test_every_page_has_its_search_text(html_dir, edition):
+    root = html_dir / edition if edition else html_dir
+    for page in sorted((root / "book").glob("*.html")) + sorted(
+            (root / "notebooks").glob("*.html")):
+        name = page.relative_to(root).with_suffix("").as_posix()
+        script = (root / "_search" / f"{name}.js").read_text()
+        call = re.fullmatch(r'gpudlSearchText\((".*?"), (".*")\);\n', script, re.S)
+        assert call and json.loads(call.group(1)) == name, name
+        text = json.loads(call.group(2))
+        assert text.startswith('<div role="main"><section id=') and len(text) > 1000, name
+        assert not re.search(r"<(?!/?(section|div)\b)", text), name  # words, no markup
+
+
+def _chromium() -> str | None:
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                "google-chrome"))), None)
+
+
+@pytest.mark.parametrize(("edition", "query", "stem"), [("", "coalescing", "coalesc"),
+                                                        ("zh_CN", "合并访问", "合并访问")])
+def test_search_results_show_excerpts_in_a_book_opened_from_the_disk(html_dir, edition,
+                                                                     query, stem):
+    """The search page of a book opened as a file (file://, where a page cannot be fetched)
+    in headless Chromium: every page found has an excerpt with the query (its stem: a page
+    with "coalesced" is found) in it."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium to run the search page in")
+    page = (html_dir / edition / "search.html").resolve()
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
+             f"{page.as_uri()}?q={quote(query)}"], capture_output=True, text=True, timeout=120)
+    results = done.stdout[done.stdout.find('id="search-results"'):]
+    items = re.findall(r"<li>(.*?)</li>", results, re.S)
+    pages = [item for item in items if "<span> (" not in item]  # not an API object
+    assert len(pages) >= 5, done.stdout[-2000:]
+    for item in pages:
+        excerpt = re.search(r'<p class="context">(.*?)</p>', item, re.S)
+        assert excerpt and stem in re.sub(r"<[^>]+>", "", excerpt.group(1)).lower(), item

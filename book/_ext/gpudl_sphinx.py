@@ -16,8 +16,9 @@
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px, captions in WCAG AA contrast, quiet
-  glossary links) and a script that shows the search page's snippets without TeX
-  (book/_static/gpudl-search.js), and shows the repository and launch buttons only when
+  glossary links) and a script that gives every search result an excerpt, also in a book
+  opened from the disk, without TeX (book/_static/gpudl-search.js, with each page's text
+  written by ``gpudl_search``), and shows the repository and launch buttons only when
   ``repository.url`` is set in _config.yml."""
 
 import os
@@ -32,6 +33,7 @@ if str(ROOT) not in sys.path:
 from gpudl_directives import LabTimes, MeasuredBox  # noqa: E402
 from gpudl_listings import Listing  # noqa: E402
 from gpudl_references import ignore_external, resolve_reexported  # noqa: E402
+from gpudl_search import write_page_text  # noqa: E402
 from gpudl_tables import KernelRegisters, SpecsTable  # noqa: E402
 
 
@@ -68,6 +70,7 @@ def setup(app):
     app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))
     app.add_css_file("gpudl.css")
     app.add_js_file("gpudl-search.js")
+    app.connect("html-page-context", write_page_text)
     app.setup_extension("gpudl_terms")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
