@@ -1,13 +1,17 @@
 """The book's listings: ``{literalinclude}`` of the package's code as the chapters show it.
 
-It drops the kernel registry's decorators (``@registry.kernel``, ``@registry.variant``), and
+It drops the kernel registry's decorators (``@registry.kernel``, ``@registry.variant``), shows
+the docstrings' and doc comments' reST markup as plain text (:func:`plain_docstrings`), and
 takes one more flag, ``:no-checks:``, which shows a function's teaching core: its input checks
 (``if ...: raise`` blocks and ``check_*`` calls) become one comment line, and stay in the
 source. ``gpudl_sphinx`` installs :class:`Listing` in place of Sphinx's directive.
 """
 
 import ast
+import io
+import re
 import textwrap
+import tokenize
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -86,24 +90,70 @@ def strip_registration(code: str) -> str:
     return "\n".join(kept)
 
 
+#: A reST role, ``:func:`gpudl.x.f```, ``:class:`~gpudl.X```, ``:data:`title <target>```.
+_ROLE = re.compile(r":(?:py:)?([a-z]+):`~?([^`<]*?)\s*(?:<([^`>]*)>)?`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def _plain_role(match: re.Match) -> str:
+    role, text, target = match.groups()
+    if target:  # an explicit title
+        return text
+    last = text.rsplit(".", 1)[-1]
+    if role in ("func", "meth"):
+        return f"`{last.removesuffix('()')}()`"
+    if role in ("class", "exc", "attr", "obj"):
+        return f"`{last}`"
+    if role == "mod":
+        return f"`{text}`"
+    return last if role in ("data", "const") else text
+
+
+def plain_markup(text: str) -> str:
+    """``text`` without reST markup: ``:func:`gpudl.x.f``` reads `f()`, ``:class:`X``` `X`,
+    ``:data:`X``` X, ````x```` `x`."""
+    return _LITERAL.sub(r"`\1`", _ROLE.sub(_plain_role, text))
+
+
+def plain_docstrings(code: str) -> str:
+    """``code`` with the reST markup of its docstrings and doc comments (``#:``) as plain text
+    (:func:`plain_markup`); the code itself is left as it is. A listing that Python cannot
+    tokenize (a part of a statement) is read as text: a role or a double backtick can only be
+    in a string or a comment."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return plain_markup(code)
+    starts = [0]
+    for line in code.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = [(starts[t.start[0] - 1] + t.start[1], starts[t.end[0] - 1] + t.end[1])
+             for t in tokens if t.type == tokenize.COMMENT or (
+                 t.type == tokenize.STRING and t.string.lstrip("rbuRBU")[:3] in ('"""', "'''"))]
+    for first, last in reversed(spans):
+        code = code[:first] + plain_markup(code[first:last]) + code[last:]
+    return code
+
+
 def listing_text(path: Path, options: dict) -> str:
     """The text a ``{literalinclude}`` of ``path`` with ``options`` shows (for the tests)."""
     reader = LiteralIncludeReader(str(path), options, SimpleNamespace(source_encoding="utf-8"))
     text, _ = reader.read()
-    text = strip_registration(text)
+    text = plain_docstrings(strip_registration(text))
     return strip_checks(text) if "no-checks" in options else text
 
 
 class Listing(LiteralInclude):
     """``{literalinclude}`` without the kernel registry's decorators
-    (:func:`strip_registration`), and with a ``:no-checks:`` flag (see :func:`strip_checks`)."""
+    (:func:`strip_registration`) and its docstrings' reST markup (:func:`plain_docstrings`),
+    and with a ``:no-checks:`` flag (see :func:`strip_checks`)."""
 
     option_spec = {**LiteralInclude.option_spec, "no-checks": directives.flag}
 
     def run(self):
         result = super().run()
         for block in result[0].findall(nodes.literal_block):
-            text = strip_registration(block.astext())
+            text = plain_docstrings(strip_registration(block.astext()))
             if "no-checks" in self.options:
                 text = strip_checks(text)
             block.rawsource = text

@@ -5,7 +5,9 @@
 - draws the prose's model figures (``gpudl_figures``) into book/_generated/ when the build
   starts, so a figure in the text is always the package's current answer;
 - ``{literalinclude}`` as the chapters show code (``gpudl_listings``: no registry decorators,
-  and the ``:no-checks:`` flag);
+  docstrings without reST markup, and the ``:no-checks:`` flag);
+- each chapter's and lab's first use of each glossary term linked to its row of the glossary
+  (``gpudl_terms``);
 - the ``{gpudl-specs}`` and ``{gpudl-kernel-registers}`` tables (``gpudl_tables``), the
   ``{gpudl-measured}`` boxes and the preface's ``{gpudl-lab-times}`` (``gpudl_directives``, whose
   content ``gpudl_measured``, ``gpudl_views`` and ``gpudl_reading`` make);
@@ -13,9 +15,11 @@
   Chinese ones from locales/zh_CN/extensions.po);
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
-  ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search
-  page's snippets without TeX (book/_static/gpudl-search.js), and shows the repository and
-  launch buttons only when ``repository.url`` is set in _config.yml."""
+  ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px, captions in WCAG AA contrast, quiet
+  glossary links) and a script that gives every search result an excerpt, also in a book
+  opened from the disk, without TeX (book/_static/gpudl-search.js, with each page's text
+  written by ``gpudl_search``), and shows the repository and launch buttons only when
+  ``repository.url`` is set in _config.yml."""
 
 import os
 import sys
@@ -29,6 +33,7 @@ if str(ROOT) not in sys.path:
 from gpudl_directives import LabTimes, MeasuredBox  # noqa: E402
 from gpudl_listings import Listing  # noqa: E402
 from gpudl_references import ignore_external, resolve_reexported  # noqa: E402
+from gpudl_search import write_page_text  # noqa: E402
 from gpudl_tables import KernelRegisters, SpecsTable  # noqa: E402
 
 
@@ -65,6 +70,8 @@ def setup(app):
     app.config.html_static_path.append(str(Path(__file__).resolve().parents[1] / "_static"))
     app.add_css_file("gpudl.css")
     app.add_js_file("gpudl-search.js")
+    app.connect("html-page-context", write_page_text)
+    app.setup_extension("gpudl_terms")
     app.add_directive("gpudl-measured", MeasuredBox)
     app.add_directive("gpudl-specs", SpecsTable)
     app.add_directive("gpudl-kernel-registers", KernelRegisters)
