@@ -76,5 +76,5 @@ def test_attention_bytes_plots_the_formula_and_traced_points():
     fig = plots.attention_bytes(s_values, formula, {"v2_fused": ([32], [formula["v2_fused"][0]])})
     lines = fig.axes[0].get_lines()
     assert [ln.get_label() for ln in lines] == [
-        "v1_three_kernels (formula)", "v2_fused (formula)", "v2_fused (traced)"]
+        *(f"{v} (formula)" for v in attention.VARIANTS), "v2_fused (traced)"]
     np.testing.assert_array_equal(lines[0].get_ydata(), formula["v1_three_kernels"])

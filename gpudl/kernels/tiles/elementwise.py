@@ -5,10 +5,10 @@ Book section: Chapter 1, "The same kernel in Triton".
 What changes against its Numba twin, ``vector_add_v1_naive`` (:mod:`gpudl.kernels.elementwise`):
 a program, not a thread, is the unit of work. Program ``pid`` owns ``BLOCK`` consecutive elements
 and handles them as one block of values (``tl.arange``); Triton's compiler decides how the
-``num_warps * 32`` threads of the program split them (4 consecutive floats per thread, one
-16-byte ``ld.global.v4`` per input, where the arrays are 16-byte aligned: Chapter 2's
-``vector_add_v4_vector4`` by hand). The last program's elements past ``n`` are masked
-(``mask=``) rather than skipped by a bounds check.
+``num_warps * 32`` threads of the program split them: here 8 consecutive floats per thread,
+loaded 16 bytes at a time (two ``ld.global.v4`` per input, since a launch's arrays start on
+16-byte boundaries: what Chapter 2's ``vector_add_v4_vector4`` does by hand). The last
+program's elements past ``n`` are masked (``mask=``) rather than skipped by a bounds check.
 """
 
 from __future__ import annotations

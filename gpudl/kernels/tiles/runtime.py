@@ -30,6 +30,7 @@ from gpudl.launches import check_launch
 
 # isort: split
 import numpy as np
+import torch
 
 __all__ = ["AVAILABLE", "triton", "tl", "require", "launch"]
 
@@ -62,6 +63,16 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
     grid = check_ints("grid", grid, 1)
     name = getattr(getattr(kernel, "fn", kernel), "__name__", repr(kernel))
     check_launch(f"{name} (Triton)", grid, backend.WARP_SIZE * meta.get("num_warps", 4))
-    values = [as_tensor(a, f"{name}'s argument {i}") if is_device_array(a)
-              else a.item() if isinstance(a, np.generic) else a for i, a in enumerate(args)]
-    kernel[grid](*values, **meta)
+    kernel[grid](*(_argument(a, f"{name}'s argument {i}") for i, a in enumerate(args)), **meta)
+
+
+def _argument(a: Any, name: str) -> Any:
+    """A launch argument as Triton takes it: a device array as a tensor of its memory; on the
+    simulator a NumPy array as a CPU tensor of its memory too (the simulator's kernels take
+    NumPy arrays as well; the interpreter then writes the array itself, where Numba's
+    simulator writes a copy back); a NumPy scalar as a Python number."""
+    if is_device_array(a):
+        return as_tensor(a, name)
+    if isinstance(a, np.ndarray) and backend.is_simulator():
+        return torch.from_numpy(a)
+    return a.item() if isinstance(a, np.generic) else a
