@@ -1549,6 +1549,8 @@ add(f"{_PL}.ch06.pipeline_timelines", lambda: dict(timelines_by_name={"g": [[_EV
 add(f"{_PL}.ch06.pipeline_schedules", dict, stages=COUNT, microbatches=COUNT)
 add(f"{_PL}.ch06.tensor_parallel_split", dict, hidden=COUNT, ffn=COUNT,
     degree=COUNT.more((), (3,)))
+add(f"{_PL}.buffers.gradient_buckets", dict, dims=_DIMS, bucket_cap_mb=POSITIVE)
+add(f"{_PL}.buffers.zero_shards", dict, dims=_DIMS, world_size=COUNT)
 add(f"{_PL}.ch07.training_time_and_cost",
     lambda: dict(flops=1e20, peak_flops=1e15, gpu_name="H100 SXM"), flops=POSITIVE,
     peak_flops=POSITIVE, gpu_name=_STR, gpus=ints(1), mfus=Kind("MFUs", (None, 0.4), (

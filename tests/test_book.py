@@ -41,6 +41,8 @@ def literalincludes():
         for match in INCLUDE.finditer(md.read_text()):
             options = {k: v.strip().strip('"') for k, v in
                        re.findall(r":([\w-]+):[ \t]*(.*)", match.group(2))}
+            if "dedent" in options:  # an int, or None (strip the common indent), as Sphinx's
+                options["dedent"] = int(options["dedent"]) if options["dedent"] else None
             yield pytest.param(md.parent / match.group(1), options,
                                id=f"{md.stem}:{match.group(1).rsplit('/', 1)[-1]}:"
                                   f"{options.get('pyobject', options.get('start-after', ''))}")

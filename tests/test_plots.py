@@ -325,3 +325,44 @@ def test_time_bars_are_linear_and_labelled_with_speed_ups():
     ax = fig.axes[0]
     assert ax.get_xscale() == "linear"
     assert [t.get_text().strip() for t in ax.texts] == ["4 ms (1.0x)", "1 ms (4.0x)"]
+
+
+def _gids(fig, prefix=""):
+    return [p.get_gid() for p in fig.axes[0].patches
+            if p.get_gid() and p.get_gid().startswith(prefix)]
+
+
+def test_gradient_buckets_draw_each_gradient_where_its_view_lies():
+    from gpudl.parallel.data import GradientBuckets, Setup, expected_buckets
+    from gpudl.parallel.one_process import make_mlp
+
+    fig = plots.gradient_buckets(Setup.dims, Setup.bucket_cap_mb)
+    model = make_mlp(Setup.dims)
+    names = {id(p): n for n, p in model.named_parameters()}
+    buckets = GradientBuckets(model.parameters(), Setup.bucket_cap_mb, world_size=1)
+    expected = [f"{names[id(p)]}:{buckets.slot_of[id(p)].storage_offset()}:{p.numel()}"
+                for bucket in buckets.buckets for p in bucket]
+    assert _gids(fig) == expected
+    # the lab's MLP: the last two layers' 4 tensors, then the first layer's 2 (Chapter 5)
+    assert [g.split(":")[0] for g in expected] == ["4.bias", "4.weight", "2.bias", "2.weight",
+                                                   "0.bias", "0.weight"]
+    sizes = [p.numel() * 4 for p in model.parameters()][::-1]
+    assert [len(b) for b in buckets.buckets] == [
+        len(b) for b in expected_buckets(sizes, Setup.bucket_cap_mb)] == [4, 2]
+    widths = {p.get_gid(): p.get_width() for p in fig.axes[0].patches if p.get_gid()}
+    assert widths["2.weight:164:1024"] == 1024  # to scale, in elements
+
+
+def test_zero_shards_cut_the_padded_buffer_into_equal_shards():
+    from gpudl.parallel.one_process import ZERO_DIMS
+    from gpudl.parallel.zero import shard_range
+
+    fig = plots.zero_shards(ZERO_DIMS, 4)
+    assert _gids(fig, "shard:") == [f"shard:{r}:{a}:{b}" for r in range(4)
+                                    for a, b in [shard_range(6_859, 4, r)]]
+    assert _gids(fig, "shard:")[-1] == "shard:3:5145:6860"
+    assert _gids(fig, "padding:") == ["padding:6859:1"]
+    tensors = [g for g in _gids(fig) if not g.startswith(("shard:", "padding:"))]
+    assert sum(int(g.split(":")[2]) for g in tensors) == 6_859
+    with pytest.raises(ValueError, match="only padding"):
+        plots.zero_shards((2, 1), 4)  # 3 parameters: rank 3 of 4 would hold padding only

@@ -26,6 +26,8 @@ def _model_figures() -> dict:
     from gpudl.hardware import SPECS, peak_flops
     from gpudl.kernels import access_patterns
     from gpudl.optim import traffic_table
+    from gpudl.parallel.data import Setup
+    from gpudl.parallel.one_process import ZERO_DIMS
     from gpudl.plots.style import finish
     from gpudl.trace import on_simulator
 
@@ -60,10 +62,14 @@ def _model_figures() -> dict:
         ),
         "ring-steps.png": lambda: plots.ring_steps(4),
         "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
+        # the lab's MLP and bucket cap (the defaults of gpudl.parallel.data.Setup)
+        "gradient-buckets.png": lambda: plots.gradient_buckets(Setup.dims,
+                                                               Setup.bucket_cap_mb),
         # Chapter 6
         "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
         "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
         "zero-partition.png": lambda: plots.zero_partition(4),
+        "zero-shards.png": lambda: plots.zero_shards(ZERO_DIMS, 4),
         # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(
             training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),

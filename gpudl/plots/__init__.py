@@ -8,6 +8,7 @@ labs use it; the book's build draws the deterministic ones into ``book/_generate
 
 from importlib import import_module
 
+from gpudl.plots.buffers import *
 from gpudl.plots.ch01 import *
 from gpudl.plots.ch02 import *
 from gpudl.plots.ch03 import *
@@ -20,7 +21,8 @@ from gpudl.plots.ch09 import *
 from gpudl.plots.measured import *
 
 #: The modules whose public names this package re-exports, in this order.
-_MODULES = ("ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09", "measured")
+_MODULES = ("buffers", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09",
+            "measured")
 #: Public names of the modules that stay in their module: not re-exported.
 _KEPT_IN_MODULE = {"weight_after_updates", "ZERO_PARTS"}
 __all__ = [name for module in _MODULES
