@@ -10,6 +10,8 @@
   ``{gpudl-measured}`` boxes and the preface's ``{gpudl-lab-times}`` (``gpudl_directives``, whose
   content ``gpudl_measured``, ``gpudl_views`` and ``gpudl_reading`` make);
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
+- ships the package as a wheel beside the labs, linked from the preface and from each lab's
+  download menu (``gpudl_wheel``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px) and a script that shows the search
   page's snippets without TeX (book/_static/gpudl-search.js), and shows the repository and
@@ -28,6 +30,7 @@ from gpudl_directives import LabTimes, MeasuredBox  # noqa: E402
 from gpudl_listings import Listing  # noqa: E402
 from gpudl_references import ignore_external, resolve_reexported  # noqa: E402
 from gpudl_tables import KernelRegisters, SpecsTable  # noqa: E402
+from gpudl_wheel import setup as ship_wheel  # noqa: E402
 
 
 def _draw_figures(app) -> None:
@@ -68,6 +71,7 @@ def setup(app):
     app.add_directive("gpudl-kernel-registers", KernelRegisters)
     app.add_directive("gpudl-lab-times", LabTimes)
     app.connect("builder-inited", _draw_figures)
+    ship_wheel(app)
     app.connect("missing-reference", resolve_reexported)
     app.connect("missing-reference", ignore_external)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
