@@ -1,7 +1,7 @@
 """Which CUDA compiler pieces numba-cuda uses here, whether this machine's driver can run what
 they make, and which to install for it: ``python -m gpudl toolchain [--install]``.
 
-Book section: *Preface, "Run it on a GPU"* (the labs' first cell runs it on Colab) and
+Book section: *Preface, "Three ways to use this book"* (the labs' first cell runs it on Colab) and
 README, "Running on a GPU".
 
 numba-cuda 0.30.4 compiles a kernel with NVVM and links it. Where it finds nvJitLink 12.3 or
