@@ -101,11 +101,22 @@ def installed_nvjitlink() -> dict[int, Version | None]:
 
 
 def _extra_requirements(extra: str) -> list[str]:
-    """gpudl's requirements for ``extra`` (from its installed metadata), markers dropped."""
+    """gpudl's requirements for ``extra``, markers dropped: from its installed metadata, or,
+    where gpudl runs from a checkout it was not installed from (``PYTHONPATH``, as on a lent
+    GPU machine), from the pyproject.toml beside the package."""
     from packaging.requirements import Requirement
 
+    try:
+        lines = metadata.requires("gpudl") or []
+    except metadata.PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml")
+                                .read_text())["project"]
+        return list(project["optional-dependencies"][extra])
     found = []
-    for line in metadata.requires("gpudl") or []:
+    for line in lines:
         requirement = Requirement(line)
         if requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
             requirement.marker = None
@@ -136,7 +147,8 @@ def install_requirements(cuda: Version, nvjitlink: Mapping[int, Version | None],
 
 
 def ptx_cuda(isa: str) -> Version | None:
-    """The CUDA version that first reads PTX ISA ``isa`` (cuda-bindings' table), or None."""
+    """The CUDA version that first reads PTX ISA ``isa`` (cuda-bindings' table), or None (a
+    cuda-bindings 12 does not know CUDA 13's PTX)."""
     try:
         from cuda.bindings.utils import get_minimal_required_cuda_ver_from_ptx_ver
         version = get_minimal_required_cuda_ver_from_ptx_ver(isa)
