@@ -46,6 +46,8 @@ from api_kinds import (
 )
 from workers import hello
 
+from gpudl import toolchain
+
 TABLE: dict[str, Entry] = {}
 
 
@@ -117,6 +119,7 @@ PLUMBING = ("plumbing that the checked entry points call with arrays they checke
 none("gpudl.backend.name", NO_ARGUMENT)
 none("gpudl.backend.is_simulator", NO_ARGUMENT)
 none("gpudl.backend.pick", "returns one of its two arguments, whatever they are")
+none("gpudl.backend.libcuda", NO_ARGUMENT)
 for _name in ("check_array", "check_bool", "check_callable", "check_choice",
               "check_compute_capability", "check_equal", "check_float32_array",
               "check_float_array", "check_host_or_device", "check_instance", "check_int",
@@ -238,6 +241,24 @@ none("gpudl.ptx.main", CLI)
 add("gpudl.ptx.compile_for_targets", lambda: dict(jobs=[], ccs=[(9, 0)]), timeout=TIMEOUT,
     ccs=Kind("a list of compute capabilities", ((9, 0), None, [9.0]), ([(-1, 0)],)))
 none("gpudl.ptx.kernels", NO_ARGUMENT)
+
+# gpudl.toolchain
+_TOOLCHAIN = "gpudl.toolchain"
+
+
+def _machine():
+    return toolchain.Toolchain("T4", "550.54.15", (12, 4), (12, 9), "8.8", (12, 9))
+
+
+none(f"{_TOOLCHAIN}.Toolchain", RECORD)
+for _name in ("driver_cuda", "gpu_and_driver", "installed_nvjitlink", "facts", "smoke_test"):
+    none(f"{_TOOLCHAIN}.{_name}", NO_ARGUMENT)
+none(f"{_TOOLCHAIN}.install_requirements", "cuda: a (major, minor) version, below 12 refused "
+     "with ValueError; nvjitlink and requirements: mappings (tests/test_toolchain.py)")
+none(f"{_TOOLCHAIN}.ptx_cuda", "isa: any str (None for a version cuda-bindings' table lacks)")
+add(f"{_TOOLCHAIN}.verdict", lambda: dict(t=_machine()), t=instance(toolchain.Toolchain))
+add(f"{_TOOLCHAIN}.report", lambda: dict(t=_machine()), t=instance(toolchain.Toolchain))
+none(f"{_TOOLCHAIN}.main", CLI)
 
 # gpudl.registry, gpudl.resources
 _DECORATOR = ("a decorator: what it registers is checked when it registers a kernel "

@@ -85,7 +85,7 @@ FLOORS = [
     ("gpudl", "gpudl.aliasing", "gpudl.launches", "gpudl.simulator",
      "gpudl.simulated_blocks", "gpudl.interop",
      "gpudl.trace", "gpudl.ptx", "gpudl.resources", "gpudl.hardware"),
-    ("gpudl.estimate", "gpudl.kernels"),
+    ("gpudl.estimate", "gpudl.kernels", "gpudl.toolchain"),
     ("gpudl.models", "gpudl.optim"),
     ("gpudl.parallel",),
     ("gpudl.bench",),
