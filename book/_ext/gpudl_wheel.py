@@ -18,6 +18,8 @@ from functools import cache
 from pathlib import Path
 
 from docutils import nodes
+from gpudl_editions import chinese
+from gpudl_extension_text import ENGLISH, LANGUAGE, edition, tr
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Where, in each edition's built HTML, the wheel lies: beside the labs.
@@ -126,14 +128,14 @@ def _download_entry(app, pagename, templatename, context, doctree) -> None:
     """A lab page's download menu offers the wheel beside its notebook."""
     if not pagename.startswith(f"{FOLDER}/"):
         return
-    chinese = (app.config.language or "").startswith("zh")
+    words = chinese() if app.config.language == LANGUAGE else ENGLISH
+    with edition(words):
+        tooltip = tr("The book's package, gpudl (install it on any GPU runtime)")
     for group in context.get("header_buttons") or []:
         if group.get("label") == "download-buttons":
             group["buttons"].insert(1, {
                 "type": "link", "url": _relative(pagename), "text": ".whl",
-                "icon": "fas fa-box", "label": "download-wheel-button",
-                "tooltip": "本书的代码包 gpudl（在任何 GPU 运行时上安装）" if chinese else
-                "The book's package, gpudl (install it on any GPU runtime)"})
+                "icon": "fas fa-box", "label": "download-wheel-button", "tooltip": tooltip})
 
 
 def _ship(app, exception) -> None:
