@@ -1588,7 +1588,35 @@ add(f"{_PL}.ch08.roofline_precisions",
 add(f"{_PL}.ch08.online_softmax_tiles", lambda: dict(s=32, tile=16, causal=True), s=COUNT,
     tile=COUNT, causal=BOOL)
 add(f"{_PL}.ch08.mma_fragments", lambda: dict(owners={"a": np.zeros((2, 2), np.int64)}),
-    owners=Kind("owners", (None, [], {"a": [[0]]}), ({"a": np.zeros(2, np.int64)},)))
+    owners=Kind("owners", (None, [], {"a": [[0]]}), ({"a": np.zeros(2, np.int64)},)),
+    registers=Kind("registers", ("r", [1], {"a": [[0]]}), (
+        {"a": np.zeros((3, 3), np.int64)}, {"b": np.zeros((2, 2), np.int64)})))
+add(f"{_PL}.ch08.fragment_registers", lambda: dict(matrix="a"), matrix=choice("a", "b", "c"))
+add(f"{_PL}.ch08.observed_errors", lambda: dict(cases=[(1, 1, False, 1.0)]),
+    cases=Kind("cases", (None, "c", [(1, 1, False)], [("1", 1, False, 1.0)]),
+               ([], [(0, 1, False, 1.0)], [(1, 129, False, 1.0)], [(1, 1, False, 0.0)])),
+    seed=SIZE)
+add(f"{_PL}.ch08.attention_errors", lambda: dict(labels=["a"], ratios={"v": [1.0]}, title="t"),
+    labels=Kind("labels", (None, "l", [1]), ([],)),
+    ratios=Kind("ratios", (None, [1.0]), ({"v": [float("nan")]}, {"v": [1.0, 2.0]})),
+    title=_STR)
+add(f"{_PL}.ch08_layouts.footprint",
+    lambda: dict(kernel=len, griddim=1, blockdim=1, args=[], block=(0,), threads=(0,)),
+    kernel=CALLABLE, block=ints(0).more((), ([0, 0, 0, 0],)), threads=ints(0),
+    shared=Kind("shared rows", ("x", 1, [1]), ({"a": 0},)))
+add(f"{_PL}.ch08_layouts.attention_footprints", lambda: dict(variant="v2_fused", s=17, d=1),
+    variant=choice("v1_three_kernels", "v2_fused"), s=integer(17), d=integer(1, 128))
+add(f"{_PL}.ch08_layouts.tensor_core_footprints", lambda: dict(variant="v1_warp_tiles"),
+    variant=choice("v1_warp_tiles", "v2_shared_tiles"))
+add(f"{_PL}.ch08_layouts.kernel_footprints",
+    lambda: dict(panels=[{"title": "t", "out": ("o", np.zeros((2, 2), np.int8))}], title="t"),
+    panels=Kind("panels", (None, "p", {}, [1], [{"title": 1, "out": ("o", np.zeros((1, 1)))}]),
+                ([], [{"title": "t"}], [{"title": "t", "out": ("o", np.zeros(2, np.int8))}])),
+    title=_STR, unit=choice("thread", "warp"))
+add(f"{_PL}.ch08_layouts.online_softmax_steps", lambda: dict(x=np.ones(3), tile=2),
+    x=real_array(1).more((), (np.array([1.0, float("nan")]), np.zeros(0))), tile=COUNT)
+add(f"{_PL}.ch08_layouts.online_softmax_row", lambda: dict(x=np.ones(3), tile=2),
+    x=real_array(1).more((), (np.array([1.0, float("inf")]),)), tile=COUNT)
 add(f"{_PL}.ch08.attention_bytes", lambda: dict(s_values=[16], bytes_by_variant={"v": [1.0]}),
     s_values=ints(1), bytes_by_variant=Kind("bytes", (None, [1.0]), (
         {"v": [float("nan")]}, {"v": [-1.0]})), title=_STR)

@@ -83,14 +83,20 @@ def _model_figures() -> dict:
 
 
 def _ch08_figures() -> dict:
-    """Chapter 8's figures: the roofline with the BF16 roof, the tiles of online softmax, the
-    mma fragment layout and the bytes of the attention variants (formula, proven equal to the
-    traced counts by tests/test_attention.py)."""
+    """Chapter 8's figures: the roofline with the BF16 roof, the tiles of online softmax and
+    one row's running maximum and sum, the mma fragment layout, the bytes of the attention
+    variants (formula, proven equal to the traced counts by tests/test_attention.py), their
+    largest errors against the bound, and what one block and one thread (or warp) of each
+    kernel reads and writes, traced on the simulator."""
+    import numpy as np
+
     from gpudl import plots
     from gpudl.hardware import SPECS
     from gpudl.kernels import attention, mma
     from gpudl.kernels import matmul as matmul_kernels
+    from gpudl.plots.ch08_layouts import MARKED
     from gpudl.solutions.ch03 import tile_intensity
+    from gpudl.trace import on_simulator
 
     h100 = SPECS["H100 SXM"]
     s_long, heads, d = 4096, 16, 64
@@ -110,6 +116,10 @@ def _ch08_figures() -> dict:
         "tensor-core v2 tile (bf16)": (2 * 64 * 64 / (2 * 128), "BF16"),
     }
     s_values = [2**p for p in range(7, 15)]
+    fragments = {"A (16 x 16, bf16)": "a", "B (16 x 8, bf16)": "b",
+                 "C and D (16 x 8, fp32)": "c"}
+    cases = [(17, 5, False, 1.0), (20, 17, True, 1.0), (24, 64, False, 1.0),
+             (18, 128, True, 8.0), (24, 20, False, 4.0)]
     return {
         "roofline-bf16-h100.png": lambda: plots.roofline_precisions(
             {"FP32": h100.fp32_tflops * 1e12, "TF32": h100.tf32_tflops * 1e12,
@@ -118,8 +128,30 @@ def _ch08_figures() -> dict:
         "online-softmax-tiles.png": lambda: plots.online_softmax_tiles(
             100, attention.TILE, causal=True),
         "mma-fragments.png": lambda: plots.mma_fragments(
-            {"A (16 x 16, bf16)": mma.lanes("a"), "B (16 x 8, bf16)": mma.lanes("b"),
-             "C and D (16 x 8, fp32)": mma.lanes("c")}),
+            {name: mma.lanes(matrix) for name, matrix in fragments.items()},
+            {name: plots.fragment_registers(matrix) for name, matrix in fragments.items()}),
+        # the lab's row of online softmax (np.random.default_rng(1), 40 scores)
+        "online-softmax-row.png": lambda: plots.online_softmax_row(
+            np.random.default_rng(1).standard_normal(40) * 3, attention.TILE),
+        "attention-v1-threads.png": lambda: plots.kernel_footprints(
+            on_simulator(plots.attention_footprints, "v1_three_kernels", 36, 16),
+            "v1, s = 36, d = 16: one block and one thread of each kernel"),
+        "attention-v2-threads.png": lambda: plots.kernel_footprints(
+            on_simulator(plots.attention_footprints, "v2_fused", 24, 32),
+            f"v2_fused, s = 24, d = 32: block 0, thread {MARKED}"),
+        "tensor-core-warps.png": lambda: plots.kernel_footprints(
+            [panel for variant in ("v1_warp_tiles", "v2_shared_tiles")
+             for panel in on_simulator(plots.tensor_core_footprints, variant)],
+            "The tensor-core matmuls, one step of K: what one warp reads and writes",
+            unit="warp"),
+        # sizes like those of tests/test_attention.py: not multiples of the tile, causal and
+        # not, a large head with large scores
+        "attention-error.png": lambda: plots.attention_errors(
+            [f"s = {s}\nd = {d}" + ("\ncausal" if causal else "")
+             + (f"\nq x {scale:g}" if scale != 1 else "") for s, d, causal, scale in cases],
+            on_simulator(plots.observed_errors, cases),
+            "Float32 attention on the simulator, and torch's SDPA:\n"
+            "the largest error over its bound"),
         "attention-bytes.png": lambda: plots.attention_bytes(
             s_values, {v: [sum(attention.traffic(v, heads, s, d).values()) for s in s_values]
                        for v in attention.VARIANTS},
