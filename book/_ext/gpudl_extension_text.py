@@ -188,6 +188,7 @@ def update(found: dict[str, list[tuple[str, int]]], path: Path = CATALOGUE) -> t
     if path.exists():
         with path.open("rb") as f:
             catalog = read_po(f)
+    template.creation_date = catalog.creation_date  # no date churn: branches merge cleanly
     catalog.update(template, no_fuzzy_matching=False)
     catalog.obsolete.clear()
     for message in catalog:  # babel's format flags: a text is never a Python format (msgfmt -c)
