@@ -11,6 +11,7 @@ command): run `make po`, then translate it in locales/zh_CN/figures.po."""
 
 import logging
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,9 +221,11 @@ def figures() -> dict:
     return {**_model_figures(), **_ch08_figures(), **_ch09_figures()}
 
 
-def draw(logger: logging.Logger | logging.LoggerAdapter) -> int:
-    """Draw every model figure in English and in Chinese; warn (on ``logger``) for each figure
-    with texts that have no Chinese translation. Returns the number of such figures."""
+def draw(logger: logging.Logger | logging.LoggerAdapter,
+         names: Collection[str] | None = None) -> int:
+    """Draw every model figure (or those of ``names``) in English and in Chinese; warn (on
+    ``logger``) for each figure with texts that have no Chinese translation. Returns the
+    number of such figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -233,6 +236,8 @@ def draw(logger: logging.Logger | logging.LoggerAdapter) -> int:
     translations = figure_text.load()
     untranslated = 0
     for name, draw_figure in figures().items():
+        if names is not None and name not in names:
+            continue
         fig = draw_figure()
         figure_text.save(fig, GENERATED / name)
         missing = figure_text.save_chinese(fig, GENERATED / name, translations)
