@@ -1927,6 +1927,11 @@ add(f"{_PL}.ch09.kv_cache_growth", lambda: dict(tokens=[1, 10], bytes_by_model={
                                                 limits={"80 GB": 8e10}, title="t"),
     tokens=ints(1), bytes_by_model=_LINES.more((), ({"m": [0.0, 1.0]},)),
     limits=_NUMBERS.more((), ({"a": 0.0},)), title=_STR)
+add(f"{_PL}.ch09.tile_banks", lambda: dict(rows=4, row_words=5, banks=32), rows=COUNT,
+    row_words=COUNT, banks=COUNT)
+add(f"{_PL}.ch09.decode_layout",
+    lambda: dict(threads=32, columns=4, padded=33, banks=32, value_bytes=4), threads=COUNT,
+    columns=COUNT, padded=COUNT.more((), (31,)), banks=COUNT, value_bytes=COUNT)
 add(f"{_PL}.ch09.decode_blocks", lambda: dict(lengths=[128, 256], blocks_by_variant={
     "v": [32, 64]}, sms=132, title="t"), lengths=ints(1),
     blocks_by_variant=Kind("names to block counts", (None, [1], {"v": "1"}, {"v": [1.5, 2]}),

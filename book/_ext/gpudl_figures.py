@@ -162,9 +162,12 @@ def _ch08_figures() -> dict:
 
 def _ch09_figures() -> dict:
     """Chapter 9's figures, all from deterministic models: the roofline of prefill and
-    decode, the KV cache against a GPU's memory, the blocks each decode variant launches,
+    decode, the KV cache against a GPU's memory, who holds and reads what in a decode block
+    (from the kernel's own constants), the blocks each decode variant launches,
     the paged cache's waste and batching on the seeded stream the lab replays (whose
     numbers the chapter glues from the lab)."""
+    import numpy as np
+
     from gpudl import plots
     from gpudl.estimate import (
         MODELS,
@@ -177,7 +180,8 @@ def _ch09_figures() -> dict:
         simulate,
     )
     from gpudl.hardware import SPECS
-    from gpudl.kernels import decode, paged
+    from gpudl.kernels import decode, decode_tile, paged
+    from gpudl.trace import BANKS
 
     h100, llama7, llama70 = SPECS["H100 SXM"], MODELS["Llama 2 7B"], MODELS["Llama 2 70B"]
     peak, bandwidth = h100.bf16_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9
@@ -205,6 +209,11 @@ def _ch09_figures() -> dict:
         "kv-cache-llama2.png": lambda: plots.kv_cache_growth(
             tokens, caches, {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9},
             "The KV cache in fp16, all sequences together"),
+        # the kernel's own layout: a block of TILE threads, COLUMNS head dimensions each, a
+        # TILE x TILE_PADDED tile of float32 partial scores, shared memory's BANKS banks
+        "decode-layout.png": lambda: plots.decode_layout(
+            decode_tile.TILE, decode_tile.COLUMNS, decode_tile.TILE_PADDED, BANKS,
+            np.dtype(np.float32).itemsize),
         "decode-blocks.png": lambda: plots.decode_blocks(
             lengths, blocks, h100.sm_count, "Decode attention, batch 1, 32 heads"),
         "paged-waste.png": lambda: plots.paged_waste(
