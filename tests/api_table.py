@@ -1620,6 +1620,48 @@ add(f"{_PL}.ch08_layouts.online_softmax_row", lambda: dict(x=np.ones(3), tile=2)
 add(f"{_PL}.ch08.attention_bytes", lambda: dict(s_values=[16], bytes_by_variant={"v": [1.0]}),
     s_values=ints(1), bytes_by_variant=Kind("bytes", (None, [1.0]), (
         {"v": [float("nan")]}, {"v": [-1.0]})), title=_STR)
+# Chapters 3 and 4's data-layout figures (gpudl.plots.ch03, ch04, ch04_threads, traced)
+_FOOTPRINT = Kind("a footprint (dict)", (None, [], "x"), ({},))
+_LAYOUT = {"offsets": [0, 2], "sizes": [2, 1], "blocks": 1, "threads_per_block": 2,
+           "pass": [0, 0, 1], "thread": [0, 1, 0]}
+add(f"{_PL}.ch03.warp_footprint", lambda: dict(variant="v2_coalesced", m=1, k=1, n=1),
+    variant=choice("v1_naive", "v2_coalesced"), m=COUNT, k=COUNT, n=COUNT)
+add(f"{_PL}.ch03.warp_footprints", lambda: dict(footprints=[{}]), footprints=_ROWSK)
+add(f"{_PL}.ch03.thread_registers", lambda: dict(threads=[0]),
+    threads=ints(0).more((), ([256],)))
+add(f"{_PL}.ch03.register_tile", lambda: dict(footprint={}), footprint=_FOOTPRINT)
+add(f"{_PL}.ch04.adam_error_ratios", lambda: dict(n=2), n=COUNT, step=COUNT,
+    lr=NONNEGATIVE, weight_decay=NONNEGATIVE, seed=SIZE)
+add(f"{_PL}.ch04.error_within_bound", lambda: dict(ratios={"a": {"p": 0.1}}, title="t"),
+    ratios=Kind("ratios", (None, [], "x", {"a": 1.0}), (
+        {}, {"a": {"p": -1.0}}, {"a": {"p": float("nan")}})), title=_STR)
+add(f"{_PL}.ch04.bf16_rounding", lambda: dict(value=1.0), value=FINITE)
+add(f"{_PL}.ch04.bf16_bits", lambda: dict(rounding={}), rounding=_FOOTPRINT)
+add(f"{_PL}.ch04_threads.adam_thread_footprint",
+    lambda: dict(variant="v2_fused", n=4, element=3),
+    variant=choice("v2_fused", "v3_shared"), n=COUNT, element=SIZE.more((), (4,)))
+add(f"{_PL}.ch04_threads.adam_thread_work", lambda: dict(footprints=[{}]), footprints=_ROWSK)
+add(f"{_PL}.ch04_threads.grid_stride_layout", lambda: dict(shapes=[(2,)]),
+    shapes=Kind("shapes", (None, 1, [1.5], [[1.5]]), ([], [[0]], [[]])))
+add(f"{_PL}.ch04_threads.multi_tensor_layout",
+    lambda: dict(layout=dict(_LAYOUT), names=["a", "b"], title="t"),
+    layout=Kind("layout", (None, [], "x"), ({},)), names=Kind("names", (None, 1), (["a"],)),
+    title=_STR)
+
+
+def _trace() -> object:
+    from gpudl.trace import Trace
+
+    return Trace("k", ("x",), ())
+
+
+add(f"{_PL}.traced.base_address", lambda: dict(t=_trace(), array="x"),
+    t=Kind("a Trace", (None, "x", 1)), array=_STR.more((), ("nope",)))
+add(f"{_PL}.traced.element_indices", lambda: dict(t=_trace(), array="x", addresses=[2**32]),
+    addresses=ints(0, 0), itemsize=COUNT)
+add(f"{_PL}.traced.sector_elements",
+    lambda: dict(t=_trace(), array="x", addresses=[2**32], size=4),
+    addresses=ints(0, 0), size=COUNT, itemsize=COUNT)
 none(f"{_PL}.style.finish", "fig: a Figure that a plot function of the package made")
 none(f"{_PL}.style.font_sizes", "fig: a Figure (tests/test_plots.py reads every figure's)")
 none(f"{_PL}.style.check_rows", "the rows check of the plots that take rows: their entries "

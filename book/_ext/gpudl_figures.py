@@ -26,7 +26,6 @@ def _model_figures() -> dict:
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
     from gpudl.kernels import access_patterns
-    from gpudl.optim import traffic_table
     from gpudl.parallel.data import Setup
     from gpudl.parallel.one_process import ZERO_DIMS
     from gpudl.plots.style import finish
@@ -49,13 +48,14 @@ def _model_figures() -> dict:
             {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
             "Roofline, FP32, H100 SXM (datasheet)",
         ),
-        # Chapter 3
+        # Chapter 3 (the data layouts traced on the simulator)
+        "matmul-warp-footprint.png": lambda: plots.warp_footprints(
+            [on_simulator(plots.warp_footprint, v) for v in ("v1_naive", "v2_coalesced")]),
         "matmul-tiling.png": plots.matmul_tiling,
+        "matmul-register-tile.png": lambda: plots.register_tile(
+            on_simulator(plots.thread_registers)),
         "linear-dataflow.png": lambda: plots.linear_dataflow(32, 64, 32),
-        # Chapter 4: two parameter tensors are enough, the counts are per parameter
-        "adam-traffic.png": lambda: plots.optimizer_traffic(
-            on_simulator(traffic_table, (40, 13))),
-        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        **_ch04_figures(),
         # Chapter 5 (the model's and the timeline's inputs are assumptions, stated in the
         # captions)
         "ring-model.png": lambda: plots.ring_allreduce_model(
@@ -80,6 +80,37 @@ def _model_figures() -> dict:
              "7.5B parameters, 64 GPUs": [model_state_memory(7.5e9, n_gpus=64, zero_stage=s)
                                           / 1e9 for s in range(4)]},
             {name: SPECS[name].memory_gb for name in ("V100 SXM2 32GB", "RTX A6000", a100)}),
+    }
+
+
+def _ch04_figures() -> dict:
+    """Chapter 4's figures: each Adam variant's error against its bound, what one thread of
+    the fused and shared-memory steps touches, one multi-tensor launch over the flat buffers
+    of Chapter 3's MLP, the bytes per variant (two parameter tensors are enough: the counts
+    are per parameter), the master weight and its bfloat16 rounding."""
+    from gpudl import plots
+    from gpudl.models import KernelMLP
+    from gpudl.optim import traffic_table
+    from gpudl.plots.ch04 import weight_after_updates
+    from gpudl.trace import on_simulator
+
+    n, step = 256, 3
+    mlp = KernelMLP((64, 32, 10))
+    shapes = [tuple(p.shape) for p in mlp.params.values()]
+    return {
+        "adam-error-bound.png": lambda: plots.error_within_bound(
+            plots.adam_error_ratios(n, step),
+            f"Adam, step {step}, {n} parameters: the largest error of each"),
+        "adam-thread-work.png": lambda: plots.adam_thread_work(
+            [on_simulator(plots.adam_thread_footprint, v) for v in ("v2_fused", "v3_shared")]),
+        "adam-multi-tensor.png": lambda: plots.multi_tensor_layout(
+            on_simulator(plots.grid_stride_layout, shapes), list(mlp.params),
+            f"One v4_multi_tensor launch over the MLP {mlp.sizes} of Chapter 3"),
+        "adam-traffic.png": lambda: plots.optimizer_traffic(
+            on_simulator(traffic_table, (40, 13))),
+        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        "bf16-rounding.png": lambda: plots.bf16_bits(on_simulator(
+            plots.bf16_rounding, weight_after_updates(100, -1e-3)["float32"][-1])),
     }
 
 
