@@ -1534,6 +1534,18 @@ add(f"{_PL}.ch02.warp_sectors", lambda: dict(rows=[{"addresses": [0, 4]}]), rows
 none(f"{_K}.access_patterns.tile_load_requests", NO_ARGUMENT)
 add(f"{_PL}.ch02.bank_conflicts", lambda: dict(words={"row": [0, 1]}),
     words=Kind("accesses", (None, [0], {"row": "0"}), ({}, {"row": [-1]})))
+add(f"{_PL}.ch02.tile_banks",
+    lambda: dict(tiles={"t": {"rows": 2, "width": 3, "read": [0, 3]}}),
+    tiles=Kind("tiles", (None, [1], {"t": 1}, {"t": {"rows": 2.0, "width": 3, "read": []}}),
+               ({}, {"t": {"rows": 2, "width": 1, "read": [0]}},
+                {"t": {"rows": 2, "width": 3, "read": [-1]}})))
+add(f"{_PL}.ch02.reduction_stages", lambda: dict(threads_per_block=256, warp=32),
+    threads_per_block=Kind("threads per block", (1.5, "256", None, True), (0, 96, 16)),
+    warp=Kind("a warp size", (1.5, None), (0, 3)))
+add(f"{_PL}.ch02.block_loads", lambda: dict(loads={"k": [[[0], [2]], [[1], [3]]]}),
+    loads=Kind("loads", (None, [1], {"k": "x"}),
+               ({}, {"k": [[[0], [1]], [[2]]]}, {"k": [[[-1]]]})),
+    warp=COUNT, itemsize=COUNT)
 add(f"{_PL}.ch02.sectors_per_request", lambda: dict(rows=[{"pattern": "p", "sectors": 4}]),
     rows=_ROWSK)
 add(f"{_PL}.ch02.roofline",
@@ -1969,7 +1981,7 @@ add(f"{_PL}.ch09.kv_cache_growth", lambda: dict(tokens=[1, 10], bytes_by_model={
                                                 limits={"80 GB": 8e10}, title="t"),
     tokens=ints(1), bytes_by_model=_LINES.more((), ({"m": [0.0, 1.0]},)),
     limits=_NUMBERS.more((), ({"a": 0.0},)), title=_STR)
-add(f"{_PL}.ch09.tile_banks", lambda: dict(rows=4, row_words=5, banks=32), rows=COUNT,
+add(f"{_PL}.ch09.word_banks", lambda: dict(rows=4, row_words=5, banks=32), rows=COUNT,
     row_words=COUNT, banks=COUNT)
 add(f"{_PL}.ch09.decode_layout",
     lambda: dict(threads=32, columns=4, padded=33, banks=32, value_bytes=4), threads=COUNT,

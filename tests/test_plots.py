@@ -464,3 +464,73 @@ def test_bf16_bits_are_the_kernel_s_rounding_and_torch_s():
     fig = plots.bf16_bits(on_simulator(plots.bf16_rounding, 0.9000012874603271))
     texts = " ".join(t.get_text() for t in fig.axes[0].texts)
     assert "0x667C" in texts and "rounded down" in texts
+
+def _book_figures_module():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+    import gpudl_figures
+
+    return gpudl_figures
+
+
+def test_tile_banks_colour_each_word_by_bank_and_outline_the_traced_column_read():
+    from gpudl.kernels import transpose
+
+    tiles = _book_figures_module().tile_reads()
+    assert [t["width"] for t in tiles.values()] == [transpose.TILE, transpose.PADDED]
+    fig = plots.tile_banks(tiles)
+    shared, padded = fig.axes[:2]
+    banks = [ax.images[0].get_array() for ax in (shared, padded)]
+    assert (banks[0][:, 0] == 0).all() and sorted(banks[1][:, 0]) == list(range(32))
+    for ax, tile in zip((shared, padded), tiles.values(), strict=True):
+        read = [p for p in ax.patches if p.get_gid() == "read"]
+        # the outlined words are the traced ones: column 0, rows 0 to 31
+        assert sorted((round(p.get_y() + 0.5), round(p.get_x() + 0.5)) for p in read) == [
+            divmod(w, tile["width"]) for w in sorted(tile["read"])] == [(r, 0) for r in range(32)]
+        assert len([p for p in ax.patches if p.get_gid() == "padding"]) == tile["width"] - 32
+    assert "32-way conflict" in shared.get_title() and "conflict-free" in padded.get_title()
+
+
+def test_reduction_stages_follow_the_kernel_s_loops():
+    from gpudl.kernels import reduction
+
+    fig = plots.reduction_stages(reduction.THREADS_PER_BLOCK, reduction.WARP)
+    top, bottom = fig.axes
+    assert [p.get_width() for p in top.patches if p.get_gid() == "shared"] == [256, 128, 64]
+    counting = [0] * 6
+    for p in bottom.patches:
+        if p.get_gid() == "counts":
+            counting[round(p.get_y() + 0.3)] += 1
+    assert counting == [32, 16, 8, 4, 2, 1]  # words t, t + 32, then shfl_down 16, 8, 4, 2, 1
+    assert [t.get_text() for t in bottom.get_yticklabels()][1:] == [
+        f"+ shfl_down {o}" for o in (16, 8, 4, 2, 1)]
+    with pytest.raises(ValueError, match="power of two"):
+        plots.reduction_stages(96, 32)
+    with pytest.raises(ValueError, match="at least 2 \\* warp"):
+        plots.reduction_stages(32, 32)
+
+
+def test_block_loads_draw_the_traced_elements_of_each_thread():
+    from gpudl.kernels import memory
+
+    loads = _book_figures_module().traced_block_loads()
+    k_loads, vector4 = loads["copy_v2_k_loads"], loads["copy_v3_vector4"]
+    assert len(k_loads) == len(vector4) == memory.THREADS_PER_BLOCK
+    # thread t: K loads of one element, a block's width apart; two vectors of four floats
+    assert k_loads[5] == [[5 + 256 * k] for k in range(memory.K)]
+    assert vector4[5] == [[20, 21, 22, 23], [1044, 1045, 1046, 1047]]
+    fig = plots.block_loads(loads)
+    for ax, threads in zip(fig.axes, loads.values(), strict=True):
+        cells = ax.images[0].get_array()  # a row per warp, NaN (masked) where it loads nothing
+        assert cells.shape == (8, 2048)
+        assert ((~np.ma.getmaskarray(cells)).sum(axis=0) == 1).all()  # every element, once
+        # element 808: thread 40 (warp 1), load 3 of copy_v2_k_loads; vector 202, so thread
+        # 202 (warp 6), load 0 of copy_v3_vector4
+        warp, load = (1, 3) if threads is k_loads else (6, 0)
+        assert cells[warp, 808] == load
+        marked = [p for p in ax.patches if p.get_gid() == "thread 0"]
+        assert [round(p.get_x() + 0.5) for p in marked] == [load[0] for load in threads[0]]
+    with pytest.raises(ValueError, match="thread 1 has 1 loads"):
+        plots.block_loads({"k": [[[0], [1]], [[2]]]})

@@ -21,6 +21,55 @@ if str(ROOT) not in sys.path:
 GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
 
+def tile_reads() -> dict:
+    """The transpose tiles of Chapter 2 (``gpudl.kernels.transpose``: ``TILE`` rows, ``TILE``
+    and ``PADDED`` words wide) with the words the first warp's column read asks for, traced
+    on the simulator (``access_patterns.tile_load_requests``)."""
+    from gpudl.kernels import access_patterns, transpose
+    from gpudl.trace import on_simulator
+
+    words = on_simulator(access_patterns.tile_load_requests)
+    return {"v2_shared": {"rows": transpose.TILE, "width": transpose.TILE,
+                          "read": words["shared"]},
+            "v3_padded": {"rows": transpose.TILE, "width": transpose.PADDED,
+                          "read": words["padded"]}}
+
+
+def reduction_block() -> tuple[int, int]:
+    """The threads of a block of ``gpudl.kernels.reduction`` and the warp size."""
+    from gpudl.kernels import reduction
+
+    return reduction.THREADS_PER_BLOCK, reduction.WARP
+
+
+def traced_block_loads() -> dict:
+    """For ``copy_v2_k_loads`` and ``copy_v3_vector4`` (``gpudl.kernels.memory``), the
+    elements each thread of a block loads from ``x``, load by load, traced on the simulator
+    on one block's share of an array (``K`` or ``VECTORS * WIDTH`` elements per thread):
+    a name -> per thread, per load, its element indices (a 16-byte load is 4 of them)."""
+    import numpy as np
+
+    from gpudl.kernels import memory
+    from gpudl.trace import trace
+
+    loads = {}
+    for kernel, per_load, per_thread in (
+            (memory.copy_v2_k_loads, 1, memory.K),
+            (memory.copy_v3_vector4, memory.WIDTH, memory.VECTORS * memory.WIDTH)):
+        n = per_thread * memory.THREADS_PER_BLOCK
+        x, out = np.arange(n, dtype=np.float32), np.full(n, np.nan, dtype=np.float32)
+        accesses = trace(kernel, 1, memory.THREADS_PER_BLOCK, x, out).accesses
+        base = 1 << 32  # the tracer's address of argument 0, x
+        elements: list[list[int]] = [[] for _ in range(memory.THREADS_PER_BLOCK)]
+        for a in accesses:
+            if a.array == "x" and a.op == "load":
+                elements[a.thread].append((a.address - base) // a.size)
+        loads[kernel.py_func.__name__] = [
+            [sorted(mine)[i:i + per_load] for i in range(0, len(mine), per_load)]
+            for mine in elements]
+    return loads
+
+
 def _model_figures() -> dict:
     from gpudl import plots
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
@@ -43,6 +92,9 @@ def _model_figures() -> dict:
             on_simulator(access_patterns.copy_requests)),
         "bank-conflicts.png": lambda: plots.bank_conflicts(
             on_simulator(access_patterns.tile_load_requests)),
+        "transpose-tile-banks.png": lambda: plots.tile_banks(tile_reads()),
+        "reduction-stages.png": lambda: plots.reduction_stages(*reduction_block()),
+        "block-loads.png": lambda: plots.block_loads(on_simulator(traced_block_loads)),
         "roofline-h100.png": lambda: plots.roofline(
             h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
             {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
