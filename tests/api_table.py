@@ -603,6 +603,23 @@ _AVARIANT = variants("attention")
 _Q64 = real_array(3, (1, 5, 4))
 add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
     q=_Q64.more((), (f32(1, 5, 5), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL)
+add(f"{_AT}.reference_online", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+    q=_Q64.more((), (f32(1, 6, 4), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL, tile=COUNT)
+_OS = f"{_K}.online_softmax"
+
+
+def _partial(rows: int = 2) -> Any:
+    return resolve(f"{_OS}.partial")(f32(1, rows, 4).astype(np.float64), f32(1, 4, 3))
+
+
+_PARTIAL = Kind("a Partial", (None, (1.0, 2.0, 3.0), [1]), ())
+add(f"{_OS}.partial", lambda: dict(scores=f32(1, 2, 4), v=f32(1, 4, 3)),
+    scores=real_array(3, (1, 2, 4)).more((torch.ones(1, 2, 4),), (f32(1, 2, 5),)),
+    v=real_array(3, (1, 4, 3)).more((), (f32(2, 4, 3),)))
+add(f"{_OS}.merge", lambda: dict(a=_partial(), b=_partial()),
+    a=_PARTIAL.more((), (_partial(3),)), b=_PARTIAL.more((), (_partial(3),)))
+add(f"{_OS}.finish", lambda: dict(p=_partial()), p=_PARTIAL)
+none(f"{_OS}.Partial", RECORD)
 add(f"{_AT}.weighted", lambda: dict(p=f32(1, 5, 5), v=f32(1, 5, 4), causal=True),
     p=real_array(3, (1, 5, 5)).more((), (f32(1, 5, 6),)), v=_Q64, causal=BOOL)
 add(f"{_AT}.check_host_heads", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4),
@@ -1731,6 +1748,7 @@ _DVARIANT = variants("decode")
 add(f"{_DEC}.decode_attention", _decode_arrays, variant=_DVARIANT, split_size=COUNT,
     launch=CALLABLE, **_DECODE)
 add(f"{_DEC}.reference", _decode_arrays, **_DECODE64)
+add(f"{_DEC}.reference_split_kv", _decode_arrays, split_size=COUNT, **_DECODE64)
 add(f"{_K}.decode_error.error_bound", _decode_arrays, split_size=COUNT.allowing_none(),
     **_DECODE64)
 for _name in ("check_lengths", "check_decode_inputs", "check_decode_arrays"):
