@@ -340,7 +340,24 @@ add(f"{_E}.memory_per_gpu.model_state_memory", lambda: dict(n_params=1e9, n_gpus
 add(f"{_E}.memory_per_gpu.activation_memory",
     lambda: dict(seq_len=16, batch_size=2, hidden=32, n_heads=4), seq_len=COUNT,
     batch_size=COUNT, hidden=COUNT, n_heads=COUNT,
-    recompute=choice("none", "selective", "full"), fused_attention=BOOL)
+    recompute=choice("none", "selective", "full"), fused_attention=BOOL,
+    context_parallel=COUNT.more((), (17,)))
+_CPE = f"{_E}.context"
+_CHUNK = dict(chunk=COUNT, heads=COUNT, head_dim=COUNT)
+add(f"{_CPE}.ring_step_bytes", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    bytes_per_element=COUNT)
+add(f"{_CPE}.ring_step_flops", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    causal=BOOL)
+add(f"{_CPE}.ring_step_time",
+    lambda: dict(chunk=8, heads=2, head_dim=4, bandwidth=1e9, peak=1e12), **_CHUNK,
+    bandwidth=POSITIVE, peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunk", lambda: dict(bandwidth=1e9, peak=1e12), bandwidth=POSITIVE,
+    peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunks", dict, causal=BOOL)
+add(f"{_CPE}.context_bytes_per_gpu",
+    lambda: dict(seq_len=64, heads=2, head_dim=4, world_size=4), seq_len=COUNT, heads=COUNT,
+    head_dim=COUNT, world_size=COUNT, strategy=choice("ring", "ulysses"),
+    bytes_per_element=COUNT)
 add(f"{_E}.training_cost.training_flops",
     lambda: dict(n_params=1e6, n_tokens=1e9, n_layers=2, n_heads=2, head_dim=4, seq_len=8),
     n_params=POSITIVE, n_tokens=POSITIVE, n_layers=COUNT.allowing_none(),
