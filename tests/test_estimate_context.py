@@ -1,7 +1,7 @@
 """Context parallelism's cost models (gpudl.estimate.context, and activation_memory's
 context_parallel): the chunk at which a ring step's computation hides its transfer on each GPU
 with NVLink, the bytes of ring and head-parallel attention, the activations per GPU at 128K
-tokens."""
+tokens; and the ring-step benchmark's rows and bars (gpudl.bench.context)."""
 
 import re
 from pathlib import Path
@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from gpudl import estimate
+from gpudl.bench import context as bench
 from gpudl.estimate import activation_memory
+from gpudl.parallel.context import ring_step_worker
+from gpudl.parallel.spawn import run_under_torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,3 +77,33 @@ def test_activations_per_gpu_with_context_parallelism():
                                        context_parallel=8)
     assert one == layers * (34 * s * 2048 + 4 * 16 * s) and round(one / 1e9, 1) == 182.7
     assert eight == one / 8 and round(eight / 1e9, 2) == 22.84
+
+
+# --- the benchmark of a ring step ------------------------------------------------------------
+
+
+def test_the_benchmark_is_skipped_without_the_gpus(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "gpus_missing", lambda ranks: "needs 2 GPUs, this machine has 1")
+    body = bench.run()
+    assert body["rows"] == [] and body["skipped"] == "needs 2 GPUs, this machine has 1"
+    assert [b["name"] for b in body["bars"]] == [b["name"] for b in bench.BARS]
+    assert all(b["verdict"] is None for b in body["bars"])
+    assert "[context] world size 2 skipped: needs 2 GPUs" in capsys.readouterr().out
+
+
+def test_the_benchmark_rows_and_bars(monkeypatch):
+    """Its rows and bars, with the ranks' worker run in this process (one rank)."""
+    monkeypatch.setattr(bench, "spawn", lambda worker, world_size, *args, **kw: [
+        run_under_torchrun(worker, *args)])
+    body = bench.run(world_size=2, chunk=4, heads=1, head_dim=4, repeats=2)
+    assert [r["name"] for r in body["rows"]] == [
+        "compute alone chunk=4", "ring overlapped chunk=4", "ring waiting chunk=4"]
+    assert body["rows"][1]["bytes"] == estimate.ring_step_bytes(4, 1, 4, 4)
+    assert [b["name"] for b in body["bars"]] == [b["name"] for b in bench.BARS]
+    assert bench.GPU_CHUNK == 4096 >= max(estimate.hiding_chunks().values())
+
+
+def test_the_step_worker_times_each_way_of_running_a_step():
+    times = run_under_torchrun(ring_step_worker, 3, 1, 4, 2)
+    assert set(times) == {"compute", "overlapped", "waiting"}
+    assert all(len(samples) == 2 and min(samples) > 0 for samples in times.values())

@@ -1,6 +1,6 @@
 """The online-softmax rule written once (gpudl.kernels.online_softmax): merging partials gives the
 partial of the union of their keys, in any order, on NumPy and torch alike; and Chapter 8's
-reference and Chapter 9's split-KV reference both merge with it."""
+reference, Chapter 9's split-KV reference and Chapter 11's ring attention all merge with it."""
 
 import numpy as np
 import pytest
@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from gpudl.kernels import attention, decode, online_softmax
 from gpudl.kernels.online_softmax import Partial
+from gpudl.parallel.context import ContextJob, context_worker
+from gpudl.parallel.spawn import run_under_torchrun
 
 
 def _scores(rng, rows, keys, masked=()):
@@ -105,7 +107,7 @@ def test_the_kernels_split_kv_partials_agree_with_the_reference_of_their_combine
     assert np.abs(o - decode.reference_split_kv(q, k_cache, v_cache, lengths, 32)).max() < 1e-5
 
 
-def test_chapters_8_and_9_merge_with_the_one_rule(monkeypatch):
+def test_chapters_8_9_and_11_merge_with_the_one_rule(monkeypatch):
     calls = []
     merge = online_softmax.merge
 
@@ -120,3 +122,6 @@ def test_chapters_8_and_9_merge_with_the_one_rule(monkeypatch):
     assert calls == ["numpy"] * 2  # three tiles
     decode.reference_split_kv(q[:, :2], k[None], v[None], np.array([40], np.int32), 16)
     assert calls == ["numpy"] * 4  # three chunks
+    job = ContextJob(*(torch.from_numpy(x) for x in (q, k, v)), causal=True)
+    run_under_torchrun(context_worker, [job])  # ring attention, one rank in this process
+    assert calls[4:] == ["torch"] * 3  # two pieces: three pairs of them are visible
