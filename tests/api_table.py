@@ -340,7 +340,24 @@ add(f"{_E}.memory_per_gpu.model_state_memory", lambda: dict(n_params=1e9, n_gpus
 add(f"{_E}.memory_per_gpu.activation_memory",
     lambda: dict(seq_len=16, batch_size=2, hidden=32, n_heads=4), seq_len=COUNT,
     batch_size=COUNT, hidden=COUNT, n_heads=COUNT,
-    recompute=choice("none", "selective", "full"), fused_attention=BOOL)
+    recompute=choice("none", "selective", "full"), fused_attention=BOOL,
+    context_parallel=COUNT.more((), (17,)))
+_CPE = f"{_E}.context"
+_CHUNK = dict(chunk=COUNT, heads=COUNT, head_dim=COUNT)
+add(f"{_CPE}.ring_step_bytes", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    bytes_per_element=COUNT)
+add(f"{_CPE}.ring_step_flops", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    causal=BOOL)
+add(f"{_CPE}.ring_step_time",
+    lambda: dict(chunk=8, heads=2, head_dim=4, bandwidth=1e9, peak=1e12), **_CHUNK,
+    bandwidth=POSITIVE, peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunk", lambda: dict(bandwidth=1e9, peak=1e12), bandwidth=POSITIVE,
+    peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunks", dict, causal=BOOL)
+add(f"{_CPE}.context_bytes_per_gpu",
+    lambda: dict(seq_len=64, heads=2, head_dim=4, world_size=4), seq_len=COUNT, heads=COUNT,
+    head_dim=COUNT, world_size=COUNT, strategy=choice("ring", "ulysses"),
+    bytes_per_element=COUNT)
 add(f"{_E}.training_cost.training_flops",
     lambda: dict(n_params=1e6, n_tokens=1e9, n_layers=2, n_heads=2, head_dim=4, seq_len=8),
     n_params=POSITIVE, n_tokens=POSITIVE, n_layers=COUNT.allowing_none(),
@@ -603,6 +620,23 @@ _AVARIANT = variants("attention")
 _Q64 = real_array(3, (1, 5, 4))
 add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
     q=_Q64.more((), (f32(1, 5, 5), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL)
+add(f"{_AT}.reference_online", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+    q=_Q64.more((), (f32(1, 6, 4), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL, tile=COUNT)
+_OS = f"{_K}.online_softmax"
+
+
+def _partial(rows: int = 2) -> Any:
+    return resolve(f"{_OS}.partial")(f32(1, rows, 4).astype(np.float64), f32(1, 4, 3))
+
+
+_PARTIAL = Kind("a Partial", (None, (1.0, 2.0, 3.0), [1]), ())
+add(f"{_OS}.partial", lambda: dict(scores=f32(1, 2, 4), v=f32(1, 4, 3)),
+    scores=real_array(3, (1, 2, 4)).more((torch.ones(1, 2, 4),), (f32(1, 2, 5),)),
+    v=real_array(3, (1, 4, 3)).more((), (f32(2, 4, 3),)))
+add(f"{_OS}.merge", lambda: dict(a=_partial(), b=_partial()),
+    a=_PARTIAL.more((), (_partial(3),)), b=_PARTIAL.more((), (_partial(3),)))
+add(f"{_OS}.finish", lambda: dict(p=_partial()), p=_PARTIAL)
+none(f"{_OS}.Partial", RECORD)
 add(f"{_AT}.weighted", lambda: dict(p=f32(1, 5, 5), v=f32(1, 5, 4), causal=True),
     p=real_array(3, (1, 5, 5)).more((), (f32(1, 5, 6),)), v=_Q64, causal=BOOL)
 add(f"{_AT}.check_host_heads", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4),
@@ -1081,6 +1115,18 @@ add(f"{_REF}.optimizer_state_bytes",
     optimizer=Kind("an optimizer", (None, "sgd")))
 none(f"{_REF}.average_gradients", COLLECTIVE)
 
+
+def _qkv(**more: Any) -> dict:
+    return {name: torch.ones(2, 5, 3, dtype=torch.float64) for name in ("q", "k", "v")} | more
+
+
+#: A (heads, seq, d) tensor of attention: float32 or float64, of the others' shape.
+_HEADS = tensor(torch.float64, (2, 5, 3), contiguous=False, wrong_dtype=torch.int64).more(
+    (torch.ones(2, 5, 3, dtype=torch.float16),),
+    (torch.ones(2, 5, dtype=torch.float64), torch.ones(2, 4, 3, dtype=torch.float64)))
+add(f"{_REF}.attention_gradients", _qkv, q=_HEADS, k=_HEADS, v=_HEADS, causal=BOOL,
+    grad_out=_HEADS.allowing_none())
+
 _DATA = f"{_PAR}.data"
 #: A data-parallel world size that does not divide the batch: the error names the degree.
 _DP = {"aliases": {"world_size": ("data-parallel degree",)}}
@@ -1311,6 +1357,53 @@ add(f"{_MESH}.mesh_2d_worker", lambda: dict(rank=0, world_size=1, degrees=resolv
 none(f"{_MESH}.main", CLI)
 none(f"{_Z}.fsdp.main", CLI)
 
+_CP = f"{_PAR}.context"
+_STRATEGIES = choice("ring", "ulysses")
+_LAYOUTS = choice("contiguous", "balanced")
+_CP_WORLD = {"aliases": {"world_size": ("world size",)}}
+
+
+def _job() -> Any:
+    return resolve(f"{_CP}.run.ContextJob")(**_qkv())
+
+
+_JOBS = Kind("jobs", (None, "j", [1]), ([],))
+add(f"{_CP}.layout.check_context_plan", lambda: dict(seq_len=8, heads=2, world_size=2),
+    seq_len=COUNT, heads=COUNT, world_size=COUNT.more((), (9,)), strategy=_STRATEGIES,
+    layout=_LAYOUTS, **_CP_WORLD)
+add(f"{_CP}.layout.rank_segments", lambda: dict(seq_len=8, world_size=2, layout="balanced"),
+    seq_len=COUNT.more((), (3,)), world_size=COUNT.more((), (5,)), layout=_LAYOUTS,
+    **_CP_WORLD)
+for _name in ("positions", "token_count"):
+    none(f"{_CP}.layout.{_name}", "segments: a rank's, as rank_segments makes them")
+for _name in ("segment_pairs", "empty_partial", "attend_block", "attend_block_backward"):
+    none(f"{_CP}.blocks.{_name}", "a rank's maths on the tensors and segments its worker "
+                                  "made from a checked ContextJob")
+none(f"{_CP}.comms.note", "appends what happened to a list of events (or to none)")
+for _name in ("comms.RingTransfer", "comms.all_to_all", "comms.sequence_to_heads",
+              "comms.heads_to_sequence", "ring.ring_forward", "ring.ring_backward",
+              "ulysses.ulysses_forward", "ulysses.ulysses_backward"):
+    none(f"{_CP}.{_name}", COLLECTIVE)
+none(f"{_CP}.comms.RingTransfer.wait", NO_ARGUMENT)
+add(f"{_CP}.run.ContextJob", _qkv, q=_HEADS, k=_HEADS, v=_HEADS, causal=BOOL,
+    grad_out=_HEADS.allowing_none(), strategy=_STRATEGIES, layout=_LAYOUTS.allowing_none(),
+    overlap=BOOL)
+add(f"{_CP}.run.ContextJob.check_world_size", lambda: dict(world_size=2),
+    method("ContextJob", _job, "check_world_size"), world_size=COUNT.more((), (6,)),
+    **_CP_WORLD)
+none(f"{_CP}.run.ContextResult", RECORD)
+add(f"{_CP}.run.context_worker", lambda: dict(rank=0, world_size=1, jobs=[_job()]),
+    rank=integer(0, 0), world_size=COUNT.more((), (6,)), jobs=_JOBS, **_CP_WORLD)
+add(f"{_CP}.run.run_context_jobs", lambda: dict(jobs=[_job()], world_size=2), jobs=_JOBS,
+    world_size=COUNT.more((), (6,)), timeout=TIMEOUT, **_CP_WORLD)
+add(f"{_CP}.run.context_attention", lambda: _qkv(world_size=2), q=_HEADS, k=_HEADS, v=_HEADS,
+    causal=BOOL, grad_out=_HEADS.allowing_none(), strategy=_STRATEGIES,
+    world_size=COUNT.more((), (6,)), layout=_LAYOUTS.allowing_none(), overlap=BOOL,
+    timeout=TIMEOUT, **_CP_WORLD)
+add(f"{_CP}.timing.ring_step_worker",
+    lambda: dict(rank=0, world_size=1, chunk=2, heads=1, head_dim=2), chunk=COUNT,
+    heads=COUNT, head_dim=COUNT, repeats=COUNT)
+
 # ------------------------------------------------------------------------------------------
 # gpudl.bench
 # ------------------------------------------------------------------------------------------
@@ -1392,6 +1485,8 @@ add(f"{_AR}.run", lambda: dict(world_sizes=(2,), sizes_bytes=[4], repeats=1),
 none(f"{_AR}.format_table", "rows: what allreduce_bandwidth returns")
 none(f"{_AR}.main", CLI)
 
+add(f"{_BENCH}.context.run", dict, world_size=integer(2), chunk=COUNT.allowing_none(),
+    heads=COUNT.allowing_none(), head_dim=COUNT.allowing_none(), repeats=COUNT)
 _AT_B = f"{_BENCH}.attention"
 add(f"{_AT_B}.attention_flops", lambda: dict(heads=1, s=4, d=4), heads=COUNT, s=COUNT,
     d=COUNT, causal=BOOL)
@@ -1785,6 +1880,7 @@ _DVARIANT = variants("decode")
 add(f"{_DEC}.decode_attention", _decode_arrays, variant=_DVARIANT, split_size=COUNT,
     launch=CALLABLE, **_DECODE)
 add(f"{_DEC}.reference", _decode_arrays, **_DECODE64)
+add(f"{_DEC}.reference_split_kv", _decode_arrays, split_size=COUNT, **_DECODE64)
 add(f"{_K}.decode_error.error_bound", _decode_arrays, split_size=COUNT.allowing_none(),
     **_DECODE64)
 for _name in ("check_lengths", "check_decode_inputs", "check_decode_arrays"):
