@@ -186,6 +186,8 @@ def prose_paragraphs(text: str):
                 fence = None
             continue
         if stripped:
+            if prose_fences and not block and re.match(r"^:[\w-]+:(\s|$)", stripped):
+                continue  # a directive option (:class: dropdown), not prose
             block.append(stripped)
             continue
         if block and not re.match(r"^(\||#|\$\$|:|\(|- |\d+\. |\* |```)", block[0]):
