@@ -16,6 +16,9 @@ Book section: *Preface* and README, "Commands".
   per GPU, the GPU table).
 * ``python -m gpudl ptx KERNEL`` prints a kernel's PTX for sm_90 (or ``--cc``), compiled
   without a GPU where the CUDA compiler pieces are installed (:mod:`gpudl.ptx`).
+* ``python -m gpudl toolchain`` prints the driver, the CUDA compiler pieces numba-cuda uses
+  and one line saying whether the driver runs what they make; ``--install`` first installs
+  the pieces that suit the driver (:mod:`gpudl.toolchain`; the labs' first cell on Colab).
 
 A bad argument or source makes every command print one line, ``PROG: error: ...``, and exit
 with status 2 (:class:`gpudl.checks.OneLineArgumentParser`).
@@ -172,6 +175,9 @@ def main(argv: list[str] | None = None) -> int | None:
     p_ptx = sub.add_parser("ptx", help="print a kernel's PTX for sm_90 (--list: the kernels)",
                            add_help=False)
     p_ptx.add_argument("args", nargs=argparse.REMAINDER)
+    p_toolchain = sub.add_parser("toolchain", add_help=False,
+                                 help="the driver and CUDA compiler pieces, checked together")
+    p_toolchain.add_argument("args", nargs=argparse.REMAINDER)
     from gpudl.estimate import cli as estimate_cli  # python -m gpudl estimate ... (Chapter 7)
 
     estimate_cli.add_parser(sub)
@@ -180,6 +186,10 @@ def main(argv: list[str] | None = None) -> int | None:
         from gpudl import ptx
 
         return ptx.main(argv[1:])
+    if argv[:1] == ["toolchain"]:  # its options are its own too
+        from gpudl import toolchain
+
+        return toolchain.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "estimate":
         estimate_cli.run(args)

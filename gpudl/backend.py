@@ -34,27 +34,31 @@ from typing import TypeVar
 
 from gpudl.checks import check_choice  # NumPy only: numba is not imported yet
 
-__all__ = ["name", "pick", "is_simulator", "compile_in_child", "WARP_SIZE"]
+__all__ = ["name", "pick", "is_simulator", "libcuda", "compile_in_child", "WARP_SIZE"]
 
 WARP_SIZE = 32
 _VALID = ("cuda", "simulator", "compile")
 T = TypeVar("T")
 
 
-def _driver_sees_a_gpu() -> bool:
-    """Ask the CUDA driver, without numba, whether any GPU is present."""
+def libcuda() -> ctypes.CDLL | None:
+    """The CUDA driver's library (``libcuda``) loaded with ``ctypes``, without numba, or
+    None where no NVIDIA driver is installed."""
     for lib_name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
-            lib = ctypes.CDLL(lib_name)
+            return ctypes.CDLL(lib_name)
         except OSError:
             continue
-        if lib.cuInit(0) != 0:
-            return False
-        count = ctypes.c_int(0)
-        if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-            return False
-        return count.value > 0
-    return False
+    return None
+
+
+def _driver_sees_a_gpu() -> bool:
+    """Ask the CUDA driver, without numba, whether any GPU is present."""
+    lib = libcuda()
+    if lib is None or lib.cuInit(0) != 0:
+        return False
+    count = ctypes.c_int(0)
+    return lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
 
 
 def _decide() -> str:

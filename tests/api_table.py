@@ -46,6 +46,8 @@ from api_kinds import (
 )
 from workers import hello
 
+from gpudl import toolchain
+
 TABLE: dict[str, Entry] = {}
 
 
@@ -120,6 +122,7 @@ none("gpudl.backend.pick", "returns one of its two arguments, whatever they are"
 none("gpudl.backend.compile_in_child", "module, jobs, ccs and timeout: those of the compile "
                                        "functions that call it (gpudl.ptx, gpudl.triton_ptx), "
                                        "which check them")
+none("gpudl.backend.libcuda", NO_ARGUMENT)
 for _name in ("check_array", "check_bool", "check_callable", "check_choice",
               "check_compute_capability", "check_equal", "check_float32_array",
               "check_float_array", "check_host_or_device", "check_instance", "check_int",
@@ -245,6 +248,24 @@ add("gpudl.ptx.compile_for_targets", lambda: dict(jobs=[], ccs=[(9, 0)]), timeou
     ccs=Kind("a list of compute capabilities", ((9, 0), None, [9.0]), ([(-1, 0)],)))
 none("gpudl.ptx.kernels", NO_ARGUMENT)
 
+# gpudl.toolchain
+_TOOLCHAIN = "gpudl.toolchain"
+
+
+def _machine():
+    return toolchain.Toolchain("T4", "550.54.15", (12, 4), (12, 9), "8.8", (12, 9))
+
+
+none(f"{_TOOLCHAIN}.Toolchain", RECORD)
+for _name in ("driver_cuda", "gpu_and_driver", "installed_nvjitlink", "facts", "smoke_test"):
+    none(f"{_TOOLCHAIN}.{_name}", NO_ARGUMENT)
+none(f"{_TOOLCHAIN}.install_requirements", "cuda: a (major, minor) version, below 12 refused "
+     "with ValueError; nvjitlink and requirements: mappings (tests/test_toolchain.py)")
+none(f"{_TOOLCHAIN}.ptx_cuda", "isa: any str (None for a version cuda-bindings' table lacks)")
+add(f"{_TOOLCHAIN}.verdict", lambda: dict(t=_machine()), t=instance(toolchain.Toolchain))
+add(f"{_TOOLCHAIN}.report", lambda: dict(t=_machine()), t=instance(toolchain.Toolchain))
+none(f"{_TOOLCHAIN}.main", CLI)
+
 # gpudl.registry, gpudl.resources
 _DECORATOR = ("a decorator: what it registers is checked when it registers a kernel "
               "(tests/test_kernels_compile.py)")
@@ -342,7 +363,24 @@ add(f"{_E}.memory_per_gpu.model_state_memory", lambda: dict(n_params=1e9, n_gpus
 add(f"{_E}.memory_per_gpu.activation_memory",
     lambda: dict(seq_len=16, batch_size=2, hidden=32, n_heads=4), seq_len=COUNT,
     batch_size=COUNT, hidden=COUNT, n_heads=COUNT,
-    recompute=choice("none", "selective", "full"), fused_attention=BOOL)
+    recompute=choice("none", "selective", "full"), fused_attention=BOOL,
+    context_parallel=COUNT.more((), (17,)))
+_CPE = f"{_E}.context"
+_CHUNK = dict(chunk=COUNT, heads=COUNT, head_dim=COUNT)
+add(f"{_CPE}.ring_step_bytes", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    bytes_per_element=COUNT)
+add(f"{_CPE}.ring_step_flops", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    causal=BOOL)
+add(f"{_CPE}.ring_step_time",
+    lambda: dict(chunk=8, heads=2, head_dim=4, bandwidth=1e9, peak=1e12), **_CHUNK,
+    bandwidth=POSITIVE, peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunk", lambda: dict(bandwidth=1e9, peak=1e12), bandwidth=POSITIVE,
+    peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunks", dict, causal=BOOL)
+add(f"{_CPE}.context_bytes_per_gpu",
+    lambda: dict(seq_len=64, heads=2, head_dim=4, world_size=4), seq_len=COUNT, heads=COUNT,
+    head_dim=COUNT, world_size=COUNT, strategy=choice("ring", "ulysses"),
+    bytes_per_element=COUNT)
 add(f"{_E}.training_cost.training_flops",
     lambda: dict(n_params=1e6, n_tokens=1e9, n_layers=2, n_heads=2, head_dim=4, seq_len=8),
     n_params=POSITIVE, n_tokens=POSITIVE, n_layers=COUNT.allowing_none(),
@@ -605,6 +643,23 @@ _AVARIANT = variants("attention")
 _Q64 = real_array(3, (1, 5, 4))
 add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
     q=_Q64.more((), (f32(1, 5, 5), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL)
+add(f"{_AT}.reference_online", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+    q=_Q64.more((), (f32(1, 6, 4), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL, tile=COUNT)
+_OS = f"{_K}.online_softmax"
+
+
+def _partial(rows: int = 2) -> Any:
+    return resolve(f"{_OS}.partial")(f32(1, rows, 4).astype(np.float64), f32(1, 4, 3))
+
+
+_PARTIAL = Kind("a Partial", (None, (1.0, 2.0, 3.0), [1]), ())
+add(f"{_OS}.partial", lambda: dict(scores=f32(1, 2, 4), v=f32(1, 4, 3)),
+    scores=real_array(3, (1, 2, 4)).more((torch.ones(1, 2, 4),), (f32(1, 2, 5),)),
+    v=real_array(3, (1, 4, 3)).more((), (f32(2, 4, 3),)))
+add(f"{_OS}.merge", lambda: dict(a=_partial(), b=_partial()),
+    a=_PARTIAL.more((), (_partial(3),)), b=_PARTIAL.more((), (_partial(3),)))
+add(f"{_OS}.finish", lambda: dict(p=_partial()), p=_PARTIAL)
+none(f"{_OS}.Partial", RECORD)
 add(f"{_AT}.weighted", lambda: dict(p=f32(1, 5, 5), v=f32(1, 5, 4), causal=True),
     p=real_array(3, (1, 5, 5)).more((), (f32(1, 5, 6),)), v=_Q64, causal=BOOL)
 add(f"{_AT}.check_host_heads", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4),
@@ -1111,6 +1166,18 @@ add(f"{_REF}.optimizer_state_bytes",
     optimizer=Kind("an optimizer", (None, "sgd")))
 none(f"{_REF}.average_gradients", COLLECTIVE)
 
+
+def _qkv(**more: Any) -> dict:
+    return {name: torch.ones(2, 5, 3, dtype=torch.float64) for name in ("q", "k", "v")} | more
+
+
+#: A (heads, seq, d) tensor of attention: float32 or float64, of the others' shape.
+_HEADS = tensor(torch.float64, (2, 5, 3), contiguous=False, wrong_dtype=torch.int64).more(
+    (torch.ones(2, 5, 3, dtype=torch.float16),),
+    (torch.ones(2, 5, dtype=torch.float64), torch.ones(2, 4, 3, dtype=torch.float64)))
+add(f"{_REF}.attention_gradients", _qkv, q=_HEADS, k=_HEADS, v=_HEADS, causal=BOOL,
+    grad_out=_HEADS.allowing_none())
+
 _DATA = f"{_PAR}.data"
 #: A data-parallel world size that does not divide the batch: the error names the degree.
 _DP = {"aliases": {"world_size": ("data-parallel degree",)}}
@@ -1341,6 +1408,53 @@ add(f"{_MESH}.mesh_2d_worker", lambda: dict(rank=0, world_size=1, degrees=resolv
 none(f"{_MESH}.main", CLI)
 none(f"{_Z}.fsdp.main", CLI)
 
+_CP = f"{_PAR}.context"
+_STRATEGIES = choice("ring", "ulysses")
+_LAYOUTS = choice("contiguous", "balanced")
+_CP_WORLD = {"aliases": {"world_size": ("world size",)}}
+
+
+def _job() -> Any:
+    return resolve(f"{_CP}.run.ContextJob")(**_qkv())
+
+
+_JOBS = Kind("jobs", (None, "j", [1]), ([],))
+add(f"{_CP}.layout.check_context_plan", lambda: dict(seq_len=8, heads=2, world_size=2),
+    seq_len=COUNT, heads=COUNT, world_size=COUNT.more((), (9,)), strategy=_STRATEGIES,
+    layout=_LAYOUTS, **_CP_WORLD)
+add(f"{_CP}.layout.rank_segments", lambda: dict(seq_len=8, world_size=2, layout="balanced"),
+    seq_len=COUNT.more((), (3,)), world_size=COUNT.more((), (5,)), layout=_LAYOUTS,
+    **_CP_WORLD)
+for _name in ("positions", "token_count"):
+    none(f"{_CP}.layout.{_name}", "segments: a rank's, as rank_segments makes them")
+for _name in ("segment_pairs", "empty_partial", "attend_block", "attend_block_backward"):
+    none(f"{_CP}.blocks.{_name}", "a rank's maths on the tensors and segments its worker "
+                                  "made from a checked ContextJob")
+none(f"{_CP}.comms.note", "appends what happened to a list of events (or to none)")
+for _name in ("comms.RingTransfer", "comms.all_to_all", "comms.sequence_to_heads",
+              "comms.heads_to_sequence", "ring.ring_forward", "ring.ring_backward",
+              "ulysses.ulysses_forward", "ulysses.ulysses_backward"):
+    none(f"{_CP}.{_name}", COLLECTIVE)
+none(f"{_CP}.comms.RingTransfer.wait", NO_ARGUMENT)
+add(f"{_CP}.run.ContextJob", _qkv, q=_HEADS, k=_HEADS, v=_HEADS, causal=BOOL,
+    grad_out=_HEADS.allowing_none(), strategy=_STRATEGIES, layout=_LAYOUTS.allowing_none(),
+    overlap=BOOL)
+add(f"{_CP}.run.ContextJob.check_world_size", lambda: dict(world_size=2),
+    method("ContextJob", _job, "check_world_size"), world_size=COUNT.more((), (6,)),
+    **_CP_WORLD)
+none(f"{_CP}.run.ContextResult", RECORD)
+add(f"{_CP}.run.context_worker", lambda: dict(rank=0, world_size=1, jobs=[_job()]),
+    rank=integer(0, 0), world_size=COUNT.more((), (6,)), jobs=_JOBS, **_CP_WORLD)
+add(f"{_CP}.run.run_context_jobs", lambda: dict(jobs=[_job()], world_size=2), jobs=_JOBS,
+    world_size=COUNT.more((), (6,)), timeout=TIMEOUT, **_CP_WORLD)
+add(f"{_CP}.run.context_attention", lambda: _qkv(world_size=2), q=_HEADS, k=_HEADS, v=_HEADS,
+    causal=BOOL, grad_out=_HEADS.allowing_none(), strategy=_STRATEGIES,
+    world_size=COUNT.more((), (6,)), layout=_LAYOUTS.allowing_none(), overlap=BOOL,
+    timeout=TIMEOUT, **_CP_WORLD)
+add(f"{_CP}.timing.ring_step_worker",
+    lambda: dict(rank=0, world_size=1, chunk=2, heads=1, head_dim=2), chunk=COUNT,
+    heads=COUNT, head_dim=COUNT, repeats=COUNT)
+
 # ------------------------------------------------------------------------------------------
 # gpudl.bench
 # ------------------------------------------------------------------------------------------
@@ -1422,6 +1536,8 @@ add(f"{_AR}.run", lambda: dict(world_sizes=(2,), sizes_bytes=[4], repeats=1),
 none(f"{_AR}.format_table", "rows: what allreduce_bandwidth returns")
 none(f"{_AR}.main", CLI)
 
+add(f"{_BENCH}.context.run", dict, world_size=integer(2), chunk=COUNT.allowing_none(),
+    heads=COUNT.allowing_none(), head_dim=COUNT.allowing_none(), repeats=COUNT)
 _AT_B = f"{_BENCH}.attention"
 add(f"{_AT_B}.attention_flops", lambda: dict(heads=1, s=4, d=4), heads=COUNT, s=COUNT,
     d=COUNT, causal=BOOL)
@@ -1564,6 +1680,18 @@ add(f"{_PL}.ch02.warp_sectors", lambda: dict(rows=[{"addresses": [0, 4]}]), rows
 none(f"{_K}.access_patterns.tile_load_requests", NO_ARGUMENT)
 add(f"{_PL}.ch02.bank_conflicts", lambda: dict(words={"row": [0, 1]}),
     words=Kind("accesses", (None, [0], {"row": "0"}), ({}, {"row": [-1]})))
+add(f"{_PL}.ch02.tile_banks",
+    lambda: dict(tiles={"t": {"rows": 2, "width": 3, "read": [0, 3]}}),
+    tiles=Kind("tiles", (None, [1], {"t": 1}, {"t": {"rows": 2.0, "width": 3, "read": []}}),
+               ({}, {"t": {"rows": 2, "width": 1, "read": [0]}},
+                {"t": {"rows": 2, "width": 3, "read": [-1]}})))
+add(f"{_PL}.ch02.reduction_stages", lambda: dict(threads_per_block=256, warp=32),
+    threads_per_block=Kind("threads per block", (1.5, "256", None, True), (0, 96, 16)),
+    warp=Kind("a warp size", (1.5, None), (0, 3)))
+add(f"{_PL}.ch02.block_loads", lambda: dict(loads={"k": [[[0], [2]], [[1], [3]]]}),
+    loads=Kind("loads", (None, [1], {"k": "x"}),
+               ({}, {"k": [[[0], [1]], [[2]]]}, {"k": [[[-1]]]})),
+    warp=COUNT, itemsize=COUNT)
 add(f"{_PL}.ch02.sectors_per_request", lambda: dict(rows=[{"pattern": "p", "sectors": 4}]),
     rows=_ROWSK)
 add(f"{_PL}.ch02.roofline",
@@ -1600,6 +1728,8 @@ add(f"{_PL}.ch06.pipeline_timelines", lambda: dict(timelines_by_name={"g": [[_EV
 add(f"{_PL}.ch06.pipeline_schedules", dict, stages=COUNT, microbatches=COUNT)
 add(f"{_PL}.ch06.tensor_parallel_split", dict, hidden=COUNT, ffn=COUNT,
     degree=COUNT.more((), (3,)))
+add(f"{_PL}.buffers.gradient_buckets", dict, dims=_DIMS, bucket_cap_mb=POSITIVE)
+add(f"{_PL}.buffers.zero_shards", dict, dims=_DIMS, world_size=COUNT)
 add(f"{_PL}.ch07.training_time_and_cost",
     lambda: dict(flops=1e20, peak_flops=1e15, gpu_name="H100 SXM"), flops=POSITIVE,
     peak_flops=POSITIVE, gpu_name=_STR, gpus=ints(1), mfus=Kind("MFUs", (None, 0.4), (
@@ -1616,10 +1746,80 @@ add(f"{_PL}.ch08.roofline_precisions",
 add(f"{_PL}.ch08.online_softmax_tiles", lambda: dict(s=32, tile=16, causal=True), s=COUNT,
     tile=COUNT, causal=BOOL)
 add(f"{_PL}.ch08.mma_fragments", lambda: dict(owners={"a": np.zeros((2, 2), np.int64)}),
-    owners=Kind("owners", (None, [], {"a": [[0]]}), ({"a": np.zeros(2, np.int64)},)))
+    owners=Kind("owners", (None, [], {"a": [[0]]}), ({"a": np.zeros(2, np.int64)},)),
+    registers=Kind("registers", ("r", [1], {"a": [[0]]}), (
+        {"a": np.zeros((3, 3), np.int64)}, {"b": np.zeros((2, 2), np.int64)})))
+add(f"{_PL}.ch08.fragment_registers", lambda: dict(matrix="a"), matrix=choice("a", "b", "c"))
+add(f"{_PL}.ch08.observed_errors", lambda: dict(cases=[(1, 1, False, 1.0)]),
+    cases=Kind("cases", (None, "c", [(1, 1, False)], [("1", 1, False, 1.0)]),
+               ([], [(0, 1, False, 1.0)], [(1, 129, False, 1.0)], [(1, 1, False, 0.0)])),
+    seed=SIZE)
+add(f"{_PL}.ch08.attention_errors", lambda: dict(labels=["a"], ratios={"v": [1.0]}, title="t"),
+    labels=Kind("labels", (None, "l", [1]), ([],)),
+    ratios=Kind("ratios", (None, [1.0]), ({"v": [float("nan")]}, {"v": [1.0, 2.0]})),
+    title=_STR)
+add(f"{_PL}.ch08_layouts.footprint",
+    lambda: dict(kernel=len, griddim=1, blockdim=1, args=[], block=(0,), threads=(0,)),
+    kernel=CALLABLE, block=ints(0).more((), ([0, 0, 0, 0],)), threads=ints(0),
+    shared=Kind("shared rows", ("x", 1, [1]), ({"a": 0},)))
+add(f"{_PL}.ch08_layouts.attention_footprints", lambda: dict(variant="v2_fused", s=17, d=1),
+    variant=choice("v1_three_kernels", "v2_fused"), s=integer(17), d=integer(1, 128))
+add(f"{_PL}.ch08_layouts.tensor_core_footprints", lambda: dict(variant="v1_warp_tiles"),
+    variant=choice("v1_warp_tiles", "v2_shared_tiles"))
+add(f"{_PL}.ch08_layouts.kernel_footprints",
+    lambda: dict(panels=[{"title": "t", "out": ("o", np.zeros((2, 2), np.int8))}], title="t"),
+    panels=Kind("panels", (None, "p", {}, [1], [{"title": 1, "out": ("o", np.zeros((1, 1)))}]),
+                ([], [{"title": "t"}], [{"title": "t", "out": ("o", np.zeros(2, np.int8))}])),
+    title=_STR, unit=choice("thread", "warp"))
+add(f"{_PL}.ch08_layouts.online_softmax_steps", lambda: dict(x=np.ones(3), tile=2),
+    x=real_array(1).more((), (np.array([1.0, float("nan")]), np.zeros(0))), tile=COUNT)
+add(f"{_PL}.ch08_layouts.online_softmax_row", lambda: dict(x=np.ones(3), tile=2),
+    x=real_array(1).more((), (np.array([1.0, float("inf")]),)), tile=COUNT)
 add(f"{_PL}.ch08.attention_bytes", lambda: dict(s_values=[16], bytes_by_variant={"v": [1.0]}),
     s_values=ints(1), bytes_by_variant=Kind("bytes", (None, [1.0]), (
         {"v": [float("nan")]}, {"v": [-1.0]})), title=_STR)
+# Chapters 3 and 4's data-layout figures (gpudl.plots.ch03, ch04, ch04_threads, traced)
+_FOOTPRINT = Kind("a footprint (dict)", (None, [], "x"), ({},))
+_LAYOUT = {"offsets": [0, 2], "sizes": [2, 1], "blocks": 1, "threads_per_block": 2,
+           "pass": [0, 0, 1], "thread": [0, 1, 0]}
+add(f"{_PL}.ch03.warp_footprint", lambda: dict(variant="v2_coalesced", m=1, k=1, n=1),
+    variant=choice("v1_naive", "v2_coalesced"), m=COUNT, k=COUNT, n=COUNT)
+add(f"{_PL}.ch03.warp_footprints", lambda: dict(footprints=[{}]), footprints=_ROWSK)
+add(f"{_PL}.ch03.thread_registers", lambda: dict(threads=[0]),
+    threads=ints(0).more((), ([256],)))
+add(f"{_PL}.ch03.register_tile", lambda: dict(footprint={}), footprint=_FOOTPRINT)
+add(f"{_PL}.ch04.adam_error_ratios", lambda: dict(n=2), n=COUNT, step=COUNT,
+    lr=NONNEGATIVE, weight_decay=NONNEGATIVE, seed=SIZE)
+add(f"{_PL}.ch04.error_within_bound", lambda: dict(ratios={"a": {"p": 0.1}}, title="t"),
+    ratios=Kind("ratios", (None, [], "x", {"a": 1.0}), (
+        {}, {"a": {"p": -1.0}}, {"a": {"p": float("nan")}})), title=_STR)
+add(f"{_PL}.ch04.bf16_rounding", lambda: dict(value=1.0), value=FINITE)
+add(f"{_PL}.ch04.bf16_bits", lambda: dict(rounding={}), rounding=_FOOTPRINT)
+add(f"{_PL}.ch04_threads.adam_thread_footprint",
+    lambda: dict(variant="v2_fused", n=4, element=3),
+    variant=choice("v2_fused", "v3_shared"), n=COUNT, element=SIZE.more((), (4,)))
+add(f"{_PL}.ch04_threads.adam_thread_work", lambda: dict(footprints=[{}]), footprints=_ROWSK)
+add(f"{_PL}.ch04_threads.grid_stride_layout", lambda: dict(shapes=[(2,)]),
+    shapes=Kind("shapes", (None, 1, [1.5], [[1.5]]), ([], [[0]], [[]])))
+add(f"{_PL}.ch04_threads.multi_tensor_layout",
+    lambda: dict(layout=dict(_LAYOUT), names=["a", "b"], title="t"),
+    layout=Kind("layout", (None, [], "x"), ({},)), names=Kind("names", (None, 1), (["a"],)),
+    title=_STR)
+
+
+def _trace() -> object:
+    from gpudl.trace import Trace
+
+    return Trace("k", ("x",), ())
+
+
+add(f"{_PL}.traced.base_address", lambda: dict(t=_trace(), array="x"),
+    t=Kind("a Trace", (None, "x", 1)), array=_STR.more((), ("nope",)))
+add(f"{_PL}.traced.element_indices", lambda: dict(t=_trace(), array="x", addresses=[2**32]),
+    addresses=ints(0, 0), itemsize=COUNT)
+add(f"{_PL}.traced.sector_elements",
+    lambda: dict(t=_trace(), array="x", addresses=[2**32], size=4),
+    addresses=ints(0, 0), size=COUNT, itemsize=COUNT)
 none(f"{_PL}.style.finish", "fig: a Figure that a plot function of the package made")
 none(f"{_PL}.style.font_sizes", "fig: a Figure (tests/test_plots.py reads every figure's)")
 none(f"{_PL}.style.check_rows", "the rows check of the plots that take rows: their entries "
@@ -1731,6 +1931,7 @@ _DVARIANT = variants("decode")
 add(f"{_DEC}.decode_attention", _decode_arrays, variant=_DVARIANT, split_size=COUNT,
     launch=CALLABLE, **_DECODE)
 add(f"{_DEC}.reference", _decode_arrays, **_DECODE64)
+add(f"{_DEC}.reference_split_kv", _decode_arrays, split_size=COUNT, **_DECODE64)
 add(f"{_K}.decode_error.error_bound", _decode_arrays, split_size=COUNT.allowing_none(),
     **_DECODE64)
 for _name in ("check_lengths", "check_decode_inputs", "check_decode_arrays"):
@@ -1927,6 +2128,11 @@ add(f"{_PL}.ch09.kv_cache_growth", lambda: dict(tokens=[1, 10], bytes_by_model={
                                                 limits={"80 GB": 8e10}, title="t"),
     tokens=ints(1), bytes_by_model=_LINES.more((), ({"m": [0.0, 1.0]},)),
     limits=_NUMBERS.more((), ({"a": 0.0},)), title=_STR)
+add(f"{_PL}.ch09.word_banks", lambda: dict(rows=4, row_words=5, banks=32), rows=COUNT,
+    row_words=COUNT, banks=COUNT)
+add(f"{_PL}.ch09.decode_layout",
+    lambda: dict(threads=32, columns=4, padded=33, banks=32, value_bytes=4), threads=COUNT,
+    columns=COUNT, padded=COUNT.more((), (31,)), banks=COUNT, value_bytes=COUNT)
 add(f"{_PL}.ch09.decode_blocks", lambda: dict(lengths=[128, 256], blocks_by_variant={
     "v": [32, 64]}, sms=132, title="t"), lengths=ints(1),
     blocks_by_variant=Kind("names to block counts", (None, [1], {"v": "1"}, {"v": [1.5, 2]}),

@@ -247,12 +247,13 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
         "```{admonition} Six\nseven eight\n```\n\n```{literalinclude} x.py\n:pyobject: f\n```\n")
     (book / "ch02-b.md").write_text(" ".join(["word"] * 300) + "\n")
     assert gpudl_reading.prose_words((book / "ch01-a.md").read_text()) == 8
-    run = {"seconds": 125.0, "backend": "simulator", "cpu_threads": 2, "date": "2026-12-01"}
+    run = {"seconds": 12.9, "backend": "simulator", "cpu_threads": 2, "date": "2026-12-01"}
     (labs / "01-a.ipynb").write_text(json.dumps({"metadata": {"gpudl": run}, "cells": []}))
     (labs / "02-b.ipynb").write_text(json.dumps({"metadata": {}, "cells": []}))
     rows = gpudl_reading.reading_and_lab_times(book, labs)
     assert rows[0].startswith("| chapter | words of prose | reading |")
-    assert rows[2] == "| 1 | 8 | 0 min | 2 min on the simulator, 2 CPU threads, 2026-12-01 |"
+    # a lab of 12.9 s reads as 13 s, not as "0 min"
+    assert rows[2] == "| 1 | 8 | 0 min | 13 s on the simulator, 2 CPU threads, 2026-12-01 |"
     minutes = 300 / gpudl_reading.WORDS_PER_MINUTE
     assert rows[3] == f"| 2 | 300 | {minutes:.0f} min | not recorded |"
     # the Chinese edition's table: the same numbers, its words from the catalogue
@@ -261,11 +262,79 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
     header = [words[h] for h in ("chapter", "words of prose", "reading",
                                  "its lab, last executed")]
     assert zh[0] == "| " + " | ".join(header) + " |"
-    took = words["{minutes} min on the {backend}, {threads} CPU threads, {date}"].format(
-        minutes=2, backend=words["simulator"], threads=2, date="2026-12-01")
+    took = words["{seconds} s on the {backend}, {threads} CPU threads, {date}"].format(
+        seconds=13, backend=words["simulator"], threads=2, date="2026-12-01")
     assert zh[2] == f"| 1 | 8 | {words['{minutes} min'].format(minutes=0)} | {took} |"
     assert zh[3] == (f"| 2 | 300 | {words['{minutes} min'].format(minutes=f'{minutes:.0f}')} "
                      f"| {words['not recorded']} |")
     assert english_sentences("\n".join(zh)) == []
     with pytest.raises(ValueError, match="language"):
         gpudl_reading.reading_and_lab_times(book, labs, "fr")
+
+
+def test_the_prose_after_an_admonition_or_a_figure_is_counted():
+    # the counter once took the closing fence of an admonition or a figure for the opening of
+    # a code block, and skipped the prose after it
+    text = ("```{admonition} Title here\n:class: tip\n- one two\n```\n\nthree four\n\n"
+            "```{figure} _generated/x.png\n:name: fig-x\n:alt: not read\n\nfive six\n```\n\n"
+            "seven eight nine\n\n:::{admonition} Solution\n:class: dropdown\nten\n"
+            "```{literalinclude} ../x.py\n:pyobject: f\n```\neleven\n:::\n\ntwelve\n")
+    # "Title here" 2, "one two" 2, "three four" 2, the caption 2, then 3, "Solution", "ten",
+    # "eleven", "twelve"
+    assert gpudl_reading.prose_words(text) == 15
+
+
+def test_the_prose_count_leaves_out_code_maths_and_citations_and_reads_references():
+    text = ("(sec-a)=\n## Warps and lanes\n\nA `kernel(x)` adds $a + b$ {cite}`key2020`, as "
+            "{ref}`sec-a`, {ref}`the first chapter <ch01>` and {numref}`fig-x` show.\n\n"
+            "$$\nx = y + z\n$$\n\n| claim | verdict |\n|---|---|\n| one - two | three |\n\n"
+            "```{gpudl-measured} memory copies\nWritten from a stored run.\n```\n")
+    # the heading 3; "A adds , as" 3 words; the bare ref the section's 3 words; "the first
+    # chapter" 3; "and" 1; "Fig. 1" 2; "show." 1; the table 5 (a dash alone is not a word)
+    assert gpudl_reading.prose_words(text) == 3 + 3 + 3 + 3 + 1 + 2 + 1 + 5
+
+
+WORD = re.compile(r"\S*\w\S*")
+#: What a built chapter shows that is not prose: code and maths, the numbers of sections,
+#: figures and equations, citation labels, header links, and the measured boxes.
+NOT_PROSE = ("div.highlight", "pre", "code", "span.math", "div.math", "span.eqno",
+             "a.headerlink", "span.section-number", "span.caption-number",
+             "span.bibtex-citation", "div.important", "img", "script", "style")
+
+
+def html_prose_words(page: Path, source: str) -> int:
+    """The words of prose in a built chapter, counted from its HTML, independently of
+    ``gpudl_reading``: the article's visible text without :data:`NOT_PROSE` and without the
+    tables that the book's directives write from data (a table whose first header word heads
+    no table of the page's source)."""
+    from bs4 import BeautifulSoup
+
+    article = BeautifulSoup(page.read_text(), "html.parser").find("article",
+                                                                  class_="bd-article")
+    for selector in NOT_PROSE:
+        for element in article.select(selector):
+            element.decompose()
+    lines = source.splitlines()
+    heads = {(re.findall(r"\w+", line.split("|")[1]) or [""])[0]
+             for line, rule in zip(lines, lines[1:], strict=False)
+             if line.startswith("|") and rule.startswith("|---")}
+    for table in article.select("table"):
+        first = table.select_one("thead th")
+        if first is not None and (re.findall(r"\w+", first.get_text(" ")) or [""])[0] not in heads:
+            table.decompose()
+    return len(WORD.findall(article.get_text(" ")))
+
+
+CHAPTERS = sorted((ROOT / "book").glob("ch[0-9][0-9]-*.md"))
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_the_preface_counts_every_word_of_each_chapter_s_built_prose(built, md):
+    titles = gpudl_reading.section_titles([p.read_text() for p in (ROOT / "book").glob("*.md")])
+    counted = gpudl_reading.prose_words(md.read_text(), titles)
+    shown = html_prose_words(built / "book" / f"{md.stem}.html", md.read_text())
+    assert abs(counted - shown) <= 0.02 * shown, (md.name, counted, shown)
+    # and the preface's table, in both editions, shows that count
+    for preface in (built / "book" / "preface.html", built / "zh_CN" / "book" / "preface.html"):
+        assert f"<td><p>{int(md.name[2:4])}</p></td>\n<td><p>{counted:,}</p></td>" in (
+            preface.read_text()), preface

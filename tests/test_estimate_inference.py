@@ -4,6 +4,8 @@ roofline of prefill and decode, the critical batch against a brute-force search,
 figures of Chapters 7 and 9, static against continuous batching on a seeded stream, bad
 input."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -230,13 +232,36 @@ def test_estimate_memory_inference_names_what_is_missing(capsys):
         capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("gpu", "ridge", "batch", "batch_70b"), [
-    ("A100 80GB SXM", 153, 154, 242), ("H100 SXM", 295, 296, 1010), ("H200 SXM", 206, 207, 408),
-    ("L4", 403, 404, 12108)])
-def test_chapter_9s_table_of_critical_batches(gpu, ridge, batch, batch_70b):
-    peak, bandwidth = rates(SPECS[gpu])
+@pytest.mark.parametrize(("gpu", "ridge", "prompt", "batch", "batch_70b", "cache_70b_gb",
+                          "gpus_70b"), [
+    ("A100 80GB SXM", 153, 154, 154, 242, 81, 3), ("H100 SXM", 295, 299, 296, 1010, 339, 6),
+    ("H200 SXM", 206, 208, 207, 408, 137, 2), ("L4", 403, 410, 404, 12108, 4063, 176)])
+def test_chapter_9s_table_of_critical_batches(gpu, ridge, prompt, batch, batch_70b,
+                                              cache_70b_gb, gpus_70b):
+    spec = SPECS[gpu]
+    peak, bandwidth = rates(spec)
     kv7, kv70 = (MODELS[m].kv_bytes_per_token() for m in ("Llama 2 7B", "Llama 2 70B"))
     assert round(peak / bandwidth) == ridge
+    # prefill's intensity is a decode step's with s sequences of one cached token each
+    assert critical_batch(peak, bandwidth, 7e9, kv7) == prompt
+    assert prefill_intensity(7e9, prompt, kv7) >= peak / bandwidth > prefill_intensity(
+        7e9, prompt - 1, kv7)
     assert critical_batch(peak, bandwidth, 7e9) == batch
     assert critical_batch(peak, bandwidth, 7e9, 1024 * kv7) is None
     assert critical_batch(peak, bandwidth, 70e9, 1024 * kv70) == batch_70b
+    # the cache of that batch, and how many of the GPU hold it with the 140 GB of weights
+    cache = batch_70b * 1024 * kv70
+    assert round(cache / 1e9) == cache_70b_gb
+    assert math.ceil((70e9 * 2 + cache) / (spec.memory_gb * 1e9)) == gpus_70b
+
+
+def test_chapter_9s_prefill_and_attention_figures():
+    peak, bandwidth = rates(H100)
+    kv7 = MODELS["Llama 2 7B"].kv_bytes_per_token()
+    # a prompt below the ridge takes about one read of the weights: 4.2 ms on an H100
+    assert {round(prefill_time(7e9, s, peak, bandwidth, kv7) * 1e3, 1) for s in range(1, 299)
+            } == {4.2}
+    # attention's 4 d flops per cached token, query head and layer match a token's 2 N at
+    # about 26,700 cached tokens for Llama 2 7B
+    llama = MODELS["Llama 2 7B"]
+    assert round(2 * 7e9 / (4 * llama.head_dim * llama.heads * llama.layers), -2) == 26_700

@@ -85,7 +85,7 @@ FLOORS = [
     ("gpudl", "gpudl.aliasing", "gpudl.launches", "gpudl.simulator",
      "gpudl.simulated_blocks", "gpudl.interop",
      "gpudl.trace", "gpudl.ptx", "gpudl.triton_ptx", "gpudl.resources", "gpudl.hardware"),
-    ("gpudl.estimate", "gpudl.kernels"),
+    ("gpudl.estimate", "gpudl.kernels", "gpudl.toolchain"),
     ("gpudl.models", "gpudl.optim"),
     ("gpudl.parallel",),
     ("gpudl.bench",),
@@ -130,7 +130,7 @@ def test_the_kernels_import_no_parallel_bench_or_optim():
 PARALLEL_FLOOR = {"gpudl.parallel", "gpudl.parallel.spawn", "gpudl.parallel.messages",
                   "gpudl.parallel.degrees", "gpudl.parallel.one_process",
                   "gpudl.parallel.encoder_plan"}
-STRATEGIES = ("data", "zero", "pipeline", "tensor", "mesh")
+STRATEGIES = ("data", "zero", "pipeline", "tensor", "mesh", "context")
 
 
 def strategy(name: str) -> str | None:

@@ -78,3 +78,92 @@ def test_attention_bytes_plots_the_formula_and_traced_points():
     assert [ln.get_label() for ln in lines] == [
         *(f"{v} (formula)" for v in attention.VARIANTS), "v2_fused (traced)"]
     np.testing.assert_array_equal(lines[0].get_ydata(), formula["v1_three_kernels"])
+
+
+def test_mma_fragments_colours_each_element_by_its_register():
+    owners = {name: mma.lanes(name) for name in "abc"}
+    registers = {name: plots.fragment_registers(name) for name in "abc"}
+    # the PTX ISA's layout: A's registers a0..a3 hold rows g, g + 8 of columns 2t.., then
+    # 2t + 8..; B's b0, b1 rows 2t.. and 2t + 8..; C's c0..c3 (g, 2t), (g, 2t + 1), (g + 8, ..)
+    rows, cols = np.indices((16, 16))
+    np.testing.assert_array_equal(registers["a"], 2 * (cols >= 8) + (rows >= 8))
+    rows, cols = np.indices((16, 8))
+    np.testing.assert_array_equal(registers["b"], (rows >= 8).astype(int))
+    np.testing.assert_array_equal(registers["c"], 2 * (rows >= 8) + cols % 2)
+    fig = plots.mma_fragments(owners, registers)
+    for ax, name in zip(fig.axes, "abc", strict=True):
+        np.testing.assert_array_equal(np.asarray(ax.get_images()[0].get_array()),
+                                      registers[name])
+    with pytest.raises(ValueError, match="registers"):
+        plots.mma_fragments(owners, {**registers, "a": registers["b"]})
+
+
+@pytest.mark.simulator_only
+def test_attention_footprints_are_what_each_kernel_touches():
+    ty, tx = plots.ch08_layouts.MARKED
+    scores, softmax, pv = plots.attention_footprints("v1_three_kernels", 36, 4)
+    written = np.argwhere(scores["out"][1] == 3).tolist()
+    assert written == [[ty, attention.TILE + tx]]  # block (1, 0) holds keys 16..31
+    block = scores["out"][1] > 0
+    assert block[:16, 16:32].all() and block.sum() == 16 * 16
+    # one warp per row; lane tx reads every 32nd score of its row
+    assert np.argwhere(softmax["out"][1] >= 2).tolist() == [[ty, tx], [ty, tx + 32]]
+    assert (softmax["out"][1][ty] > 0).all() and softmax["out"][1].sum() > 0
+    assert np.argwhere(pv["out"][1] == 3).tolist() == [[ty, tx]]
+    tile, fused_scores, fused_values = 16, *plots.attention_footprints("v2_fused", 17, 20)
+    q_s, k_s, x_s = (fused_scores[part][1] for part in ("left", "top", "out"))
+    assert k_s.shape == (20 + 1, tile)  # the padded key tile, drawn transposed
+    assert (q_s[ty] >= 2).all() and (k_s[:20, tx] >= 2).all() and (x_s[ty] >= 2).all()
+    assert x_s[ty, tx] == 3 and (x_s[np.arange(tile) != ty] <= 1).all()
+    v_s, o = fused_values["top"][1], fused_values["out"][1]
+    assert (v_s[:, [tx, tx + tile]] >= 2).all()  # d = 20: columns tx and tx + 16
+    assert np.argwhere(o == 3).tolist() == [[ty, tx], [ty, tx + tile]]
+
+
+@pytest.mark.simulator_only
+def test_tensor_core_footprints_give_each_warp_its_tile():
+    from gpudl.kernels import tensor_core_matmul as tc
+
+    (v1,) = plots.tensor_core_footprints("v1_warp_tiles")
+    written = np.argwhere(v1["out"][1] == 3)
+    # warp 1 of block (1, 1): rows 16..31, the second 8 of the block's 32 columns
+    assert {tuple(x) for x in written} == {(r, c) for r in range(16, 32) for c in range(40, 48)}
+    (v2,) = plots.tensor_core_footprints("v2_shared_tiles")
+    assert (v2["out"][1][:tc.WM, tc.WN:] == 3).all() and (v2["out"][1] == 3).sum() == 32 * 32
+    assert (v2["left"][1][:tc.WM] >= 2).all() and (v2["top"][1][:, tc.WN:] >= 2).all()
+
+
+def test_kernel_footprints_draws_every_array_of_every_panel():
+    levels = np.array([[0, 1], [2, 3]], np.int8)
+    panels = [{"title": "a", "out": ("o", levels), "left": ("l", levels[:, :1])},
+              {"title": "b", "out": ("o", levels), "top": ("t", levels[:1])}]
+    fig = plots.kernel_footprints(panels, "t", unit="warp")
+    assert [len(ax.get_images()) for ax in fig.axes] == [2, 2]
+    np.testing.assert_array_equal(fig.axes[0].get_images()[0].get_array(), levels)
+    assert "written by the warp" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_online_softmax_steps_end_at_the_log_sum_exp():
+    x = np.random.default_rng(1).standard_normal(40) * 3
+    steps = plots.online_softmax_steps(x, 16)
+    assert [(s["start"], s["stop"]) for s in steps] == [(0, 16), (16, 32), (32, 40)]
+    assert steps[-1]["m"] + np.log(steps[-1]["l"]) == pytest.approx(np.log(np.exp(x).sum()))
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after["alpha"] == pytest.approx(np.exp(before["m"] - after["m"]))
+        assert after["kept"] == pytest.approx(after["alpha"] * before["l"])
+    assert steps[1]["m"] > steps[0]["m"] and steps[1]["alpha"] < 1  # the lab's rescaled tile
+    fig = plots.online_softmax_row(x, 16)
+    running_max = [c for c in fig.axes[0].collections if c.get_segments()]
+    assert [seg[0][0][1] for seg in (c.get_segments() for c in running_max)] == [
+        s["m"] for s in steps]
+
+
+def test_observed_errors_stay_within_the_bound_and_are_drawn():
+    cases = [(5, 3, False, 1.0), (7, 2, True, 4.0)]
+    ratios = plots.observed_errors(cases)
+    float32 = [v for v in attention.VARIANTS if attention.precision(v) == "float32"]
+    assert list(ratios) == [*float32, "torch SDPA"]
+    assert all(len(values) == 2 and max(values) < 1 for values in ratios.values())
+    fig = plots.attention_errors(["a", "b"], ratios, "t")
+    worst = max(max(values) for values in ratios.values())
+    assert f"{worst:.2g}" in [t.get_text() for t in fig.axes[0].texts]

@@ -30,6 +30,38 @@ def test_kv_cache_growth_draws_gigabytes_and_the_limits():
     assert ax.get_lines()[1].get_ydata()[0] == 80
 
 
+def test_the_decode_layout_is_what_v1_does():
+    """The figure's picture of v1 (thread t holds and reads columns t, t + 32, ... of a key
+    row, one aligned 128-byte load per row; the 32 x 33 tile's columns in 32 banks) is what
+    the kernel's traced accesses show, and the figure draws the tiles it names."""
+    from gpudl.kernels import decode, decode_tile
+    from gpudl.trace import BANKS, trace
+
+    tile, d = decode_tile.TILE, decode.MAX_HEAD_DIM
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, d)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 1, tile, d)).astype(np.float32) for _ in range(2))
+    runs = []
+    decode.decode_attention(q, k, v, np.array([tile], np.int32), "v1_one_block_per_head",
+                            launch=lambda kernel, *args: runs.append(trace(kernel, *args)))
+    (run,) = runs
+    base = (run.parameters.index("k_cache") + 1) << 32
+    held = {t: set() for t in range(tile)}
+    for a in run.accesses:
+        if a.array == "k_cache":
+            held[a.thread].add((a.address - base) // a.size % d)
+    assert held == {t: {t + r * tile for r in range(decode_tile.COLUMNS)} for t in range(tile)}
+    keys = run.sectors_per_request("k_cache")
+    assert keys.max == keys.ideal == tile * 4 // 32  # 128 contiguous, aligned bytes a load
+    for op in ("store", "load"):  # a key's row stored by the lanes; a column read by the sums
+        assert run.bank_conflict_degree("partial", op).max == 1
+    fig = plots.decode_layout(tile, decode_tile.COLUMNS, decode_tile.TILE_PADDED, BANKS, 4)
+    padded, unpadded = (ax.get_images()[0].get_array() for ax in fig.axes[1:3])
+    np.testing.assert_array_equal(padded[:, :tile], plots.word_banks(tile, tile + 1, BANKS)[
+        :, :tile])
+    assert len(set(padded[:, 0].tolist())) == tile and len(set(unpadded[:, 0].tolist())) == 1
+
+
 def test_decode_blocks_draws_each_variant_and_the_sms():
     fig = plots.decode_blocks([128, 256], {"v1": [32, 32], "v2": [32, 64]}, 132, "t")
     lines = fig.axes[0].get_lines()

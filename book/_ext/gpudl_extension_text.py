@@ -188,8 +188,11 @@ def update(found: dict[str, list[tuple[str, int]]], path: Path = CATALOGUE) -> t
     if path.exists():
         with path.open("rb") as f:
             catalog = read_po(f)
+    template.creation_date = catalog.creation_date  # no date churn: branches merge cleanly
     catalog.update(template, no_fuzzy_matching=False)
     catalog.obsolete.clear()
+    for message in catalog:  # babel's format flags: a text is never a Python format (msgfmt -c)
+        message.flags.difference_update({"python-format", "python-brace-format"})
     with path.open("wb") as f:
         write_po(f, catalog, width=76, omit_header=False)
     messages = [m for m in catalog if m.id]

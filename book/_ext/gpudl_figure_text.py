@@ -171,8 +171,11 @@ def update(texts: dict[str, list[str]], path: Path = CATALOGUE) -> tuple[int, in
             catalog = read_po(f)
     else:
         catalog = Catalog(locale=LANGUAGE, project="gpudl figures")
+    template.creation_date = catalog.creation_date  # no date churn: branches merge cleanly
     catalog.update(template, no_fuzzy_matching=False)
     catalog.obsolete.clear()
+    for message in catalog:  # babel's format flags: a text is never a Python format (msgfmt -c)
+        message.flags.difference_update({"python-format", "python-brace-format"})
     for message in catalog:  # a figure's text is never a Python format (`gpudl_po.py flags`)
         message.flags.difference_update(("python-format", "python-brace-format"))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ command): run `make po`, then translate it in locales/zh_CN/figures.po."""
 
 import logging
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,12 +21,62 @@ if str(ROOT) not in sys.path:
 GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
 
+def tile_reads() -> dict:
+    """The transpose tiles of Chapter 2 (``gpudl.kernels.transpose``: ``TILE`` rows, ``TILE``
+    and ``PADDED`` words wide) with the words the first warp's column read asks for, traced
+    on the simulator (``access_patterns.tile_load_requests``)."""
+    from gpudl.kernels import access_patterns, transpose
+    from gpudl.trace import on_simulator
+
+    words = on_simulator(access_patterns.tile_load_requests)
+    return {"v2_shared": {"rows": transpose.TILE, "width": transpose.TILE,
+                          "read": words["shared"]},
+            "v3_padded": {"rows": transpose.TILE, "width": transpose.PADDED,
+                          "read": words["padded"]}}
+
+
+def reduction_block() -> tuple[int, int]:
+    """The threads of a block of ``gpudl.kernels.reduction`` and the warp size."""
+    from gpudl.kernels import reduction
+
+    return reduction.THREADS_PER_BLOCK, reduction.WARP
+
+
+def traced_block_loads() -> dict:
+    """For ``copy_v2_k_loads`` and ``copy_v3_vector4`` (``gpudl.kernels.memory``), the
+    elements each thread of a block loads from ``x``, load by load, traced on the simulator
+    on one block's share of an array (``K`` or ``VECTORS * WIDTH`` elements per thread):
+    a name -> per thread, per load, its element indices (a 16-byte load is 4 of them)."""
+    import numpy as np
+
+    from gpudl.kernels import memory
+    from gpudl.trace import trace
+
+    loads = {}
+    for kernel, per_load, per_thread in (
+            (memory.copy_v2_k_loads, 1, memory.K),
+            (memory.copy_v3_vector4, memory.WIDTH, memory.VECTORS * memory.WIDTH)):
+        n = per_thread * memory.THREADS_PER_BLOCK
+        x, out = np.arange(n, dtype=np.float32), np.full(n, np.nan, dtype=np.float32)
+        accesses = trace(kernel, 1, memory.THREADS_PER_BLOCK, x, out).accesses
+        base = 1 << 32  # the tracer's address of argument 0, x
+        elements: list[list[int]] = [[] for _ in range(memory.THREADS_PER_BLOCK)]
+        for a in accesses:
+            if a.array == "x" and a.op == "load":
+                elements[a.thread].append((a.address - base) // a.size)
+        loads[kernel.py_func.__name__] = [
+            [sorted(mine)[i:i + per_load] for i in range(0, len(mine), per_load)]
+            for mine in elements]
+    return loads
+
+
 def _model_figures() -> dict:
     from gpudl import plots
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
     from gpudl.kernels import access_patterns
-    from gpudl.optim import traffic_table
+    from gpudl.parallel.data import Setup
+    from gpudl.parallel.one_process import ZERO_DIMS
     from gpudl.plots.style import finish
     from gpudl.trace import on_simulator
 
@@ -41,18 +92,22 @@ def _model_figures() -> dict:
             on_simulator(access_patterns.copy_requests)),
         "bank-conflicts.png": lambda: plots.bank_conflicts(
             on_simulator(access_patterns.tile_load_requests)),
+        "transpose-tile-banks.png": lambda: plots.tile_banks(tile_reads()),
+        "reduction-stages.png": lambda: plots.reduction_stages(*reduction_block()),
+        "block-loads.png": lambda: plots.block_loads(on_simulator(traced_block_loads)),
         "roofline-h100.png": lambda: plots.roofline(
             h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
             {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
             "Roofline, FP32, H100 SXM (datasheet)",
         ),
-        # Chapter 3
+        # Chapter 3 (the data layouts traced on the simulator)
+        "matmul-warp-footprint.png": lambda: plots.warp_footprints(
+            [on_simulator(plots.warp_footprint, v) for v in ("v1_naive", "v2_coalesced")]),
         "matmul-tiling.png": plots.matmul_tiling,
+        "matmul-register-tile.png": lambda: plots.register_tile(
+            on_simulator(plots.thread_registers)),
         "linear-dataflow.png": lambda: plots.linear_dataflow(32, 64, 32),
-        # Chapter 4: two parameter tensors are enough, the counts are per parameter
-        "adam-traffic.png": lambda: plots.optimizer_traffic(
-            on_simulator(traffic_table, (40, 13))),
-        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        **_ch04_figures(),
         # Chapter 5 (the model's and the timeline's inputs are assumptions, stated in the
         # captions)
         "ring-model.png": lambda: plots.ring_allreduce_model(
@@ -60,10 +115,14 @@ def _model_figures() -> dict:
         ),
         "ring-steps.png": lambda: plots.ring_steps(4),
         "ddp-overlap.png": lambda: plots.ddp_overlap(0.15, 100e6, 4, 2e9, 50e-6, (1, 4)),
+        # the lab's MLP and bucket cap (the defaults of gpudl.parallel.data.Setup)
+        "gradient-buckets.png": lambda: plots.gradient_buckets(Setup.dims,
+                                                               Setup.bucket_cap_mb),
         # Chapter 6
         "pipeline-schedules.png": lambda: finish(plots.pipeline_schedules(4, 4)),
         "tensor-parallel.png": lambda: plots.tensor_parallel_split(32, 64, 2),
         "zero-partition.png": lambda: plots.zero_partition(4),
+        "zero-shards.png": lambda: plots.zero_shards(ZERO_DIMS, 4),
         # Chapter 7
         "training-time-cost.png": lambda: plots.training_time_and_cost(
             training_flops(1e9, 20.2e9), peak_flops(a100, "bf16"), a100, claimed=(4, 18)),
@@ -76,15 +135,52 @@ def _model_figures() -> dict:
     }
 
 
+def _ch04_figures() -> dict:
+    """Chapter 4's figures: each Adam variant's error against its bound, what one thread of
+    the fused and shared-memory steps touches, one multi-tensor launch over the flat buffers
+    of Chapter 3's MLP, the bytes per variant (two parameter tensors are enough: the counts
+    are per parameter), the master weight and its bfloat16 rounding."""
+    from gpudl import plots
+    from gpudl.models import KernelMLP
+    from gpudl.optim import traffic_table
+    from gpudl.plots.ch04 import weight_after_updates
+    from gpudl.trace import on_simulator
+
+    n, step = 256, 3
+    mlp = KernelMLP((64, 32, 10))
+    shapes = [tuple(p.shape) for p in mlp.params.values()]
+    return {
+        "adam-error-bound.png": lambda: plots.error_within_bound(
+            plots.adam_error_ratios(n, step),
+            f"Adam, step {step}, {n} parameters: the largest error of each"),
+        "adam-thread-work.png": lambda: plots.adam_thread_work(
+            [on_simulator(plots.adam_thread_footprint, v) for v in ("v2_fused", "v3_shared")]),
+        "adam-multi-tensor.png": lambda: plots.multi_tensor_layout(
+            on_simulator(plots.grid_stride_layout, shapes), list(mlp.params),
+            f"One v4_multi_tensor launch over the MLP {mlp.sizes} of Chapter 3"),
+        "adam-traffic.png": lambda: plots.optimizer_traffic(
+            on_simulator(traffic_table, (40, 13))),
+        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        "bf16-rounding.png": lambda: plots.bf16_bits(on_simulator(
+            plots.bf16_rounding, weight_after_updates(100, -1e-3)["float32"][-1])),
+    }
+
+
 def _ch08_figures() -> dict:
-    """Chapter 8's figures: the roofline with the BF16 roof, the tiles of online softmax, the
-    mma fragment layout and the bytes of the attention variants (formula, proven equal to the
-    traced counts by tests/test_attention.py)."""
+    """Chapter 8's figures: the roofline with the BF16 roof, the tiles of online softmax and
+    one row's running maximum and sum, the mma fragment layout, the bytes of the attention
+    variants (formula, proven equal to the traced counts by tests/test_attention.py), their
+    largest errors against the bound, and what one block and one thread (or warp) of each
+    kernel reads and writes, traced on the simulator."""
+    import numpy as np
+
     from gpudl import plots
     from gpudl.hardware import SPECS
     from gpudl.kernels import attention, mma
     from gpudl.kernels import matmul as matmul_kernels
+    from gpudl.plots.ch08_layouts import MARKED
     from gpudl.solutions.ch03 import tile_intensity
+    from gpudl.trace import on_simulator
 
     h100 = SPECS["H100 SXM"]
     s_long, heads, d = 4096, 16, 64
@@ -104,6 +200,10 @@ def _ch08_figures() -> dict:
         "tensor-core v2 tile (bf16)": (2 * 64 * 64 / (2 * 128), "BF16"),
     }
     s_values = [2**p for p in range(7, 15)]
+    fragments = {"A (16 x 16, bf16)": "a", "B (16 x 8, bf16)": "b",
+                 "C and D (16 x 8, fp32)": "c"}
+    cases = [(17, 5, False, 1.0), (20, 17, True, 1.0), (24, 64, False, 1.0),
+             (18, 128, True, 8.0), (24, 20, False, 4.0)]
     return {
         "roofline-bf16-h100.png": lambda: plots.roofline_precisions(
             {"FP32": h100.fp32_tflops * 1e12, "TF32": h100.tf32_tflops * 1e12,
@@ -112,8 +212,30 @@ def _ch08_figures() -> dict:
         "online-softmax-tiles.png": lambda: plots.online_softmax_tiles(
             100, attention.TILE, causal=True),
         "mma-fragments.png": lambda: plots.mma_fragments(
-            {"A (16 x 16, bf16)": mma.lanes("a"), "B (16 x 8, bf16)": mma.lanes("b"),
-             "C and D (16 x 8, fp32)": mma.lanes("c")}),
+            {name: mma.lanes(matrix) for name, matrix in fragments.items()},
+            {name: plots.fragment_registers(matrix) for name, matrix in fragments.items()}),
+        # the lab's row of online softmax (np.random.default_rng(1), 40 scores)
+        "online-softmax-row.png": lambda: plots.online_softmax_row(
+            np.random.default_rng(1).standard_normal(40) * 3, attention.TILE),
+        "attention-v1-threads.png": lambda: plots.kernel_footprints(
+            on_simulator(plots.attention_footprints, "v1_three_kernels", 36, 16),
+            "v1, s = 36, d = 16: one block and one thread of each kernel"),
+        "attention-v2-threads.png": lambda: plots.kernel_footprints(
+            on_simulator(plots.attention_footprints, "v2_fused", 24, 32),
+            f"v2_fused, s = 24, d = 32: block 0, thread {MARKED}"),
+        "tensor-core-warps.png": lambda: plots.kernel_footprints(
+            [panel for variant in ("v1_warp_tiles", "v2_shared_tiles")
+             for panel in on_simulator(plots.tensor_core_footprints, variant)],
+            "The tensor-core matmuls, one step of K: what one warp reads and writes",
+            unit="warp"),
+        # sizes like those of tests/test_attention.py: not multiples of the tile, causal and
+        # not, a large head with large scores
+        "attention-error.png": lambda: plots.attention_errors(
+            [f"s = {s}\nd = {d}" + ("\ncausal" if causal else "")
+             + (f"\nq x {scale:g}" if scale != 1 else "") for s, d, causal, scale in cases],
+            on_simulator(plots.observed_errors, cases),
+            "Float32 attention on the simulator, and torch's SDPA:\n"
+            "the largest error over its bound"),
         "attention-bytes.png": lambda: plots.attention_bytes(
             s_values, {v: [sum(attention.traffic(v, heads, s, d).values()) for s in s_values]
                        for v in attention.VARIANTS},
@@ -123,9 +245,12 @@ def _ch08_figures() -> dict:
 
 def _ch09_figures() -> dict:
     """Chapter 9's figures, all from deterministic models: the roofline of prefill and
-    decode, the KV cache against a GPU's memory, the blocks each decode variant launches,
+    decode, the KV cache against a GPU's memory, who holds and reads what in a decode block
+    (from the kernel's own constants), the blocks each decode variant launches,
     the paged cache's waste and batching on the seeded stream the lab replays (whose
     numbers the chapter glues from the lab)."""
+    import numpy as np
+
     from gpudl import plots
     from gpudl.estimate import (
         MODELS,
@@ -138,7 +263,8 @@ def _ch09_figures() -> dict:
         simulate,
     )
     from gpudl.hardware import SPECS
-    from gpudl.kernels import decode, paged
+    from gpudl.kernels import decode, decode_tile, paged
+    from gpudl.trace import BANKS
 
     h100, llama7, llama70 = SPECS["H100 SXM"], MODELS["Llama 2 7B"], MODELS["Llama 2 70B"]
     peak, bandwidth = h100.bf16_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9
@@ -166,6 +292,11 @@ def _ch09_figures() -> dict:
         "kv-cache-llama2.png": lambda: plots.kv_cache_growth(
             tokens, caches, {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9},
             "The KV cache in fp16, all sequences together"),
+        # the kernel's own layout: a block of TILE threads, COLUMNS head dimensions each, a
+        # TILE x TILE_PADDED tile of float32 partial scores, shared memory's BANKS banks
+        "decode-layout.png": lambda: plots.decode_layout(
+            decode_tile.TILE, decode_tile.COLUMNS, decode_tile.TILE_PADDED, BANKS,
+            np.dtype(np.float32).itemsize),
         "decode-blocks.png": lambda: plots.decode_blocks(
             lengths, blocks, h100.sm_count, "Decode attention, batch 1, 32 heads"),
         "paged-waste.png": lambda: plots.paged_waste(
@@ -182,9 +313,11 @@ def figures() -> dict:
     return {**_model_figures(), **_ch08_figures(), **_ch09_figures()}
 
 
-def draw(logger: logging.Logger | logging.LoggerAdapter) -> int:
-    """Draw every model figure in English and in Chinese; warn (on ``logger``) for each figure
-    with texts that have no Chinese translation. Returns the number of such figures."""
+def draw(logger: logging.Logger | logging.LoggerAdapter,
+         names: Collection[str] | None = None) -> int:
+    """Draw every model figure (or those of ``names``) in English and in Chinese; warn (on
+    ``logger``) for each figure with texts that have no Chinese translation. Returns the
+    number of such figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,6 +328,8 @@ def draw(logger: logging.Logger | logging.LoggerAdapter) -> int:
     translations = figure_text.load()
     untranslated = 0
     for name, draw_figure in figures().items():
+        if names is not None and name not in names:
+            continue
         fig = draw_figure()
         figure_text.save(fig, GENERATED / name)
         missing = figure_text.save_chinese(fig, GENERATED / name, translations)

@@ -2,7 +2,7 @@
 
     python book/_ext/gpudl_po.py check [--pot _build/gettext]   # `make i18n-check`
     python book/_ext/gpudl_po.py memory                         # part of `make po`
-    python book/_ext/gpudl_po.py notebooks                      # part of `make po`
+    python book/_ext/gpudl_po.py notebooks                      # `make po`, `make notebooks`
     python book/_ext/gpudl_po.py figures                        # part of `make po`
     python book/_ext/gpudl_po.py extensions                     # part of `make po`
     python book/_ext/gpudl_po.py flags                          # part of `make po`
@@ -115,6 +115,10 @@ def lab_problems(english: Path) -> list[str]:
     translated = [m.id for m in messages(read(path)) if m.string] if path.exists() else []
     problems = [f"{path.relative_to(ROOT)}: {i[:50]!r} is not in the notebook's markdown "
                 "(run `make po`)" for i in translated if i not in found]
+    install = gpudl_labs.first_cell(gpudl_labs.repository_url(), gpudl_labs.wheel_name())
+    if "".join(gpudl_labs.first_code_cell(json.loads(english.read_text()))["source"]) != install:
+        problems.append(f"{english.relative_to(ROOT)}: its first code cell is not what "
+                        "_config.yml makes: run `python book/_ext/gpudl_po.py notebooks`")
     target = gpudl_labs.ZH_NOTEBOOKS / english.name
     if not target.exists() or target.read_text() != gpudl_labs.dumps(zh):
         problems.append(f"{target.relative_to(ROOT)} is not what {english.name} and its "
@@ -329,7 +333,10 @@ def zh_lab(english: Path) -> tuple[dict, list[str]]:
 
 
 def notebooks() -> None:
-    """Write every Chinese lab from its English notebook and catalogue."""
+    """Give every English lab the install cell that _config.yml makes (`gpudl_labs`), then
+    write every Chinese lab from its English notebook and catalogue."""
+    for path in gpudl_labs.write_first_cells():
+        print(f"{path.relative_to(ROOT)}: its first code cell rewritten from _config.yml")
     gpudl_labs.ZH_NOTEBOOKS.mkdir(exist_ok=True)
     for english in sorted(gpudl_labs.NOTEBOOKS.glob("*.ipynb")):
         (gpudl_labs.ZH_NOTEBOOKS / english.name).write_text(gpudl_labs.dumps(zh_lab(english)[0]))
@@ -366,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     check_parser = commands.add_parser("check", help="the report; fails on any problem")
     check_parser.add_argument("--pot", type=Path, help="the templates (`make pot`)")
     commands.add_parser("memory", help="reuse translations of moved messages")
-    commands.add_parser("notebooks", help="write notebooks/zh_CN/*.ipynb")
+    commands.add_parser("notebooks",
+                        help="write the labs' install cell and notebooks/zh_CN/*.ipynb")
     commands.add_parser("figures", help="update locales/zh_CN/figures.po from the figures")
     commands.add_parser("extensions", help="update locales/zh_CN/extensions.po from the texts "
                         "the extensions write")

@@ -14,6 +14,8 @@
 - the words those directives write, in the edition being built (``gpudl_extension_text``: the
   Chinese ones from locales/zh_CN/extensions.po);
 - references to re-exported names, and to types documented elsewhere (``gpudl_references``);
+- ships the package as a wheel beside the labs, linked from the preface and from each lab's
+  download menu (``gpudl_wheel``);
 - serves the book's stylesheet (book/_static/gpudl.css: code boxes that hold
   ``gpudl_listings.LISTING_COLUMNS`` characters at 1280 px, captions in WCAG AA contrast, quiet
   glossary links) and a script that gives every search result an excerpt, also in a book
@@ -35,6 +37,7 @@ from gpudl_listings import Listing  # noqa: E402
 from gpudl_references import ignore_external, resolve_reexported  # noqa: E402
 from gpudl_search import write_page_text  # noqa: E402
 from gpudl_tables import KernelRegisters, SpecsTable  # noqa: E402
+from gpudl_wheel import setup as ship_wheel  # noqa: E402
 
 
 def _draw_figures(app) -> None:
@@ -77,6 +80,7 @@ def setup(app):
     app.add_directive("gpudl-kernel-registers", KernelRegisters)
     app.add_directive("gpudl-lab-times", LabTimes)
     app.connect("builder-inited", _draw_figures)
+    ship_wheel(app)
     app.connect("missing-reference", resolve_reexported)
     app.connect("missing-reference", ignore_external)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -58,9 +58,9 @@ RECOMPUTE = ("none", "selective", "full")
 
 def activation_memory(
     seq_len: int, batch_size: int, hidden: int, n_heads: int, *, recompute: str = "none",
-    fused_attention: bool = False,
+    fused_attention: bool = False, context_parallel: int = 1,
 ) -> float:
-    """Bytes of activations one Transformer layer keeps for its backward pass.
+    """Bytes of activations one Transformer layer keeps for its backward pass, on each GPU.
 
     Book section: *Chapter 7, "Memory: model state and activations"* and *Chapter 8, "What fused
     attention saves"*. The accounting of Korthikanti et al. (2022) for a GPT-style layer
@@ -84,6 +84,13 @@ def activation_memory(
     mask is regenerated from the random generator's state, not stored). Without
     recomputation a layer then keeps ``s b h (34 + 4 a / h)``; selective and full
     recomputation keep what they kept.
+
+    ``context_parallel = c`` splits the sequence over ``c`` GPUs (*Chapter 11*, long
+    sequences): each keeps the activations of its own tokens, the inputs of its rows and, for
+    the scores, its rows against every key, so every term above is per query row and a GPU
+    keeps the whole sequence's amount times its share of the rows, ``ceil(s / c) / s`` (the
+    GPU holding the most). Not counted: the two key/value chunks a ring holds in flight, which
+    are not kept for the backward pass.
     """
     s = check_int("seq_len", seq_len, 1)
     b = check_int("batch_size", batch_size, 1)
@@ -91,6 +98,13 @@ def activation_memory(
     a = check_int("n_heads", n_heads, 1)
     check_choice("recompute", recompute, RECOMPUTE)
     check_bool("fused_attention", fused_attention)
+    c = check_int("context_parallel", context_parallel, 1)
+    if c > s:
+        raise ValueError(f"context_parallel ({c}) must be at most seq_len ({s}): each GPU "
+                         "holds at least one token")
+    if c > 1:  # each GPU keeps its rows: the whole sequence's activations times its share
+        return activation_memory(s, b, h, a, recompute=recompute,
+                                 fused_attention=fused_attention) * -(-s // c) / s
     if recompute == "full":
         return float(2 * s * b * h)
     if recompute == "selective":

@@ -15,14 +15,20 @@ and chunks of ``C`` keys (``C = L`` for the variants that do not split), ``T = c
 2. *Weights.* The subtractions from the running maxima add ``u D_j`` to the exponent,
    ``D_j = m - x_j`` (the maxima, and the combine kernel's maximum of the chunks', only grow:
    the steps telescope). One ``exp`` makes the weight, one per later tile of its chunk
-   rescales it and one more the combine kernel: ``T + 2`` exponentials of 4 u each. The
-   relative error of weight j is ``|r_j| <= ((d + 2) a_j + D_j + 4 (T + 2)) u``.
-3. *Sums.* A term of the numerator ``sum_j w_j v_j`` or the denominator is rounded by its
-   product (1), the tile's sum (``TILE``), the rescaling and addition per later tile
-   (``2 T``), the combine's product (1) and sum over chunks (``S``), and the final division
-   (1): ``n = TILE + 2 T + S + 3``, giving ``(n + 1) u (sum_j p_j |v_j| + |o|)``.
+   rescales it (at most ``T - 1``) and one more the combine kernel: at most ``T + 1``
+   exponentials of 4 u each. The relative error of weight j is ``|r_j| <= ((d + 2) a_j + D_j
+   + 4 (T + 1)) u``.
+3. *Sums.* A term of the numerator ``sum_j w_j v_j`` is rounded by its product (1), the
+   tile's sum (at most ``TILE - 1``: the first addition is to zero), its addition to the
+   output columns (1), the rescaling and addition at each later tile of its chunk
+   (``2 (T - 1)``), the combine's product (1) and sum over chunks (``S - 1``), and the final
+   division (1): at most ``n = 2 T + S + 32`` (``2 T + 32`` without the combine); a term of
+   the denominator meets fewer. The sums give ``(n + 1) u (sum_j p_j |v_j| + |o|)``.
 
-As in Chapter 8 the bound is twice these first-order terms, in units of ``eps32 = 2u``. NaN
+:func:`error_bound` counts ``T + 2`` exponentials and ``n = TILE + 2 T + S + 3`` (``2 T + S +
+35``), one exponential and three roundings more than the kernels make: a looser bound, still
+a bound. As in Chapter 8 the bound is twice these first-order terms, in units of ``eps32 =
+2u``. NaN
 in a query makes its head's output NaN; NaN in column ``c`` of a value the sequence holds
 makes column ``c`` NaN for the heads that read it; nothing past a sequence's length counts.
 """

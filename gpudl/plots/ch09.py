@@ -1,5 +1,6 @@
-"""Chapter 9's figures: the KV cache against a GPU's memory, the blocks each decode variant
-launches, the memory a paged cache wastes, and static against continuous batching.
+"""Chapter 9's figures: the KV cache against a GPU's memory, what each thread of a decode block
+holds and reads, the blocks each decode variant launches, the memory a paged cache wastes, and
+static against continuous batching.
 
 Book section: Chapter 9, Inference on a GPU (and its lab).
 """
@@ -11,6 +12,8 @@ from collections.abc import Callable, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 
 from gpudl.checks import (
     check_instance,
@@ -23,7 +26,8 @@ from gpudl.checks import (
 from gpudl.estimate.batching import Served
 from gpudl.plots.style import finish
 
-__all__ = ["kv_cache_growth", "decode_blocks", "paged_waste", "batching_timeline"]
+__all__ = ["kv_cache_growth", "decode_layout", "word_banks", "decode_blocks", "paged_waste",
+           "batching_timeline"]
 
 
 def _check_lines(name: str, lines: object, points: int, check: Callable[[str, object], tuple]
@@ -54,6 +58,83 @@ def kv_cache_growth(tokens: Sequence[int], bytes_by_model: dict[str, Sequence[fl
     ax.set(xlabel="tokens in the cache (all sequences)", ylabel="KV cache (GB)", title=title)
     ax.legend(fontsize=9, loc="lower right")
     return finish(fig)
+
+
+def word_banks(rows: int, row_words: int, banks: int) -> np.ndarray:
+    """The shared-memory bank of each element of a ``rows x row_words`` tile of 4-byte words
+    laid out row after row from a bank boundary: word ``w`` is in bank ``w mod banks``."""
+    for name, value in (("rows", rows), ("row_words", row_words), ("banks", banks)):
+        check_int(name, value, 1)
+    return np.arange(rows * row_words).reshape(rows, row_words) % banks
+
+
+def decode_layout(threads: int, columns: int, padded: int, banks: int, value_bytes: int
+                  ) -> Figure:
+    """Who holds and reads what in a decode-attention block (Chapter 9,
+    ``v1_one_block_per_head``). Top: the ``threads * columns`` head dimensions of the query,
+    thread t holding ``t, t + threads, ...`` in registers; a key row is read the same way,
+    each row of the grid one load of the warp (``threads * value_bytes`` contiguous bytes).
+    Bottom: the ``threads x padded`` shared tile of partial scores coloured by bank
+    (:func:`word_banks`), beside the same tile without padding; lane t stores column t, and
+    one step of the row sums reads a column (outlined)."""
+    for name, value in (("threads", threads), ("columns", columns), ("padded", padded),
+                        ("banks", banks), ("value_bytes", value_bytes)):
+        check_int(name, value, 1)
+    if padded < threads:
+        raise ValueError(f"padded ({padded}) must be at least threads ({threads}): a row holds "
+                         "one partial score per lane")
+    fig = plt.figure(figsize=(7.5, 8.0))
+    grid = fig.add_gridspec(3, 2, height_ratios=[1.25, 3.4, 0.16])
+    top = fig.add_subplot(grid[0, :])
+    top.imshow(np.arange(columns)[:, None] * np.ones(threads), cmap="Pastel1", vmin=0, vmax=8,
+               aspect="auto")
+    for r in range(columns):
+        for t in range(threads):
+            top.text(t, r, str(t + r * threads), ha="center", va="center", fontsize=10,
+                     rotation=90)
+    top.set(xticks=[*range(0, threads, 4), threads - 1], yticks=range(columns),
+            yticklabels=["t" if r == 0 else f"t + {r * threads}" for r in range(columns)],
+            xlabel="lane t = thread t of the block (one warp)",
+            title=f"q: thread t holds {columns} columns in registers; the warp reads a key row "
+                  f"the same way,\none row of this grid per load ({threads * value_bytes} "
+                  "contiguous bytes)")
+    top.tick_params(length=0)
+    axes = [fig.add_subplot(grid[1, i]) for i in range(2)]
+    outline = {"column": "#d62728", "row": "black"}
+    for ax, width in zip(axes, (padded, threads), strict=True):
+        bank = word_banks(threads, width, banks).astype(float)
+        bank[:, threads:] = np.nan  # the padding: never written or read
+        ax.imshow(bank, cmap="twilight", vmin=0, vmax=banks - 1)
+        for c in range(threads, width):
+            ax.add_patch(Rectangle((c - 0.5, -0.5), 1, threads, facecolor="lightgrey",
+                                   edgecolor="grey", hatch="////", lw=0.5))
+        ax.add_patch(Rectangle((-0.5, -0.5), 1, threads, fill=False,
+                               edgecolor=outline["column"], lw=2.4))
+        ax.add_patch(Rectangle((-0.5, -0.5), threads, 1, fill=False, edgecolor=outline["row"],
+                               lw=1.4, ls="--"))
+        in_column = len(set(bank[:, 0].astype(int).tolist()))
+        verdict = ("no conflict" if in_column == threads
+                   else f"a {threads // in_column}-way conflict")
+        ax.set(xticks=[0, 8, 16, 24, width - 1], yticks=[0, 8, 16, 24, threads - 1],
+               xlabel="column: the lane that stores it",
+               title=f"{threads} x {width}: a column in {in_column} bank"
+                     f"{'s' if in_column > 1 else ''},\n{verdict}")
+    axes[0].set_ylabel("row: key j, summed by thread j")
+    axes[1].set_yticklabels([])
+    strip = fig.add_subplot(grid[2, :])
+    strip.imshow(np.arange(banks)[None, :], cmap="twilight", vmin=0, vmax=banks - 1,
+                 aspect="auto")
+    strip.set(xticks=[*range(0, banks, 4), banks - 1], yticks=[],
+              xlabel=f"bank ({value_bytes}-byte word mod {banks})")
+    fig.suptitle("Decode attention v1: one block of one warp per sequence and head")
+    finish(fig)
+    fig.legend([Line2D([], [], color=outline["column"], lw=2.4),
+                Line2D([], [], color=outline["row"], lw=1.4, ls="--")],
+               ["one step of the row sums: thread j reads row j's word of one column",
+                "one key's row: lane t stores its share of the score in column t"],
+               loc="lower center", ncol=1, fontsize=10, frameon=False)
+    fig.subplots_adjust(bottom=0.14, hspace=0.62)
+    return fig
 
 
 def decode_blocks(lengths: Sequence[int], blocks_by_variant: dict[str, Sequence[int]],
