@@ -40,7 +40,7 @@ A Triton kernel (:mod:`gpudl.kernels.tiles`) is an entry of its own kind, regist
 its ``tl.constexpr`` parameters, ``num_warps`` and ``num_stages``) times its signatures, which
 Triton's own compiler compiles (:mod:`gpudl.triton_ptx`). A variant that launches one is
 declared with ``requires="triton"``: where that package is not installed the variant is absent
-from its family (:data:`ABSENT` keeps its key, so that the numbering holds), and
+from its family (:data:`ABSENT` keeps its record, so that the numbering holds), and
 :func:`check_variant` refuses it naming the package.
 """
 
