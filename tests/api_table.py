@@ -1053,6 +1053,11 @@ add(f"{_PAR}.messages.expected_sum", lambda: dict(world_size=2, numel=4), world_
 add(f"{_PAR}.messages.check_allreduce", lambda: dict(
     result=resolve(f"{_PAR}.messages.expected_sum")(2, 4), world_size=2),
     result=Kind("a tensor", (None, [1.0])), world_size=COUNT)
+add(f"{_PAR}.messages.expected_all_to_all", lambda: dict(rank=1, world_size=2, numel=4),
+    rank=integer(0, 1), world_size=COUNT.more((), (3,)), numel=SIZE.more((), (7,)))
+add(f"{_PAR}.messages.check_all_to_all", lambda: dict(
+    result=resolve(f"{_PAR}.messages.expected_all_to_all")(1, 2, 4), rank=1, world_size=2),
+    result=Kind("a tensor", (None, [1.0])), rank=integer(0, 1), world_size=COUNT.more((), (3,)))
 add(f"{_PAR}.messages.check_p2p", lambda: dict(
     received=resolve(f"{_PAR}.messages.rank_input")(1, 4), sender=1),
     received=Kind("a tensor", (None, [1.0])), sender=SIZE)
@@ -1398,6 +1403,13 @@ add(f"{_AR}.allreduce_bandwidth", lambda: dict(world_size=2, sizes_bytes=[4], re
 add(f"{_AR}.allreduce_bandwidth_worker",
     lambda: dict(rank=0, world_size=1, sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE)
+add(f"{_AR}.collective_bandwidth_worker",
+    lambda: dict(rank=0, world_size=2, sizes_bytes=[8], repeats=1, warmup=0),
+    sizes_bytes=_SIZES.more((), ([4],)), repeats=COUNT, warmup=SIZE,
+    collectives=Kind("collectives", (None, "all_reduce", [1]), (["broadcast"],)),
+    aliases={"sizes_bytes": ("equal part",)})
+add(f"{_BENCH}.experts.grouped_experts", lambda: dict(tokens=8),
+    config=Kind("a MoEConfig", (None, "x", 1, {})), tokens=COUNT.allowing_none())
 add(f"{_BENCH}.p2p.p2p_bandwidth", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE, timeout=TIMEOUT)
 add(f"{_BENCH}.p2p.p2p_bandwidth_worker",
@@ -1459,7 +1471,7 @@ _MB = f"{_BENCH}.matmul"
 add(f"{_MB}.bench_matmul", lambda: dict(sizes=(8,)), sizes=ints(1).allowing_none())
 none(f"{_MB}.bench_mlp", NO_ARGUMENT)
 add(f"{_MB}.run", lambda: dict(sizes=(8,), mlp=False), sizes=ints(1).allowing_none(),
-    mlp=BOOL)
+    mlp=BOOL, experts=BOOL)
 add(f"{_BENCH}.memory.run", lambda: dict(n=64, hierarchy=False),
     n=integer(4).allowing_none(), hierarchy=BOOL)
 
