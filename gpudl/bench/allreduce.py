@@ -3,7 +3,7 @@ all-reduce against ``dist.all_reduce``, every result checked exactly.
 
 Book section: *Chapter 5, "What connects GPUs"* (measuring an interconnect) and "The ring
 all-reduce, from send and receive" (the ring timed against ``dist.all_reduce``); the
-all-to-all, *Chapter 11, "What the all-to-all costs"*. The models are
+all-to-all, *Chapter 11, What the all-to-all costs*. The models are
 :func:`gpudl.estimate.allreduce_time` and :func:`gpudl.estimate.all_to_all_time`; the messages
 and their checks are :mod:`gpudl.parallel.messages`'s. The topic's :func:`run` times both
 collectives at each size in one group of processes (the all-to-all's rows under

@@ -1,7 +1,7 @@
 """Mixture of experts on one GPU, timed: the experts' products grouped into two batched
 products over buffers padded to the capacity, against a loop of two products per expert.
 
-Book section: *Chapter 11, "Grouped products"*.
+Book section: *Chapter 11, Grouped products*.
 
 :func:`grouped_experts` routes a batch of tokens through a layer of many small experts
 (:class:`gpudl.parallel.experts.MoELayer`: on a GPU 64 experts of 2048 x 1408, each token to 6

@@ -5,7 +5,7 @@ Book section: one module per chapter's model: :mod:`.roofline` (*Chapter 2, "The
 :mod:`.collectives` (*Chapter 5, "A cost model for a step"*, and the all-reduce of *"What
 connects GPUs"*),
 :mod:`.bubble` (*Chapter 6, "The bubble"*), :mod:`.training_cost` and :mod:`.memory_per_gpu`
-(*Chapter 7*), :mod:`.experts` (*Chapter 11, "Mixture of experts"*),
+(*Chapter 7*), :mod:`.experts` (*Chapter 11, Mixture of experts*),
 :mod:`.inference` and :mod:`.batching` (*Chapter 9*), and :mod:`.cli`, Chapter 7's calculators
 on the command line. Every public name of the models
 is importable from :mod:`gpudl.estimate` itself.

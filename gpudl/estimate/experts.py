@@ -1,7 +1,7 @@
 """Mixture of experts, counted: an expert's capacity, the parameters a token uses, and the bytes
 its two all-to-alls move, beside the all-reduces of tensor parallelism.
 
-Book section: *Chapter 11, "Mixture of experts"* and *"What the all-to-all costs"*. Units: bytes,
+Book section: *Chapter 11, Mixture of experts* and *What the all-to-all costs*. Units: bytes,
 seconds, and bytes per second (not bits, not GB/s).
 
 A router sends each token to ``k`` of ``E`` experts. An expert takes at most its **capacity**

@@ -30,7 +30,7 @@ def model_state_memory(
     """Bytes of model state (parameters, gradients, optimizer state) that each GPU holds.
 
     Book section: *Chapter 6, "Sharding the model state: ZeRO"*; the other degrees, *Chapter
-    11, "Five dimensions"*. The accounting of ZeRO (Rajbhandari et al. 2020), in bytes per
+    11, Five dimensions*. The accounting of ZeRO (Rajbhandari et al. 2020), in bytes per
     parameter::
 
         optimizer  precision  params  grads  optimizer state (K)

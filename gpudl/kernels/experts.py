@@ -1,7 +1,7 @@
 """Mixture of experts' own kernels: the top-k router, and the token permutation that gathers
 each expert's tokens and adds its outputs back, weighted by their gates.
 
-Book section: *Chapter 11, "The router and the permutation, as kernels"*.
+Book section: *Chapter 11, The router and the permutation, as kernels*.
 
 :func:`route_top_k` is the router of :func:`gpudl.parallel.experts.router.route` without the
 capacity: each token's softmax over the ``E`` experts' logits, its ``k`` best experts (a

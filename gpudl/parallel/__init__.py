@@ -17,7 +17,8 @@ The floor every strategy stands on:
 
 The strategies, siblings that import the floor and never each other: :mod:`.data`
 (Chapter 5, with its gradient timeline), :mod:`.zero` (Chapter 6's sharded optimizer and
-sharded state), :mod:`.pipeline` and :mod:`.tensor` (Chapter 6), and
-:mod:`.mesh` (FSDP2 on the encoder and the two-dimensional mesh, Chapter 6). Each runs under
+sharded state), :mod:`.pipeline` and :mod:`.tensor` (Chapter 6),
+:mod:`.mesh` (FSDP2 on the encoder and the two-dimensional mesh, Chapter 6) and
+:mod:`.experts` (mixture of experts and expert parallelism, Chapter 11). Each runs under
 ``torchrun -m gpudl.parallel.<strategy>``.
 """

@@ -1,7 +1,7 @@
 """How many ways each strategy splits the work, checked once for every strategy.
 
 Book section: *Chapter 6, "Two dimensions"*; the context and expert degrees, *Chapter 11,
-"Five dimensions"*.
+Five dimensions*.
 
 :class:`ParallelDegrees` holds the degrees of data, tensor, pipeline and context parallelism,
 whose product is the number of ranks (as torchtitan's ``ParallelDims``), and two degrees that

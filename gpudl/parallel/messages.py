@@ -1,8 +1,8 @@
 """The messages every rank sends when a collective is measured or checked, and the exact
 results each rank must get back.
 
-Book section: *Chapter 5, "What connects GPUs"*; the all-to-all's, *Chapter 11, "Two
-all-to-alls"*. The bandwidth benchmarks that send these messages are
+Book section: *Chapter 5, "What connects GPUs"*; the all-to-all's, *Chapter 11, Two
+all-to-alls*. The bandwidth benchmarks that send these messages are
 :mod:`gpudl.bench.allreduce`'s; :mod:`gpudl.parallel.data.comms` checks its ring all-reduce
 with them.
 """

@@ -2,7 +2,7 @@
 MLPs, the experts spread over the ranks, the tokens carried to them and back by two
 all-to-alls, proven equal to one process.
 
-Book section: *Chapter 11, "Mixture of experts"*. One module per topic: :mod:`.router` (top-k
+Book section: *Chapter 11, Mixture of experts*. One module per topic: :mod:`.router` (top-k
 gating, the capacity, the load-balancing loss), :mod:`.layer` (the layer in one process, the
 reference), :mod:`.comms` (the all-to-alls, the naive all-gather and reduce-scatter, the
 gradients' reductions), :mod:`.parallel` (the expert-parallel layer, real and naive) and

@@ -2,7 +2,7 @@
 and back, the all-gather and reduce-scatter of the naive dispatch, and the reductions of the
 gradients.
 
-Book section: *Chapter 11, "Two all-to-alls"*.
+Book section: *Chapter 11, Two all-to-alls*.
 
 * :func:`all_to_all`: each rank sends a different number of rows to each other rank (the
   rows of the experts that rank holds) and receives theirs: ``dist.all_to_all_single`` with

@@ -1,7 +1,7 @@
 """A mixture-of-experts layer in one process: the reference every expert-parallel run must
 reproduce.
 
-Book section: *Chapter 11, "Mixture of experts"*.
+Book section: *Chapter 11, Mixture of experts*.
 
 :class:`MoELayer` holds a router and ``E`` expert MLPs (``hidden -> ffn -> hidden`` with a
 GeLU), their weights stacked as ``(E, ...)`` tensors. Its forward pass routes each group of

@@ -2,7 +2,7 @@
 tokens carried to them and back, by two all-to-alls or, naively, by an all-gather and a
 reduce-scatter.
 
-Book section: *Chapter 11, "Expert parallelism"*.
+Book section: *Chapter 11, Expert parallelism*.
 
 Each of the ``P`` ranks of the expert-parallel group holds the router and ``E / P`` experts,
 and routes its own tokens (one GShard group per rank, so it drops what the one-process layer

@@ -1,7 +1,7 @@
 """The router of a mixture-of-experts layer: top-k gating over softmax scores, a capacity per
 expert, the tokens over it dropped, and Switch Transformer's load-balancing loss.
 
-Book section: *Chapter 11, "The router"*.
+Book section: *Chapter 11, The router*.
 
 :func:`route` turns one group's router logits into a :class:`Routing`: each token's ``k``
 experts (the largest softmax scores), their gate weights (the chosen scores renormalized to

@@ -1,7 +1,7 @@
 """Expert parallelism in training, composed with data parallelism, against one process: the
 output, the load-balancing loss and every gradient, step by step.
 
-Book section: *Chapter 11, "Expert parallelism inside data parallelism"*.
+Book section: *Chapter 11, Expert parallelism inside data parallelism*.
 
 The ranks are ``data`` data-parallel ranks, each with its own slice of the batch; the experts
 are spread over groups of ``expert`` of them (:class:`~gpudl.parallel.degrees.ParallelDegrees`:
