@@ -130,7 +130,7 @@ def test_the_kernels_import_no_parallel_bench_or_optim():
 PARALLEL_FLOOR = {"gpudl.parallel", "gpudl.parallel.spawn", "gpudl.parallel.messages",
                   "gpudl.parallel.degrees", "gpudl.parallel.one_process",
                   "gpudl.parallel.encoder_plan"}
-STRATEGIES = ("data", "zero", "pipeline", "tensor", "mesh", "context")
+STRATEGIES = ("data", "zero", "pipeline", "tensor", "mesh", "context", "experts")
 
 
 def strategy(name: str) -> str | None:

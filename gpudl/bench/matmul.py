@@ -2,7 +2,8 @@
 TF32 off), and the kernel MLP's backward pass against its forward pass.
 
 Book section: *Chapter 3*, the "Measured on a GPU" boxes of "Matrix multiply, step by step"
-and "Counting flops: backward is twice the forward".
+and "Counting flops: backward is twice the forward"; the grouped products of a mixture of
+experts' layer against their loop (:mod:`gpudl.bench.experts`), *Chapter 11*.
 
 ``python -m gpudl bench matmul`` runs :func:`run` and stores ``results/matmul-<backend>.json``.
 Every output is checked against torch's before its time is reported.
@@ -20,6 +21,7 @@ import torch
 from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
+from gpudl.bench.experts import grouped_experts
 from gpudl.bench.timing import fp32_matmuls, time_cuda
 from gpudl.checks import check_bool, check_ints
 from gpudl.kernels import matmul as matmul_kernels
@@ -111,11 +113,14 @@ def bench_mlp() -> list[dict]:
             row("mlp forward+backward", step, n_flops=6 * weights * MLP_BATCH, **keys)]
 
 
-def run(sizes: tuple[int, ...] | None = None, mlp: bool = True) -> dict:
+def run(sizes: tuple[int, ...] | None = None, mlp: bool = True, experts: bool = True) -> dict:
     """:func:`bench_matmul` and (unless switched off) :func:`bench_mlp`, with the speed goal
     at the largest size and ``backward_over_forward`` (the backward pass's time over the
-    forward's; ``None`` where not measured)."""
+    forward's; ``None`` where not measured); then, unless switched off, the grouped expert
+    products against their loop (:func:`gpudl.bench.experts.grouped_experts`, rows of group
+    ``"experts"``)."""
     check_bool("mlp", mlp)
+    check_bool("experts", experts)
     rows = bench_matmul(sizes)
     largest = max(r["size"] for r in rows)
     mlp_rows = bench_mlp() if mlp else []
@@ -123,5 +128,6 @@ def run(sizes: tuple[int, ...] | None = None, mlp: bool = True) -> dict:
     if mlp_rows:
         forward, step = (r["median_s"] for r in mlp_rows)
         ratio = (step - forward) / forward
-    return {"sizes": sorted({r["size"] for r in rows}), "rows": rows + mlp_rows,
+    expert_rows = grouped_experts() if experts else []
+    return {"sizes": sorted({r["size"] for r in rows}), "rows": rows + mlp_rows + expert_rows,
             "bars": evaluate_bars(BARS, rows, n=largest), "backward_over_forward": ratio}
