@@ -50,6 +50,7 @@ __all__ = [
     "BARS",
     "COLLECTIVES",
     "VIEWS",
+    "WORLD_SIZES",
     "allreduce_bandwidth",
     "allreduce_bandwidth_worker",
     "collective_bandwidth_worker",
@@ -76,6 +77,8 @@ BARS: tuple[dict, ...] = (
 #: The book's boxes of this topic (``{gpudl-measured} allreduce <view>``) and the bars
 #: (of :data:`BARS`) each is held to.
 VIEWS = {"busbw": ("all_to_all_vs_all_reduce_x{ws}",), "p2p": ()}
+#: The world sizes :func:`run` times (on GPUs, those with a GPU per rank).
+WORLD_SIZES = (2, 4)
 #: The collectives :func:`collective_bandwidth_worker` times.
 COLLECTIVES = ("all_reduce", "all_to_all")
 
@@ -235,7 +238,7 @@ def time_ring_all_reduce(world_size: int, numels: list[int], repeats: int = 3,
     return spawn(ring_timings_worker, world_size, numels, repeats, timeout=timeout)
 
 
-def run(world_sizes: tuple[int, ...] = (2, 4), sizes_bytes: list[int] | None = None,
+def run(world_sizes: tuple[int, ...] = WORLD_SIZES, sizes_bytes: list[int] | None = None,
         repeats: int = 5, p2p: bool = True) -> dict:
     """All-reduce and all-to-all bandwidth at each of ``world_sizes`` (on GPUs, those with a
     GPU per rank; the others are skipped, and with none left the topic is), the all-to-all's
