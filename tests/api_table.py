@@ -407,12 +407,12 @@ none(f"{_E}.cli.run", CLI)
 none(f"{_E}.published.Published", "a published number, written once in "
                                   "gpudl.estimate.published")
 
-_PR = f"{_E}.predictions"
+_PR, _PQ = f"{_E}.predictions.boxes", f"{_E}.predictions.quantities"
 _BOX_TOPICS = ("elementwise", "streams", "memory", "matmul", "digits-training", "optim",
                "launch", "allreduce", "ddp-timeline", "dataparallel", "pipeline", "bias-gelu",
                "zero", "precision", "attention", "tensorcores", "decode")
 _BOX = {"topic": choice(*_BOX_TOPICS), "view": choice("bandwidth", "divergence", "cpu_vs_gpu")}
-none(f"{_PR}.Prediction", RECORD)
+none(f"{_PQ}.Prediction", RECORD)
 add(f"{_PR}.predict", lambda: dict(topic="elementwise", view="bandwidth"), **_BOX)
 add(f"{_PR}.published", lambda: dict(topic="elementwise", view="bandwidth"), **_BOX)
 add(f"{_PR}.expected", lambda: dict(topic="elementwise", view="bandwidth", gpu="H200 SXM"),
@@ -432,8 +432,12 @@ add(f"{_PR}.measured_value",
     record=Kind("a record", (None, "x", 1, [])), row=choice("a", "b").allowing_none())
 add(f"{_PR}.reference_gpu", lambda: dict(name="NVIDIA H200", memory_bytes=141e9),
     name=Kind("a device's name", (None, 1, ["H200"])), memory_bytes=NONNEGATIVE.allowing_none())
-add(f"{_PR}.shown", lambda: dict(value=1e-3, unit="ms"), value=FINITE,
+add(f"{_PQ}.shown", lambda: dict(value=1e-3, unit="ms"), value=FINITE,
     unit=choice("ms", "µs", "GB/s", "TFLOP/s", "MB", ""))
+for _name in ("alike", "bandwidth", "clock", "computed", "mlp_params", "moved", "nvlink", "pcie",
+              "per_gpu", "time_unit", "timed"):
+    none(f"{_PQ}.{_name}", "plumbing of the boxes' predictions, called with the package's own "
+                           "constants and the GPUs of gpudl.estimate.predictions.GPUS")
 
 # ------------------------------------------------------------------------------------------
 # gpudl.kernels: the grid, the array plumbing and the Chapter 1 to 3 kernels

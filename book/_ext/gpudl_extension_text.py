@@ -162,7 +162,7 @@ def _predicted() -> Iterator[tuple[str, str, int]]:
     unit, each published quantity and unit."""
     from gpudl.estimate import predictions
 
-    where = "gpudl/estimate/predictions.py"
+    where = "gpudl/estimate/predictions"
     for box in predictions.BOXES:
         for p in predictions.predict(*box):
             if p.quantity not in p.rows:
