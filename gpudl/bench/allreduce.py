@@ -62,9 +62,9 @@ __all__ = [
 ]
 
 
-#: The speed goal of the issue on the all-to-all, at each world size measured: its bus
-#: bandwidth, ``(N - 1) / N x size / time``, at least 0.7 of the all-reduce's,
-#: ``2 (N - 1) / N x size / time``, at 64 MiB: its time at most ``1 / 1.4`` of the
+#: The all-to-all's speed goal at each world size measured (Chapter 11). Its bus bandwidth,
+#: ``(N - 1) / N x size / time``, is at least 0.7 of the all-reduce's,
+#: ``2 (N - 1) / N x size / time``, at 64 MiB; so its time is at most ``1 / 1.4`` of the
 #: all-reduce's. No goal is set for the links themselves.
 BARS: tuple[dict, ...] = (
     {"name": "all_to_all_vs_all_reduce_x{ws}",

@@ -30,7 +30,7 @@ from gpudl.kernels.arrays import poisoned
 
 __all__ = ["BARS", "VIEWS", "GPU_S", "GPU_HEADS", "HEAD_DIM", "attention_flops", "run"]
 
-#: The speed goals: time ratios at s = 4096, d = 64. torch's flash backend takes no float32,
+#: The speed goals, time ratios at s = 4096, d = 64. torch's flash backend takes no float32,
 #: so the FP32 goal is held against SDPA's memory-efficient backend, the fused kernel torch
 #: runs in FP32.
 BARS = (

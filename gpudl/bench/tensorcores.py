@@ -32,7 +32,7 @@ from gpudl.kernels.arrays import poisoned
 __all__ = ["BARS", "VIEWS", "TORCH_DTYPES", "GPU_SIZES", "GPU_KERNEL_SIZES", "datasheet_spec",
            "run"]
 
-#: The speed goal of the tensor-core topic: the faster tensor-core matmul's rate over the
+#: The speed goal of the tensor-core topic, the faster tensor-core matmul's rate over the
 #: faster of Chapter 3's two register-blocked FP32 kernels (v1 to v3 are slower by design).
 BARS = (
     {

@@ -21,8 +21,9 @@ __all__ = ["BYTES_MOVED", "FLOPS_OVER_PEAK", "GPUS", "KINDS", "LINKS", "UNITS", 
 
 #: The book's reference GPUs, names of :data:`gpudl.hardware.SPECS`: every box predicts for each.
 GPUS = ("H100 SXM", "H200 SXM")
-#: One direction of each reference GPU's links, bytes/s: the datasheets give both directions
-#: together, 900 GB/s of NVLink and 128 GB/s of PCIe Gen5 (nvidia2022h100, nvidia2024h200).
+#: One direction of each reference GPU's links, in bytes/s. The datasheets give both
+#: directions together, 900 GB/s of NVLink and 128 GB/s of PCIe Gen5 (nvidia2022h100,
+#: nvidia2024h200).
 LINKS: dict[str, dict[str, float]] = {gpu: {"NVLink": 450e9, "PCIe": 64e9} for gpu in GPUS}
 #: A bound is what no run on that GPU can beat; an estimate is what the model expects.
 KINDS = ("bound", "estimate")
