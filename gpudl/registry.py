@@ -74,7 +74,7 @@ I1 = "int32[::1]"
 PRECISIONS = ("float32", "float16", "bfloat16", "float64", "integer")
 #: The precisions whose kernels' PTX must hold no float64 instruction (``.f64``).
 NO_FLOAT64 = ("float32", "float16", "bfloat16")
-#: The kinds of kernel: Numba-CUDA's (``@cuda.jit``) and Triton's (``@triton.jit``).
+#: The two kinds of kernel, Numba-CUDA's (``@cuda.jit``) and Triton's (``@triton.jit``).
 KINDS = ("numba", "triton")
 
 

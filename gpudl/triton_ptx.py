@@ -1,8 +1,9 @@
 """The PTX, registers, spills and shared memory of the book's Triton kernels, compiled by
 Triton's own compiler for a GPU, without one.
 
-Book section: Chapter 2, "Reading the compiler's output: PTX and SASS" (what Triton emits that a
-hand-written kernel does not); Chapter 1, "Occupancy" (the registers each kernel needs).
+Book section: Chapter 10, "A matmul of tiles" and "What the compiler takes over" (what Triton
+emits that a hand-written kernel does not, and the registers and shared memory it gives each
+kernel); Chapter 1, "Occupancy" (the registers each kernel needs).
 
 A Triton kernel registered with :func:`gpudl.registry.triton_kernel` has builds made of a
 configuration (its ``tl.constexpr`` values, ``num_warps`` and ``num_stages``) and a signature

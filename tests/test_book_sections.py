@@ -16,12 +16,6 @@ CHAPTERS[0] = BOOK / "preface.md"
 CHAPTERS["D"] = BOOK / "appendix-code.md"
 #: Quoted names in a "Book section" that are not headings: the GPU boxes' title.
 NOT_HEADINGS = {"Measured on a GPU", "Measured on GPUs"}
-#: Sections that modules name before their chapters have them: the Triton sections, which the
-#: chapters' half of the Triton issue writes (the kernels came first). Each is skipped until
-#: its chapter has it, and then fails as stale, so that this set empties itself.
-TO_BE_WRITTEN = {(1, "The same kernel in Triton"), (2, "Reductions in Triton"),
-                 (3, "The same matmul in Triton"), (4, "Adam in Triton"),
-                 (8, "FlashAttention-2 in Triton"), (9, "Split-KV decoding in Triton")}
 
 
 def headings(path: Path) -> set[str]:
@@ -80,9 +74,5 @@ def test_the_sections_are_read():
 @pytest.mark.parametrize("module, chapter, title", SECTIONS)
 def test_every_named_section_is_a_heading_of_its_chapter(module, chapter, title):
     assert chapter in CHAPTERS, f"{module}: there is no chapter {chapter}"
-    if (chapter, title) in TO_BE_WRITTEN:
-        assert title not in headings(CHAPTERS[chapter]), (
-            f"{CHAPTERS[chapter].name} has {title!r} now: take it out of TO_BE_WRITTEN")
-        pytest.skip(f"{title!r} is to be written in {CHAPTERS[chapter].name}")
     assert title in headings(CHAPTERS[chapter]), (
         f"{module} names {title!r}, not a heading of {CHAPTERS[chapter].name}")

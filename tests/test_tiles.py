@@ -150,5 +150,6 @@ def test_a_triton_kernel_is_in_the_registry_whether_or_not_triton_is_installed()
             "attention_v3_triton_flash", "attention_v4_triton_flash_float16",
             "attention_v3_triton_flash_dq", "attention_v3_triton_flash_dkdv",
             "attention_v3_triton_flash_delta", "decode_v3_triton_split_kv",
-            "decode_v3_triton_combine_splits"} == tiled
-    assert all(kernels[name].module.startswith("gpudl.kernels.tiles.") for name in tiled)
+            "decode_v3_triton_combine_splits", "ch10_bias_gelu", "ch10_layer_norm"} == tiled
+    assert all(kernels[name].module.startswith(("gpudl.kernels.tiles.", "gpudl.solutions."))
+               for name in tiled)

@@ -38,8 +38,8 @@ _BY_FORMAT = {f: [v for v in registry.variant_records("matmul").values() if v.pr
 #: The row of torch's float16 product, cuBLAS on the tensor cores.
 TORCH_FLOAT16 = "torch float16 n={n}"
 
-#: The speed goals: half of cuBLAS at the largest size (0.7 the aim) for the best float32
-#: variant; 0.8 of cuBLAS's float16 product for Triton's float16 kernel at 4096 x 4096 x 4096.
+#: The speed goals, half of cuBLAS at the largest size (0.7 the aim) for the best float32
+#: variant and 0.8 of cuBLAS's float16 product for Triton's float16 kernel at 4096 x 4096 x 4096.
 BARS = (
     {"name": "best_matmul_vs_torch",
      "what": "the fastest variant's TFLOP/s over torch.matmul's (float32, TF32 off) at the "

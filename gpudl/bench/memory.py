@@ -154,7 +154,7 @@ def _kernels(n: int) -> list[dict]:
 def _softmax_rows(m: np.ndarray, md: object, timed: dict) -> list[dict]:
     """The row softmax of the ``side x side`` matrix ``m`` (on the device: ``md``) by every
     softmax variant, its first rows checked within the derived bound, and ``torch.softmax``:
-    a reduction per row (Chapter 2, "Reductions in Triton")."""
+    a reduction per row (Chapter 10, "Reductions inside a block")."""
     side = m.shape[0]
     checked = m[:64]  # a float64 reference of the whole would cost the GPU run seconds
     exact, bound = softmax.reference(checked), softmax.error_bound(checked)

@@ -18,7 +18,7 @@ needs. They differ in what crosses the memory bus:
   (online softmax, Milakov and Gimelshein 2018; FlashAttention, Dao et al. 2022): no ``s x s``
   matrix is ever written. Causal blocks skip the tiles above the diagonal;
 * ``v3_triton_flash`` and ``v4_triton_flash_float16``: FlashAttention-2 in Triton
-  (:mod:`gpudl.kernels.tiles.attention`; Chapter 8, "FlashAttention-2 in Triton"), in float32
+  (:mod:`gpudl.kernels.tiles.attention`; Chapter 10, "What it leaves to the author"), in float32
   with IEEE products, and in float16 (``o`` float16, ``lse`` float32) for the tensor cores;
   their backward pass is :mod:`gpudl.kernels.tiles.attention_backward`'s.
 

@@ -24,8 +24,8 @@ softmax, in blocks of one warp:
   maximum, sum and unnormalised output; ``v2_combine_splits`` then merges the chunks of
   each head with the online-softmax rule (:func:`reference_split_kv` does the same in NumPy,
   with :func:`gpudl.kernels.online_softmax.merge`);
-* ``v3_triton_split_kv``: v2 in Triton (:mod:`gpudl.kernels.tiles.decode`; Chapter 9,
-  "Split-KV decoding in Triton"), its kernels launched by Triton (not through ``launch=``:
+* ``v3_triton_split_kv``: v2 in Triton (:mod:`gpudl.kernels.tiles.decode`; Chapter 10,
+  "What it leaves to the author"), its kernels launched by Triton (not through ``launch=``:
   the tracer and CUDA graphs see the Numba variants, :data:`TRACEABLE`).
 
 Host functions take host NumPy arrays (returning host arrays) or numba device arrays

@@ -2,8 +2,8 @@
 
 Book section: Chapter 1, "Threads, blocks, grids and warps" (vector add v1 and v2) and "CPU
 and GPU on the same problem" (SAXPY on the CPU and the GPU); Chapter 2, "Bytes in flight"
-(vector add v3 and v4, SAXPY v2); Chapter 1, "The same kernel in Triton" (vector add v5, whose
-kernel is :mod:`gpudl.kernels.tiles.elementwise`'s).
+(vector add v3 and v4, SAXPY v2); Chapter 10, "A program owns a block of values" (vector add
+v5, whose kernel is :mod:`gpudl.kernels.tiles.elementwise`'s).
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return device arrays). Outputs are allocated poisoned (NaN) before a launch, so an element

@@ -11,7 +11,7 @@ operands come from (global memory, shared memory, registers) and how often each 
 value is reused.
 
 ``v6_triton_tiles`` and ``v7_triton_float16`` are the same product in Triton
-(:mod:`gpudl.kernels.tiles.matmul`; Chapter 3, "The same matmul in Triton"): float32 with IEEE
+(:mod:`gpudl.kernels.tiles.matmul`; Chapter 10, "A matmul of tiles"): float32 with IEEE
 products, and float16 A, B and C with float32 accumulation (tensor cores on a GPU).
 
 Accuracy: an output is a dot product of K float32 products added in float32 (one chain per

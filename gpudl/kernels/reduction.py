@@ -1,7 +1,7 @@
 """Sum reductions, from one atomic per element to one warp-shuffle pass.
 
 Book section: Chapter 2, "Reductions, step by step", after Mark Harris, "Optimizing Parallel
-Reduction in CUDA" (NVIDIA, 2007); Chapter 2, "Reductions in Triton" (v8, whose kernel is
+Reduction in CUDA" (NVIDIA, 2007); Chapter 10, "Reductions inside a block" (v8, whose kernel is
 :mod:`gpudl.kernels.tiles.reduction`'s).
 
 Every variant sums a float32 vector into one float32 value, entirely on the device, and

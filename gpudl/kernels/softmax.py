@@ -1,6 +1,6 @@
 """Row softmax: three passes over a row in Numba, one pass with an online maximum in Triton.
 
-Book section: Chapter 2, "Reductions in Triton" (a reduction per row: its maximum and its sum
+Book section: Chapter 10, "Reductions inside a block" (a reduction per row: its maximum and its sum
 of exponentials).
 
 Every variant computes, for each row of a float32 ``(rows, cols)`` array, ``exp(x - max) /

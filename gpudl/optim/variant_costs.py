@@ -15,7 +15,7 @@ from gpudl.optim.adam import Adam
 __all__ = ["TRACEABLE", "traffic_table"]
 
 
-#: The variants whose accesses the simulator's tracer can count: the Numba ones (a Triton
+#: The variants whose accesses the simulator's tracer can count, the Numba ones (a Triton
 #: kernel runs in Triton's interpreter, which the tracer does not see).
 TRACEABLE = tuple(key for key, v in registry.variant_records("adam").items()
                   if v.kind == "numba")

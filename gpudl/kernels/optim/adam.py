@@ -21,7 +21,7 @@ update crosses the memory bus:
   launch covers any number of elements: :mod:`gpudl.optim` keeps all the tensors of a
   parameter group in flat buffers and updates them with one launch per step;
 * ``v5_triton_multi_tensor``: ``v4_multi_tensor``'s arithmetic in Triton, one program per block
-  of the flat buffers (:mod:`gpudl.kernels.tiles.adam`; Chapter 4, "Adam in Triton").
+  of the flat buffers (:mod:`gpudl.kernels.tiles.adam`; Chapter 10, "What it leaves to the author").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Adam's step in Triton: one program per block of a flat buffer.
 
-Book section: Chapter 4, "Adam in Triton".
+Book section: Chapter 10, "What it leaves to the author".
 
 What changes against the Numba twin, ``adam_v4_multi_tensor`` (:mod:`gpudl.kernels.optim`):
 the same arithmetic in the same order (torch's single-tensor code path, so that NaN and

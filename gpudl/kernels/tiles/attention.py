@@ -1,7 +1,7 @@
 """FlashAttention-2's forward pass in Triton: a block of queries per program, the keys and values
 a tile at a time, online softmax in base 2.
 
-Book section: Chapter 8, "FlashAttention-2 in Triton".
+Book section: Chapter 10, "What it leaves to the author".
 
 What changes against the Numba twin, ``attention_v2_fused`` (:mod:`gpudl.kernels.attention`):
 the same online softmax (Dao 2023's FlashAttention-2 order: the output is divided by the sum
@@ -30,7 +30,8 @@ from gpudl.kernels.tiles.runtime import launch, tl, triton
 
 __all__ = ["CONFIGS", "LOG2E", "head_block", "flash_forward", "launch_forward"]
 
-#: log2(e): the scores are scaled by it (and 1 / sqrt(d)) so that exp2 computes exp.
+#: The base-2 logarithm of e, by which (and by 1 / sqrt(d)) the scores are scaled so that
+#: exp2 computes exp.
 LOG2E = 1.0 / math.log(2.0)
 # On a GPU: 64 queries x 32 keys with IEEE float32 products (8 warps: with 4 the registers
 # spill), 128 x 64 in float16 (Triton's FlashAttention tutorial at d = 64), 128 x 32 with 8

@@ -1,14 +1,14 @@
 """FlashAttention-2's backward pass in Triton: the scores recomputed tile by tile from the forward's
 log-sum-exp, one kernel for ``dK`` and ``dV``, one for ``dQ``.
 
-Book section: Chapter 8, "FlashAttention-2 in Triton".
+Book section: Chapter 10, "What it leaves to the author".
 
 What changes against the Numba twin, the backward kernels of Chapter 8's exercise
 (``gpudl.solutions.ch08``): the same algorithm (Dao 2023), with ``P = exp(S / sqrt(d) - lse)``,
 ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - D)``, ``D_i = dO_i . O_i``, ``dQ = dS K /
 sqrt(d)`` and ``dK = dS^T Q / sqrt(d)``, each product a ``tl.dot`` of tiles. A program of
-:func:`flash_backward_dkdv` owns ``BLOCK_N`` keys and walks over the queries that see them,
-one of :func:`flash_backward_dq` owns ``BLOCK_M`` queries and walks over the keys they see:
+``flash_backward_dkdv`` owns ``BLOCK_N`` keys and walks over the queries that see them,
+one of ``flash_backward_dq`` owns ``BLOCK_M`` queries and walks over the keys they see:
 every output has one writer, no atomics, and no ``s x s`` matrix is stored. Float32 with IEEE
 products, as :data:`gpudl.kernels.attention`'s ``v3_triton_flash``, the forward pass it
 differentiates.

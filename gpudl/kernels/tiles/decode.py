@@ -1,7 +1,7 @@
 """Split-KV decode attention in Triton (Flash-Decoding): one program per chunk of one head's cache,
 then one per head to merge the chunks.
 
-Book section: Chapter 9, "Split-KV decoding in Triton".
+Book section: Chapter 10, "What it leaves to the author".
 
 What changes against the Numba twin, ``decode_v2_split_kv`` (:mod:`gpudl.kernels.decode`): the
 same chunks, the same online softmax and the same combine rule, written on blocks of values:
@@ -24,8 +24,8 @@ from gpudl.kernels.tiles.runtime import launch, tl, triton
 __all__ = ["BLOCK_N", "BLOCK_S", "WARPS", "v3_triton_split_kv", "v3_triton_combine_splits",
            "launch_split_kv"]
 
-#: Keys per tile (the twin's: the bound counts them), chunks per step of the combine kernel,
-#: and warps per program.
+#: Keys per tile (the twin's, since the bound counts them), chunks per step of the combine
+#: kernel, and warps per program.
 BLOCK_N, BLOCK_S, WARPS = 32, 32, 4
 _F = "*fp32:16"
 

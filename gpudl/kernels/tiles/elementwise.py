@@ -1,6 +1,6 @@
 """Vector add in Triton: one program per block of elements.
 
-Book section: Chapter 1, "The same kernel in Triton".
+Book section: Chapter 10, "A program owns a block of values".
 
 What changes against its Numba twin, ``vector_add_v1_naive`` (:mod:`gpudl.kernels.elementwise`):
 a program, not a thread, is the unit of work. Program ``pid`` owns ``BLOCK`` consecutive elements
@@ -20,7 +20,7 @@ from gpudl.kernels.tiles.runtime import launch, tl, triton
 
 __all__ = ["BLOCK", "WARPS", "v5_triton_block", "launch_vector_add"]
 
-#: Elements per program, and warps per program: 8 elements per thread.
+#: Elements per program, and warps per program (8 elements per thread).
 BLOCK, WARPS = 1024, 4
 
 

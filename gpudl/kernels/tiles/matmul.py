@@ -1,7 +1,7 @@
 """Matrix multiply in Triton: a tile of C per program, ``tl.dot`` on tiles of A and B, programs in
 groups of rows that share B's tiles in L2.
 
-Book section: Chapter 3, "The same matmul in Triton".
+Book section: Chapter 10, "A matmul of tiles".
 
 What changes against the Numba twin, ``matmul_v5_register_2d`` (:mod:`gpudl.kernels.matmul`):
 the kernel names tiles and leaves the rest to the compiler. Each program computes a
@@ -38,7 +38,8 @@ _GPU32 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warp
 _GPU16 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
           "num_stages": 3}
 _SIM = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4}
-#: Precision -> the configuration launched: tile sizes, group, warps and pipeline stages.
+#: The configuration launched for each precision (tile sizes, group, warps and pipeline
+#: stages).
 CONFIGS = {"float32": backend.pick(gpu=_GPU32, sim=_SIM),
            "float16": backend.pick(gpu=_GPU16, sim=_SIM)}
 

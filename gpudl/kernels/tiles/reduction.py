@@ -1,6 +1,6 @@
 """Reductions in Triton: a sum and a row softmax, each reducing a block of values at a time.
 
-Book section: Chapter 2, "Reductions in Triton".
+Book section: Chapter 10, "Reductions inside a block".
 
 What changes against the Numba twins. The sum (``reduce_v8_triton_block``, twin of
 ``reduce_v5_warp_shuffle``, :mod:`gpudl.kernels.reduction`): a program adds whole blocks of
@@ -10,7 +10,7 @@ warp shuffles that v3 to v5 write by hand are the compiler's choice now, and so 
 the additions inside the block. A second launch of one program sums the programs' partials.
 
 The row softmax (``softmax_v2_triton_online``, twin of ``softmax_v1_three_passes``,
-:mod:`gpudl.kernels.softmax`): one program per row reads the row once to find both its
+``gpudl.kernels.softmax``): one program per row reads the row once to find both its
 maximum and its sum (online softmax: each of the block's positions keeps a running maximum
 and a running sum, rescaled by ``exp(m_old - m_new)`` whenever its maximum grows; the block's
 positions are merged at the end), then once more to write ``exp(x - max) / sum``: 12 bytes per

@@ -5,7 +5,7 @@ Book section: appendix D, "Two backends, one code path" (Triton's interpreter on
 its compiler on a GPU).
 
 Triton is an optional dependency (``pip install triton``, Linux x86_64 only; a CUDA build of
-torch brings it). Where it is missing, :data:`triton` and :data:`tl` are stand-ins under which
+torch brings it). Where it is missing, ``triton`` and ``tl`` are stand-ins under which
 the kernel modules still import (``@triton.jit`` leaves the function as it is), the Triton
 variants are absent from their families (:data:`gpudl.registry.ABSENT`) and :func:`launch`
 raises ``ModuleNotFoundError`` naming the package.
