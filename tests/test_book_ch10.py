@@ -27,3 +27,16 @@ def test_the_chapter_s_table_is_the_stored_resources():
                     row["sm_90"]["registers"], f"{row['sm_80']['shared_bytes']:,} B",
                     f"{row['sm_90']['shared_bytes']:,} B"]
         assert [c.strip() for c in cells.split("|")] == [str(e) for e in expected], kernel
+
+
+def test_listings_drop_the_triton_kernels_registration_and_keep_triton_jit():
+    import sys
+
+    sys.path.insert(0, str(PAGE.parent / "_ext"))
+    from gpudl_listings import strip_registration
+
+    code = ('@registry.triton_kernel("k", "(*fp32:16, "\n                        "i32)", '
+            'configs=[{"BLOCK": 8}])\n@triton.jit\ndef k(x, n, BLOCK: tl.constexpr):\n'
+            '    pass\n')
+    assert strip_registration(code) == ("@triton.jit\ndef k(x, n, BLOCK: tl.constexpr):\n"
+                                        "    pass\n")
