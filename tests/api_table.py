@@ -336,11 +336,47 @@ add(f"{_E}.register_file.register_file_bandwidth_gbs", dict,
     info=Kind("a DeviceInfo", ("H100", 1, {})))
 add(f"{_E}.memory_per_gpu.model_state_memory", lambda: dict(n_params=1e9, n_gpus=8, zero_stage=1),
     n_params=POSITIVE, n_gpus=COUNT, zero_stage=integer(0, 3), optimizer=choice("adam", "sgd"),
-    precision=choice("mixed", "fp32"))
+    precision=choice("mixed", "fp32"), tensor=COUNT, pipeline=COUNT, context=COUNT,
+    expert=COUNT.more((), (3,)), expert_params=NONNEGATIVE.more((), (2e9,)))
+_TOP_K = COUNT.more((), (9,))  # of 8 experts
+add(f"{_E}.experts.expert_capacity",
+    lambda: dict(tokens=16, experts=8, top_k=2, capacity_factor=1.0), tokens=COUNT,
+    experts=COUNT, top_k=_TOP_K, capacity_factor=POSITIVE)
+add(f"{_E}.experts.active_parameters",
+    lambda: dict(n_params=1e9, expert_params=5e8, experts=8, top_k=2), n_params=POSITIVE,
+    expert_params=NONNEGATIVE.more((), (2e9,)), experts=COUNT, top_k=_TOP_K)
+add(f"{_E}.experts.all_to_all_bytes_per_rank", lambda: dict(n_bytes=1e6, world_size=4),
+    n_bytes=NONNEGATIVE, world_size=COUNT)
+add(f"{_E}.experts.all_to_all_time",
+    lambda: dict(n_bytes=1e6, world_size=4, bandwidth=1e9, latency=1e-5), n_bytes=NONNEGATIVE,
+    world_size=COUNT, bandwidth=POSITIVE, latency=NONNEGATIVE)
+add(f"{_E}.experts.moe_all_to_all_bytes",
+    lambda: dict(tokens=16, hidden=8, top_k=2, expert_degree=4, capacity_factor=1.25),
+    tokens=COUNT, hidden=COUNT, top_k=COUNT, expert_degree=COUNT, bytes_per_value=POSITIVE,
+    capacity_factor=POSITIVE.allowing_none())
+add(f"{_E}.experts.tensor_parallel_bytes", lambda: dict(tokens=16, hidden=8, tensor_degree=4),
+    tokens=COUNT, hidden=COUNT, tensor_degree=COUNT, bytes_per_value=POSITIVE)
 add(f"{_E}.memory_per_gpu.activation_memory",
     lambda: dict(seq_len=16, batch_size=2, hidden=32, n_heads=4), seq_len=COUNT,
     batch_size=COUNT, hidden=COUNT, n_heads=COUNT,
-    recompute=choice("none", "selective", "full"), fused_attention=BOOL)
+    recompute=choice("none", "selective", "full"), fused_attention=BOOL,
+    context_parallel=COUNT.more((), (17,)))
+_CPE = f"{_E}.context"
+_CHUNK = dict(chunk=COUNT, heads=COUNT, head_dim=COUNT)
+add(f"{_CPE}.ring_step_bytes", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    bytes_per_element=COUNT)
+add(f"{_CPE}.ring_step_flops", lambda: dict(chunk=8, heads=2, head_dim=4), **_CHUNK,
+    causal=BOOL)
+add(f"{_CPE}.ring_step_time",
+    lambda: dict(chunk=8, heads=2, head_dim=4, bandwidth=1e9, peak=1e12), **_CHUNK,
+    bandwidth=POSITIVE, peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunk", lambda: dict(bandwidth=1e9, peak=1e12), bandwidth=POSITIVE,
+    peak=POSITIVE, bytes_per_element=COUNT, causal=BOOL)
+add(f"{_CPE}.hiding_chunks", dict, causal=BOOL)
+add(f"{_CPE}.context_bytes_per_gpu",
+    lambda: dict(seq_len=64, heads=2, head_dim=4, world_size=4), seq_len=COUNT, heads=COUNT,
+    head_dim=COUNT, world_size=COUNT, strategy=choice("ring", "ulysses"),
+    bytes_per_element=COUNT)
 add(f"{_E}.training_cost.training_flops",
     lambda: dict(n_params=1e6, n_tokens=1e9, n_layers=2, n_heads=2, head_dim=4, seq_len=8),
     n_params=POSITIVE, n_tokens=POSITIVE, n_layers=COUNT.allowing_none(),
@@ -368,6 +404,40 @@ add(f"{_E}.roofline.ridge_point", lambda: dict(peak_flops=1e15, peak_bandwidth=3
     peak_flops=POSITIVE, peak_bandwidth=POSITIVE)
 none(f"{_E}.cli.add_parser", CLI)
 none(f"{_E}.cli.run", CLI)
+none(f"{_E}.published.Published", "a published number, written once in "
+                                  "gpudl.estimate.published")
+
+_PR, _PQ = f"{_E}.predictions.boxes", f"{_E}.predictions.quantities"
+_BOX_TOPICS = ("elementwise", "streams", "memory", "matmul", "digits-training", "optim",
+               "launch", "allreduce", "ddp-timeline", "dataparallel", "pipeline", "bias-gelu",
+               "zero", "precision", "attention", "tensorcores", "decode")
+_BOX = {"topic": choice(*_BOX_TOPICS), "view": choice("bandwidth", "divergence", "cpu_vs_gpu")}
+none(f"{_PQ}.Prediction", RECORD)
+add(f"{_PR}.predict", lambda: dict(topic="elementwise", view="bandwidth"), **_BOX)
+add(f"{_PR}.published", lambda: dict(topic="elementwise", view="bandwidth"), **_BOX)
+add(f"{_PR}.expected", lambda: dict(topic="elementwise", view="bandwidth", gpu="H200 SXM"),
+    gpu=choice("H100 SXM", "H200 SXM"), **_BOX)
+
+
+def _prediction() -> object:
+    from gpudl.estimate.predictions import Prediction
+
+    return Prediction("a", (1.0, 2.0), "ms", "a model", "ch01", "bound", ("a", "b"))
+
+
+add(f"{_PR}.measured_value",
+    lambda: dict(prediction=_prediction(), record={"rows": [{"name": "a", "median_s": 1.0}]},
+                 row="b"),
+    prediction=Kind("a Prediction", (None, "a", 1, {})),
+    record=Kind("a record", (None, "x", 1, [])), row=choice("a", "b").allowing_none())
+add(f"{_PR}.reference_gpu", lambda: dict(name="NVIDIA H200", memory_bytes=141e9),
+    name=Kind("a device's name", (None, 1, ["H200"])), memory_bytes=NONNEGATIVE.allowing_none())
+add(f"{_PQ}.shown", lambda: dict(value=1e-3, unit="ms"), value=FINITE,
+    unit=choice("ms", "µs", "GB/s", "TFLOP/s", "MB", ""))
+for _name in ("alike", "bandwidth", "clock", "computed", "mlp_params", "moved", "nvlink", "pcie",
+              "per_gpu", "time_unit", "timed"):
+    none(f"{_PQ}.{_name}", "plumbing of the boxes' predictions, called with the package's own "
+                           "constants and the GPUs of gpudl.estimate.predictions.GPUS")
 
 # ------------------------------------------------------------------------------------------
 # gpudl.kernels: the grid, the array plumbing and the Chapter 1 to 3 kernels
@@ -603,6 +673,23 @@ _AVARIANT = variants("attention")
 _Q64 = real_array(3, (1, 5, 4))
 add(f"{_AT}.reference", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
     q=_Q64.more((), (f32(1, 5, 5), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL)
+add(f"{_AT}.reference_online", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
+    q=_Q64.more((), (f32(1, 6, 4), f32(2, 5, 4))), k=_Q64, v=_Q64, causal=BOOL, tile=COUNT)
+_OS = f"{_K}.online_softmax"
+
+
+def _partial(rows: int = 2) -> Any:
+    return resolve(f"{_OS}.partial")(f32(1, rows, 4).astype(np.float64), f32(1, 4, 3))
+
+
+_PARTIAL = Kind("a Partial", (None, (1.0, 2.0, 3.0), [1]), ())
+add(f"{_OS}.partial", lambda: dict(scores=f32(1, 2, 4), v=f32(1, 4, 3)),
+    scores=real_array(3, (1, 2, 4)).more((torch.ones(1, 2, 4),), (f32(1, 2, 5),)),
+    v=real_array(3, (1, 4, 3)).more((), (f32(2, 4, 3),)))
+add(f"{_OS}.merge", lambda: dict(a=_partial(), b=_partial()),
+    a=_PARTIAL.more((), (_partial(3),)), b=_PARTIAL.more((), (_partial(3),)))
+add(f"{_OS}.finish", lambda: dict(p=_partial()), p=_PARTIAL)
+none(f"{_OS}.Partial", RECORD)
 add(f"{_AT}.weighted", lambda: dict(p=f32(1, 5, 5), v=f32(1, 5, 4), causal=True),
     p=real_array(3, (1, 5, 5)).more((), (f32(1, 5, 6),)), v=_Q64, causal=BOOL)
 add(f"{_AT}.check_host_heads", lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4),
@@ -1007,7 +1094,7 @@ none(f"{_PAR}.spawn.rank0_print", "prints whatever it is given, as print does")
 none(f"{_PAR}.spawn.device_and_sync", NO_ARGUMENT)
 
 add(f"{_PAR}.degrees.ParallelDegrees", dict, data=COUNT, tensor=COUNT, pipeline=COUNT,
-    sharding=COUNT.more((), (3,)))
+    sharding=COUNT.more((), (3,)), context=COUNT, expert=COUNT.more((), (3,)))
 
 
 def _degrees():
@@ -1021,7 +1108,8 @@ none(f"{_PAR}.degrees.ParallelDegrees.device_mesh", IN_GROUP)
 add(f"{_PAR}.degrees.ParallelDegrees.check_divides",
     lambda: dict(degree="data", what="the batch size", size=8),
     method("ParallelDegrees", _degrees, "check_divides"),
-    degree=choice("data", "tensor", "pipeline", "sharding"), size=COUNT.more((), (-4, 7)))
+    degree=choice("data", "tensor", "pipeline", "sharding", "context", "expert"),
+    size=COUNT.more((), (-4, 7)))
 add(f"{_PAR}.encoder_plan.check_dtensor_plan",
     lambda: dict(module=resolve("gpudl.models.encoder.EncoderBlock")(
         resolve("gpudl.models.encoder.EncoderConfig")()), plan={}),
@@ -1033,6 +1121,11 @@ add(f"{_PAR}.messages.expected_sum", lambda: dict(world_size=2, numel=4), world_
 add(f"{_PAR}.messages.check_allreduce", lambda: dict(
     result=resolve(f"{_PAR}.messages.expected_sum")(2, 4), world_size=2),
     result=Kind("a tensor", (None, [1.0])), world_size=COUNT)
+add(f"{_PAR}.messages.expected_all_to_all", lambda: dict(rank=1, world_size=2, numel=4),
+    rank=integer(0, 1), world_size=COUNT.more((), (3,)), numel=SIZE.more((), (7,)))
+add(f"{_PAR}.messages.check_all_to_all", lambda: dict(
+    result=resolve(f"{_PAR}.messages.expected_all_to_all")(1, 2, 4), rank=1, world_size=2),
+    result=Kind("a tensor", (None, [1.0])), rank=integer(0, 1), world_size=COUNT.more((), (3,)))
 add(f"{_PAR}.messages.check_p2p", lambda: dict(
     received=resolve(f"{_PAR}.messages.rank_input")(1, 4), sender=1),
     received=Kind("a tensor", (None, [1.0])), sender=SIZE)
@@ -1080,6 +1173,18 @@ add(f"{_REF}.optimizer_state_bytes",
     lambda: dict(optimizer=torch.optim.SGD(_mlp().parameters(), lr=0.1)),
     optimizer=Kind("an optimizer", (None, "sgd")))
 none(f"{_REF}.average_gradients", COLLECTIVE)
+
+
+def _qkv(**more: Any) -> dict:
+    return {name: torch.ones(2, 5, 3, dtype=torch.float64) for name in ("q", "k", "v")} | more
+
+
+#: A (heads, seq, d) tensor of attention: float32 or float64, of the others' shape.
+_HEADS = tensor(torch.float64, (2, 5, 3), contiguous=False, wrong_dtype=torch.int64).more(
+    (torch.ones(2, 5, 3, dtype=torch.float16),),
+    (torch.ones(2, 5, dtype=torch.float64), torch.ones(2, 4, 3, dtype=torch.float64)))
+add(f"{_REF}.attention_gradients", _qkv, q=_HEADS, k=_HEADS, v=_HEADS, causal=BOOL,
+    grad_out=_HEADS.allowing_none())
 
 _DATA = f"{_PAR}.data"
 #: A data-parallel world size that does not divide the batch: the error names the degree.
@@ -1311,6 +1416,53 @@ add(f"{_MESH}.mesh_2d_worker", lambda: dict(rank=0, world_size=1, degrees=resolv
 none(f"{_MESH}.main", CLI)
 none(f"{_Z}.fsdp.main", CLI)
 
+_CP = f"{_PAR}.context"
+_STRATEGIES = choice("ring", "ulysses")
+_LAYOUTS = choice("contiguous", "balanced")
+_CP_WORLD = {"aliases": {"world_size": ("world size",)}}
+
+
+def _job() -> Any:
+    return resolve(f"{_CP}.run.ContextJob")(**_qkv())
+
+
+_JOBS = Kind("jobs", (None, "j", [1]), ([],))
+add(f"{_CP}.layout.check_context_plan", lambda: dict(seq_len=8, heads=2, world_size=2),
+    seq_len=COUNT, heads=COUNT, world_size=COUNT.more((), (9,)), strategy=_STRATEGIES,
+    layout=_LAYOUTS, **_CP_WORLD)
+add(f"{_CP}.layout.rank_segments", lambda: dict(seq_len=8, world_size=2, layout="balanced"),
+    seq_len=COUNT.more((), (3,)), world_size=COUNT.more((), (5,)), layout=_LAYOUTS,
+    **_CP_WORLD)
+for _name in ("positions", "token_count"):
+    none(f"{_CP}.layout.{_name}", "segments: a rank's, as rank_segments makes them")
+for _name in ("segment_pairs", "empty_partial", "attend_block", "attend_block_backward"):
+    none(f"{_CP}.blocks.{_name}", "a rank's maths on the tensors and segments its worker "
+                                  "made from a checked ContextJob")
+none(f"{_CP}.comms.note", "appends what happened to a list of events (or to none)")
+for _name in ("comms.RingTransfer", "comms.all_to_all", "comms.sequence_to_heads",
+              "comms.heads_to_sequence", "ring.ring_forward", "ring.ring_backward",
+              "ulysses.ulysses_forward", "ulysses.ulysses_backward"):
+    none(f"{_CP}.{_name}", COLLECTIVE)
+none(f"{_CP}.comms.RingTransfer.wait", NO_ARGUMENT)
+add(f"{_CP}.run.ContextJob", _qkv, q=_HEADS, k=_HEADS, v=_HEADS, causal=BOOL,
+    grad_out=_HEADS.allowing_none(), strategy=_STRATEGIES, layout=_LAYOUTS.allowing_none(),
+    overlap=BOOL)
+add(f"{_CP}.run.ContextJob.check_world_size", lambda: dict(world_size=2),
+    method("ContextJob", _job, "check_world_size"), world_size=COUNT.more((), (6,)),
+    **_CP_WORLD)
+none(f"{_CP}.run.ContextResult", RECORD)
+add(f"{_CP}.run.context_worker", lambda: dict(rank=0, world_size=1, jobs=[_job()]),
+    rank=integer(0, 0), world_size=COUNT.more((), (6,)), jobs=_JOBS, **_CP_WORLD)
+add(f"{_CP}.run.run_context_jobs", lambda: dict(jobs=[_job()], world_size=2), jobs=_JOBS,
+    world_size=COUNT.more((), (6,)), timeout=TIMEOUT, **_CP_WORLD)
+add(f"{_CP}.run.context_attention", lambda: _qkv(world_size=2), q=_HEADS, k=_HEADS, v=_HEADS,
+    causal=BOOL, grad_out=_HEADS.allowing_none(), strategy=_STRATEGIES,
+    world_size=COUNT.more((), (6,)), layout=_LAYOUTS.allowing_none(), overlap=BOOL,
+    timeout=TIMEOUT, **_CP_WORLD)
+add(f"{_CP}.timing.ring_step_worker",
+    lambda: dict(rank=0, world_size=1, chunk=2, heads=1, head_dim=2), chunk=COUNT,
+    heads=COUNT, head_dim=COUNT, repeats=COUNT)
+
 # ------------------------------------------------------------------------------------------
 # gpudl.bench
 # ------------------------------------------------------------------------------------------
@@ -1378,6 +1530,13 @@ add(f"{_AR}.allreduce_bandwidth", lambda: dict(world_size=2, sizes_bytes=[4], re
 add(f"{_AR}.allreduce_bandwidth_worker",
     lambda: dict(rank=0, world_size=1, sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES, repeats=COUNT, warmup=SIZE)
+add(f"{_AR}.collective_bandwidth_worker",
+    lambda: dict(rank=0, world_size=2, sizes_bytes=[8], repeats=1, warmup=0),
+    sizes_bytes=_SIZES.more((), ([4],)), repeats=COUNT, warmup=SIZE,
+    collectives=Kind("collectives", (None, "all_reduce", [1]), (["broadcast"],)),
+    aliases={"sizes_bytes": ("equal part",)})
+add(f"{_BENCH}.experts.grouped_experts", lambda: dict(tokens=8),
+    config=Kind("a MoEConfig", (None, "x", 1, {})), tokens=COUNT.allowing_none())
 add(f"{_BENCH}.p2p.p2p_bandwidth", lambda: dict(sizes_bytes=[4], repeats=1, warmup=0),
     sizes_bytes=_SIZES.allowing_none(), repeats=COUNT, warmup=SIZE, timeout=TIMEOUT)
 add(f"{_BENCH}.p2p.p2p_bandwidth_worker",
@@ -1392,6 +1551,8 @@ add(f"{_AR}.run", lambda: dict(world_sizes=(2,), sizes_bytes=[4], repeats=1),
 none(f"{_AR}.format_table", "rows: what allreduce_bandwidth returns")
 none(f"{_AR}.main", CLI)
 
+add(f"{_BENCH}.context.run", dict, world_size=integer(2), chunk=COUNT.allowing_none(),
+    heads=COUNT.allowing_none(), head_dim=COUNT.allowing_none(), repeats=COUNT)
 _AT_B = f"{_BENCH}.attention"
 add(f"{_AT_B}.attention_flops", lambda: dict(heads=1, s=4, d=4), heads=COUNT, s=COUNT,
     d=COUNT, causal=BOOL)
@@ -1439,7 +1600,7 @@ _MB = f"{_BENCH}.matmul"
 add(f"{_MB}.bench_matmul", lambda: dict(sizes=(8,)), sizes=ints(1).allowing_none())
 none(f"{_MB}.bench_mlp", NO_ARGUMENT)
 add(f"{_MB}.run", lambda: dict(sizes=(8,), mlp=False), sizes=ints(1).allowing_none(),
-    mlp=BOOL)
+    mlp=BOOL, experts=BOOL)
 add(f"{_BENCH}.memory.run", lambda: dict(n=64, hierarchy=False),
     n=integer(4).allowing_none(), hierarchy=BOOL)
 
@@ -1453,6 +1614,8 @@ add(f"{_OB}.hyper_used", lambda: dict(name="torch fused", device=torch.device("c
 add(f"{_OB}.check_step", lambda: dict(make=lambda ps, **kw: torch.optim.Adam(ps, **kw),
                                       shapes=[4]),
     make=Kind("an optimizer factory", (None, 1)), shapes=ints(1))
+add(f"{_OB}.layouts", lambda: dict(sizes=(8,), small=(2, 3)), sizes=ints(1),
+    small=ints(1, 2).more((), ((2, 3, 4),)))
 add(f"{_OB}.run", lambda: dict(sizes=(8,), small=(2, 3), repeats=1),
     sizes=ints(1).allowing_none(), small=ints(1, 2).allowing_none(),
     repeats=COUNT.allowing_none())
@@ -1534,6 +1697,18 @@ add(f"{_PL}.ch02.warp_sectors", lambda: dict(rows=[{"addresses": [0, 4]}]), rows
 none(f"{_K}.access_patterns.tile_load_requests", NO_ARGUMENT)
 add(f"{_PL}.ch02.bank_conflicts", lambda: dict(words={"row": [0, 1]}),
     words=Kind("accesses", (None, [0], {"row": "0"}), ({}, {"row": [-1]})))
+add(f"{_PL}.ch02.tile_banks",
+    lambda: dict(tiles={"t": {"rows": 2, "width": 3, "read": [0, 3]}}),
+    tiles=Kind("tiles", (None, [1], {"t": 1}, {"t": {"rows": 2.0, "width": 3, "read": []}}),
+               ({}, {"t": {"rows": 2, "width": 1, "read": [0]}},
+                {"t": {"rows": 2, "width": 3, "read": [-1]}})))
+add(f"{_PL}.ch02.reduction_stages", lambda: dict(threads_per_block=256, warp=32),
+    threads_per_block=Kind("threads per block", (1.5, "256", None, True), (0, 96, 16)),
+    warp=Kind("a warp size", (1.5, None), (0, 3)))
+add(f"{_PL}.ch02.block_loads", lambda: dict(loads={"k": [[[0], [2]], [[1], [3]]]}),
+    loads=Kind("loads", (None, [1], {"k": "x"}),
+               ({}, {"k": [[[0], [1]], [[2]]]}, {"k": [[[-1]]]})),
+    warp=COUNT, itemsize=COUNT)
 add(f"{_PL}.ch02.sectors_per_request", lambda: dict(rows=[{"pattern": "p", "sectors": 4}]),
     rows=_ROWSK)
 add(f"{_PL}.ch02.roofline",
@@ -1620,6 +1795,48 @@ add(f"{_PL}.ch08_layouts.online_softmax_row", lambda: dict(x=np.ones(3), tile=2)
 add(f"{_PL}.ch08.attention_bytes", lambda: dict(s_values=[16], bytes_by_variant={"v": [1.0]}),
     s_values=ints(1), bytes_by_variant=Kind("bytes", (None, [1.0]), (
         {"v": [float("nan")]}, {"v": [-1.0]})), title=_STR)
+# Chapters 3 and 4's data-layout figures (gpudl.plots.ch03, ch04, ch04_threads, traced)
+_FOOTPRINT = Kind("a footprint (dict)", (None, [], "x"), ({},))
+_LAYOUT = {"offsets": [0, 2], "sizes": [2, 1], "blocks": 1, "threads_per_block": 2,
+           "pass": [0, 0, 1], "thread": [0, 1, 0]}
+add(f"{_PL}.ch03.warp_footprint", lambda: dict(variant="v2_coalesced", m=1, k=1, n=1),
+    variant=choice("v1_naive", "v2_coalesced"), m=COUNT, k=COUNT, n=COUNT)
+add(f"{_PL}.ch03.warp_footprints", lambda: dict(footprints=[{}]), footprints=_ROWSK)
+add(f"{_PL}.ch03.thread_registers", lambda: dict(threads=[0]),
+    threads=ints(0).more((), ([256],)))
+add(f"{_PL}.ch03.register_tile", lambda: dict(footprint={}), footprint=_FOOTPRINT)
+add(f"{_PL}.ch04.adam_error_ratios", lambda: dict(n=2), n=COUNT, step=COUNT,
+    lr=NONNEGATIVE, weight_decay=NONNEGATIVE, seed=SIZE)
+add(f"{_PL}.ch04.error_within_bound", lambda: dict(ratios={"a": {"p": 0.1}}, title="t"),
+    ratios=Kind("ratios", (None, [], "x", {"a": 1.0}), (
+        {}, {"a": {"p": -1.0}}, {"a": {"p": float("nan")}})), title=_STR)
+add(f"{_PL}.ch04.bf16_rounding", lambda: dict(value=1.0), value=FINITE)
+add(f"{_PL}.ch04.bf16_bits", lambda: dict(rounding={}), rounding=_FOOTPRINT)
+add(f"{_PL}.ch04_threads.adam_thread_footprint",
+    lambda: dict(variant="v2_fused", n=4, element=3),
+    variant=choice("v2_fused", "v3_shared"), n=COUNT, element=SIZE.more((), (4,)))
+add(f"{_PL}.ch04_threads.adam_thread_work", lambda: dict(footprints=[{}]), footprints=_ROWSK)
+add(f"{_PL}.ch04_threads.grid_stride_layout", lambda: dict(shapes=[(2,)]),
+    shapes=Kind("shapes", (None, 1, [1.5], [[1.5]]), ([], [[0]], [[]])))
+add(f"{_PL}.ch04_threads.multi_tensor_layout",
+    lambda: dict(layout=dict(_LAYOUT), names=["a", "b"], title="t"),
+    layout=Kind("layout", (None, [], "x"), ({},)), names=Kind("names", (None, 1), (["a"],)),
+    title=_STR)
+
+
+def _trace() -> object:
+    from gpudl.trace import Trace
+
+    return Trace("k", ("x",), ())
+
+
+add(f"{_PL}.traced.base_address", lambda: dict(t=_trace(), array="x"),
+    t=Kind("a Trace", (None, "x", 1)), array=_STR.more((), ("nope",)))
+add(f"{_PL}.traced.element_indices", lambda: dict(t=_trace(), array="x", addresses=[2**32]),
+    addresses=ints(0, 0), itemsize=COUNT)
+add(f"{_PL}.traced.sector_elements",
+    lambda: dict(t=_trace(), array="x", addresses=[2**32], size=4),
+    addresses=ints(0, 0), size=COUNT, itemsize=COUNT)
 none(f"{_PL}.style.finish", "fig: a Figure that a plot function of the package made")
 none(f"{_PL}.style.font_sizes", "fig: a Figure (tests/test_plots.py reads every figure's)")
 none(f"{_PL}.style.check_rows", "the rows check of the plots that take rows: their entries "
@@ -1731,6 +1948,7 @@ _DVARIANT = variants("decode")
 add(f"{_DEC}.decode_attention", _decode_arrays, variant=_DVARIANT, split_size=COUNT,
     launch=CALLABLE, **_DECODE)
 add(f"{_DEC}.reference", _decode_arrays, **_DECODE64)
+add(f"{_DEC}.reference_split_kv", _decode_arrays, split_size=COUNT, **_DECODE64)
 add(f"{_K}.decode_error.error_bound", _decode_arrays, split_size=COUNT.allowing_none(),
     **_DECODE64)
 for _name in ("check_lengths", "check_decode_inputs", "check_decode_arrays"):
@@ -1927,7 +2145,7 @@ add(f"{_PL}.ch09.kv_cache_growth", lambda: dict(tokens=[1, 10], bytes_by_model={
                                                 limits={"80 GB": 8e10}, title="t"),
     tokens=ints(1), bytes_by_model=_LINES.more((), ({"m": [0.0, 1.0]},)),
     limits=_NUMBERS.more((), ({"a": 0.0},)), title=_STR)
-add(f"{_PL}.ch09.tile_banks", lambda: dict(rows=4, row_words=5, banks=32), rows=COUNT,
+add(f"{_PL}.ch09.word_banks", lambda: dict(rows=4, row_words=5, banks=32), rows=COUNT,
     row_words=COUNT, banks=COUNT)
 add(f"{_PL}.ch09.decode_layout",
     lambda: dict(threads=32, columns=4, padded=33, banks=32, value_bytes=4), threads=COUNT,
@@ -1943,6 +2161,133 @@ add(f"{_PL}.ch09.paged_waste",
         [0.1, float("nan")], [0.1, 1.5], [0.1, -0.1], [0.1])))
 add(f"{_PL}.ch09.batching_timeline", lambda: dict(runs=[_served()], max_batch=2, title="t"),
     runs=Kind("simulated runs", (None, "r", [1], {}), ([],)), max_batch=COUNT, title=_STR)
+
+
+# ------------------------------------------------------------------------------------------
+# Chapter 11: mixture of experts (gpudl.kernels.experts, gpudl.parallel.experts)
+# ------------------------------------------------------------------------------------------
+
+_KE = f"{_K}.experts"
+
+
+def i32(*values: Any) -> np.ndarray:
+    """An int32 array of ``values`` (nested lists for more than one dimension)."""
+    return np.array(values, np.int32)
+
+
+#: int32 indices into 3 tokens (or rows): a row of -1 (dropped) is allowed where noted.
+_SOURCES = Kind("int32 indices", ([0.0], None, np.zeros(1, np.float32), np.zeros(1, np.int64)),
+                (i32([0]), i32(3), i32(-1)))
+_SLOTS = Kind("int32 slots", ([[0]], None, np.zeros((1, 1), np.int64)),
+              (i32(0), i32([3]), i32([-2])))
+add(f"{_KE}.reference_route", lambda: dict(logits=f32(4, 3), top_k=2),
+    logits=real_array(2, (4, 3)), top_k=integer(1, 3))
+add(f"{_KE}.route_top_k", lambda: dict(logits=f32(4, 3), top_k=2),
+    logits=float32(2, (4, 3)).more((), (f32(4, 0),)), top_k=integer(1, 3))
+add(f"{_KE}.reference_permute", lambda: dict(x=f32(3, 2), sources=i32(0, 2)),
+    x=real_array(2, (3, 2)), sources=_SOURCES)
+add(f"{_KE}.permute_rows", lambda: dict(x=f32(3, 2), sources=i32(0, 2)),
+    x=float32(2, (3, 2)), sources=_SOURCES)
+add(f"{_KE}.reference_unpermute",
+    lambda: dict(rows=f32(3, 2), slots=i32([0], [-1]), gates=f32(2, 1)),
+    rows=real_array(2, (3, 2)), slots=_SLOTS, gates=real_array(2, (2, 1)).more((), (f32(3, 1),)))
+add(f"{_KE}.unpermute_rows",
+    lambda: dict(rows=f32(3, 2), slots=i32([0], [-1]), gates=f32(2, 1)),
+    rows=float32(2, (3, 2)), slots=_SLOTS, gates=float32(2, (2, 1)).more((), (f32(3, 1),)))
+
+_EX = f"{_PAR}.experts"
+_T2 = Kind("a 2-D tensor", (None, [[1.0]], f32(4, 3)), (torch.ones(4),))
+_COUNTS = Kind("a 1-D tensor of counts", (None, [2, 2]), (torch.ones(2, 2, dtype=torch.long),
+                                                           torch.tensor([1, 1])))
+_MOE_DTYPE = torch_dtype(torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_MOE = Kind("a MoEConfig", (None, "x", 1, {}))
+
+
+def _moe(**kw: Any) -> Any:
+    return resolve(f"{_EX}.layer.MoEConfig")(**kw)
+
+
+def _routing() -> Any:
+    return resolve(f"{_EX}.router.route")(torch.ones(4, 3), 2, 1.0)
+
+
+add(f"{_EX}.router.route", lambda: dict(logits=torch.ones(4, 3), top_k=2, capacity_factor=1.0),
+    logits=_T2, top_k=COUNT.more((), (4,)), capacity_factor=POSITIVE)
+none(f"{_EX}.router.Routing", RECORD)
+add(f"{_EX}.router.load_balancing_loss",
+    lambda: dict(probs=torch.ones(4, 3) / 3, counts=torch.tensor([4, 2, 2]), top_k=2),
+    probs=_T2, counts=Kind("a 1-D tensor", (None, [4, 2, 2]), (torch.ones(3, 1),)),
+    top_k=COUNT)
+add(f"{_EX}.router.combine",
+    lambda: dict(rows=torch.ones(_routing().sources.numel(), 2), routing=_routing(), tokens=4),
+    rows=_T2, routing=Kind("a Routing", (None, "r", 1)), tokens=COUNT)
+add(f"{_EX}.layer.MoEConfig", dict, hidden=COUNT, ffn=COUNT, experts=COUNT, top_k=_TOP_K,
+    capacity_factor=POSITIVE, aux_weight=NONNEGATIVE, router_skew=FINITE, seed=SIZE)
+none(f"{_EX}.layer.MoEOutput", RECORD)
+add(f"{_EX}.layer.MoELayer", dict, config=_MOE, dtype=_MOE_DTYPE)
+
+
+def _moe_layer() -> Any:
+    return resolve(f"{_EX}.layer.MoELayer")(_moe())
+
+
+add(f"{_EX}.layer.MoELayer.forward", lambda: dict(x=torch.ones(4, 8), groups=2),
+    method("MoELayer", _moe_layer, "forward"),
+    x=Kind("tokens", (None, [[1.0]]), (torch.ones(8), torch.ones(4, 3))),
+    groups=COUNT.more((), (3,)))
+_BY_EXPERT = dict(rows=_T2, counts=_COUNTS)
+add(f"{_EX}.layer.experts_loop",
+    lambda: dict(rows=torch.ones(3, 8), counts=torch.tensor([2, 1]), **{
+        k: v.detach()[:2] for k, v in _moe_layer().named_parameters() if k != "router"}),
+    **_BY_EXPERT)
+add(f"{_EX}.layer.pad_to_capacity",
+    lambda: dict(rows=torch.ones(3, 2), counts=torch.tensor([2, 1]), capacity=2),
+    **_BY_EXPERT, capacity=COUNT.more((), (1,)))
+add(f"{_EX}.layer.experts_grouped",
+    lambda: dict(rows=torch.ones(3, 8), counts=torch.tensor([2, 1]), capacity=2, **{
+        k: v.detach()[:2] for k, v in _moe_layer().named_parameters() if k != "router"}),
+    **_BY_EXPERT, capacity=COUNT.more((), (1,)))
+add(f"{_EX}.layer.moe_batch", lambda: dict(config=_moe(), tokens=4), config=_MOE,
+    tokens=COUNT, seed=SIZE, dtype=_MOE_DTYPE)
+for _name in ("all_to_all", "exchange_counts", "gather_tokens", "scatter_tokens",
+              "reduce_gradients"):
+    none(f"{_EX}.comms.{_name}", COLLECTIVE)
+for _name in ("ExpertParallelMoE", "NaiveExpertParallelMoE"):
+    none(f"{_EX}.parallel.{_name}", IN_GROUP)
+    none(f"{_EX}.parallel.{_name}.run_experts", COLLECTIVE)
+none(f"{_EX}.parallel.ExpertParallelMoE.forward", "a torch module's forward, on a rank of its "
+                                                  "group: torch checks its input")
+none(f"{_EX}.parallel.ExpertParallelMoE.experts", "rows and counts from run_experts, which "
+                                                  "experts_loop checks")
+none(f"{_EX}.parallel.full_gradients", COLLECTIVE)
+add(f"{_EX}.parallel.by_local_expert", lambda: dict(received=torch.tensor([[1, 0], [2, 1]])),
+    received=Kind("a 2-D tensor of counts", (None, [[1]]), (torch.ones(3, dtype=torch.long),)))
+
+
+def _ep_run(**kw: Any) -> Any:
+    return resolve(f"{_EX}.training.ExpertParallelRun")(**kw)
+
+
+_DEG = resolve("gpudl.parallel.degrees.ParallelDegrees")
+add(f"{_EX}.training.ExpertParallelRun", dict,
+    degrees=Kind("degrees", (None, (2, 2), 1), (_DEG(data=3, expert=3), _DEG(data=2, tensor=2))),
+    dispatcher=choice("all_to_all", "all_gather"), config=_MOE, tokens_per_rank=COUNT,
+    steps=COUNT, lr=POSITIVE, dtype=_MOE_DTYPE, aliases={"degrees": ("degree",)})
+add(f"{_EX}.training.ExpertParallelRun.check_world_size", lambda: dict(world_size=2),
+    method("ExpertParallelRun", _ep_run, "check_world_size"), world_size=COUNT.more((), (3,)),
+    aliases={"world_size": ("world size",)})
+add(f"{_EX}.training.moe_sgd_run",
+    lambda: dict(config=_moe(), groups=1, tokens_per_group=4, steps=1), config=_MOE,
+    groups=COUNT, tokens_per_group=COUNT, steps=COUNT, lr=POSITIVE, dtype=_MOE_DTYPE)
+add(f"{_EX}.training.expert_parallel_worker", lambda: dict(rank=0, world_size=1, runs=[]),
+    rank=integer(0, 0), runs=Kind("runs", (None, [1]), ([_ep_run()],)),
+    aliases={"runs": ("world size",)})
+add(f"{_EX}.training.run_expert_parallel", lambda: dict(runs=[_ep_run()], world_size=2),
+    runs=Kind("runs", (None, "r", [1]), ([],)), world_size=COUNT.more((), (3,)),
+    timeout=TIMEOUT, aliases={"world_size": ("world size",)})
+add(f"{_EX}.training.differences", lambda: dict(result={}, reference={"losses": []}),
+    result=Kind("a run", (None, [1])), reference=Kind("a run", (None, [1])))
+none(f"{_EX}.training.main", CLI)
 
 
 # ------------------------------------------------------------------------------------------

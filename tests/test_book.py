@@ -160,28 +160,46 @@ def test_each_glossary_term_appears_once():
 
 def prose_paragraphs(text: str):
     """Paragraphs of running prose: blocks between blank lines, outside code fences and
-    directives, that are not tables, headings, lists, math or directive options."""
+    directives, that are not tables, headings, lists, math or directive options. The body of
+    a directive whose body is prose (an admonition, a dropdown, a figure's caption) is prose,
+    and its closing fence closes it (it opens nothing)."""
     fence = None
+    prose_fences: list[str] = []  # the open prose directives, innermost last
     block: list[str] = []
+    opening = re.compile(r"^(`{3,}|:{3,})")
     for line in text.splitlines() + [""]:
         stripped = line.strip()
-        if fence is None and re.match(r"^(`{3,}|:{3,})", stripped):
-            fence = re.match(r"^(`{3,}|:{3,})", stripped).group(1)
+        if fence is None and prose_fences and stripped == prose_fences[-1]:
+            prose_fences.pop()
+            stripped = ""  # ends the paragraph before it
+        elif fence is None and opening.match(stripped):
+            marks = opening.match(stripped).group(1)
             block = []
-            # a directive whose body is prose (admonitions, dropdowns) is still prose
-            if re.match(r"^(`{3,}|:{3,})\{(admonition|note|important|figure)\}", stripped):
-                fence = None
+            if re.match(r"^(`{3,}|:{3,})\{(admonition|note|important|tip|warning|figure)\}",
+                        stripped):
+                prose_fences.append(marks)
+            else:
+                fence = marks
             continue
         if fence is not None:
             if stripped == fence:
                 fence = None
             continue
         if stripped:
+            if prose_fences and not block and re.match(r"^:[\w-]+:(\s|$)", stripped):
+                continue  # a directive option (:class: dropdown), not prose
             block.append(stripped)
             continue
         if block and not re.match(r"^(\||#|\$\$|:|\(|- |\d+\. |\* |```)", block[0]):
             yield " ".join(block)
         block = []
+
+
+def test_prose_paragraphs_read_past_an_admonition_and_skip_code():
+    text = ("One.\n\n```{admonition} Title\n:class: dropdown\nInside the box.\n```\n\n"
+            "After the box.\n\n```python\nx = 1\n```\n\nLast.\n")
+    assert list(prose_paragraphs(text)) == ["One.", "Inside the box.", "After the box.",
+                                            "Last."]
 
 
 @pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.name)

@@ -62,10 +62,12 @@ def test_the_chinese_edition_draws_its_own_file_with_the_catalogues_words(tmp_pa
     assert english.tobytes() != chinese.tobytes()  # drawn in another font
 
 
-def test_a_box_without_a_stored_run_says_not_yet_measured(tmp_path):
-    text = "\n".join(gpudl_measured.box_markdown("memory", "copies", None, tmp_path))
-    assert text.startswith("**Not yet measured**")
-    assert "`python -m gpudl bench memory` writes `results/memory-cuda.json`" in text
+def test_a_box_without_a_stored_run_predicts_and_says_not_yet_measured(tmp_path):
+    lines = gpudl_measured.box_markdown("memory", "copies", None, tmp_path)
+    text = "\n".join(lines)
+    assert text.startswith("**Predicted** by the book's own models")  # tests/test_predictions.py
+    assert lines[-1].startswith("**Not yet measured** on a GPU by this book: `python -m gpudl "
+                                "bench memory` writes `results/memory-cuda.json`")
     assert not list(tmp_path.iterdir())
     assert "Not yet measured" in gpudl_measured.box_markdown(None, None, None, tmp_path)[0]
     with pytest.raises(ValueError, match="no view 'bars' of topic 'memory'"):
@@ -78,7 +80,7 @@ def test_a_chinese_box_without_a_stored_run_says_so_in_the_catalogue_s_words(tmp
                                      (None, None, "no benchmark of the book times it yet")]:
         lines = gpudl_measured.box_markdown(topic, view, None, tmp_path, measured_by,
                                             language="zh_CN")
-        assert lines[0].startswith(zh["**Not yet measured**"]), lines
+        assert lines[-1].startswith(zh["**Not yet measured**"]), lines
         assert english_sentences(chinese_prose(lines)) == [], lines
     assert zh["no benchmark of the book times it yet"] in lines[0]
 
@@ -138,12 +140,19 @@ def test_a_bar_name_with_a_placeholder_matches_each_bar_made_from_it():
 
 
 def _conf(src, results) -> None:
+    """A small Sphinx project that has the boxes, the book's bibliography (the boxes cite the
+    published measurements) and the sections a box of elementwise or memory links to."""
     (src / "conf.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
-        "extensions = ['myst_parser', 'gpudl_sphinx']\n"
+        "extensions = ['myst_parser', 'sphinxcontrib.bibtex', 'gpudl_sphinx']\n"
+        "bibtex_bibfiles = ['references.bib']\n"
         f"gpudl_results = {str(results)!r}\n"
         "gpudl_model_figures = False\n")
+    (src / "references.bib").write_text((ROOT / "book" / "references.bib").read_text())
+    (src / "sections.md").write_text(
+        "# Sections\n\n(ch01-simt)=\n## Threads\n\n(ch01-divergence)=\n## Divergence\n\n"
+        "(ch02-coalescing)=\n## Coalescing\n\n```{bibliography}\n```\n")
 
 
 def _sphinx(src, out, *options: str) -> subprocess.CompletedProcess:
@@ -167,13 +176,15 @@ def test_a_page_with_boxes_builds_without_warnings(tmp_path, fake_cuda_record, s
         "# Boxes\n\n"
         "```{gpudl-measured} elementwise bandwidth\nVector add against a copy.\n```\n\n"
         "```{gpudl-measured} elementwise divergence\n:title: Measured on GPUs\nParity.\n```\n\n"
-        "```{gpudl-measured}\nNothing measures this yet.\n```\n")
+        "```{gpudl-measured}\nNothing measures this yet.\n```\n\n"
+        "```{toctree}\nsections\n```\n")
     done = _sphinx(src, tmp_path / "html")
     assert done.returncode == 0, done.stderr[-3000:]
     html = (tmp_path / "html" / "index.html").read_text()
     assert html.count("Measured on a GPU") == 2 and "Measured on GPUs" in html
     assert ("Fake GPU 9000" in html) == stored and ("0123abcd0123" in html) == stored
     assert html.count("Not yet measured") == (1 if stored else 3)
+    assert html.count("Predicted</strong> by the book") == 2  # the measured one's GPU: none
     assert ((tmp_path / "html" / "_images" / "measured-elementwise-bandwidth.png").exists()
             == stored)
 
@@ -194,7 +205,7 @@ def test_a_chinese_page_with_boxes_is_in_chinese_and_warns_of_a_missing_text(
         "```{gpudl-measured} elementwise bandwidth\n:title: 在 GPU 上测量\n向量加法。\n```\n\n"
         "```{gpudl-measured} memory copies\n:title: 在 GPU 上测量\n拷贝。\n```\n\n"
         "```{gpudl-measured}\n:title: 在 GPU 上测量\n:measured-by: nothing translates this\n"
-        "无。\n```\n")
+        "无。\n```\n\n```{toctree}\nsections\n```\n")
     done = _sphinx(src, tmp_path / "html", "--keep-going")
     assert "'nothing translates this' has no Chinese translation" in done.stderr, done.stderr
     assert done.stderr.count("has no Chinese translation") == 1, done.stderr
@@ -247,12 +258,13 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
         "```{admonition} Six\nseven eight\n```\n\n```{literalinclude} x.py\n:pyobject: f\n```\n")
     (book / "ch02-b.md").write_text(" ".join(["word"] * 300) + "\n")
     assert gpudl_reading.prose_words((book / "ch01-a.md").read_text()) == 8
-    run = {"seconds": 125.0, "backend": "simulator", "cpu_threads": 2, "date": "2026-12-01"}
+    run = {"seconds": 12.9, "backend": "simulator", "cpu_threads": 2, "date": "2026-12-01"}
     (labs / "01-a.ipynb").write_text(json.dumps({"metadata": {"gpudl": run}, "cells": []}))
     (labs / "02-b.ipynb").write_text(json.dumps({"metadata": {}, "cells": []}))
     rows = gpudl_reading.reading_and_lab_times(book, labs)
     assert rows[0].startswith("| chapter | words of prose | reading |")
-    assert rows[2] == "| 1 | 8 | 0 min | 2 min on the simulator, 2 CPU threads, 2026-12-01 |"
+    # a lab of 12.9 s reads as 13 s, not as "0 min"
+    assert rows[2] == "| 1 | 8 | 0 min | 13 s on the simulator, 2 CPU threads, 2026-12-01 |"
     minutes = 300 / gpudl_reading.WORDS_PER_MINUTE
     assert rows[3] == f"| 2 | 300 | {minutes:.0f} min | not recorded |"
     # the Chinese edition's table: the same numbers, its words from the catalogue
@@ -261,11 +273,79 @@ def test_the_preface_table_counts_prose_words_and_reads_each_labs_recorded_run(t
     header = [words[h] for h in ("chapter", "words of prose", "reading",
                                  "its lab, last executed")]
     assert zh[0] == "| " + " | ".join(header) + " |"
-    took = words["{minutes} min on the {backend}, {threads} CPU threads, {date}"].format(
-        minutes=2, backend=words["simulator"], threads=2, date="2026-12-01")
+    took = words["{seconds} s on the {backend}, {threads} CPU threads, {date}"].format(
+        seconds=13, backend=words["simulator"], threads=2, date="2026-12-01")
     assert zh[2] == f"| 1 | 8 | {words['{minutes} min'].format(minutes=0)} | {took} |"
     assert zh[3] == (f"| 2 | 300 | {words['{minutes} min'].format(minutes=f'{minutes:.0f}')} "
                      f"| {words['not recorded']} |")
     assert english_sentences("\n".join(zh)) == []
     with pytest.raises(ValueError, match="language"):
         gpudl_reading.reading_and_lab_times(book, labs, "fr")
+
+
+def test_the_prose_after_an_admonition_or_a_figure_is_counted():
+    # the counter once took the closing fence of an admonition or a figure for the opening of
+    # a code block, and skipped the prose after it
+    text = ("```{admonition} Title here\n:class: tip\n- one two\n```\n\nthree four\n\n"
+            "```{figure} _generated/x.png\n:name: fig-x\n:alt: not read\n\nfive six\n```\n\n"
+            "seven eight nine\n\n:::{admonition} Solution\n:class: dropdown\nten\n"
+            "```{literalinclude} ../x.py\n:pyobject: f\n```\neleven\n:::\n\ntwelve\n")
+    # "Title here" 2, "one two" 2, "three four" 2, the caption 2, then 3, "Solution", "ten",
+    # "eleven", "twelve"
+    assert gpudl_reading.prose_words(text) == 15
+
+
+def test_the_prose_count_leaves_out_code_maths_and_citations_and_reads_references():
+    text = ("(sec-a)=\n## Warps and lanes\n\nA `kernel(x)` adds $a + b$ {cite}`key2020`, as "
+            "{ref}`sec-a`, {ref}`the first chapter <ch01>` and {numref}`fig-x` show.\n\n"
+            "$$\nx = y + z\n$$\n\n| claim | verdict |\n|---|---|\n| one - two | three |\n\n"
+            "```{gpudl-measured} memory copies\nWritten from a stored run.\n```\n")
+    # the heading 3; "A adds , as" 3 words; the bare ref the section's 3 words; "the first
+    # chapter" 3; "and" 1; "Fig. 1" 2; "show." 1; the table 5 (a dash alone is not a word)
+    assert gpudl_reading.prose_words(text) == 3 + 3 + 3 + 3 + 1 + 2 + 1 + 5
+
+
+WORD = re.compile(r"\S*\w\S*")
+#: What a built chapter shows that is not prose: code and maths, the numbers of sections,
+#: figures and equations, citation labels, header links, and the measured boxes.
+NOT_PROSE = ("div.highlight", "pre", "code", "span.math", "div.math", "span.eqno",
+             "a.headerlink", "span.section-number", "span.caption-number",
+             "span.bibtex-citation", "div.important", "img", "script", "style")
+
+
+def html_prose_words(page: Path, source: str) -> int:
+    """The words of prose in a built chapter, counted from its HTML, independently of
+    ``gpudl_reading``: the article's visible text without :data:`NOT_PROSE` and without the
+    tables that the book's directives write from data (a table whose first header word heads
+    no table of the page's source)."""
+    from bs4 import BeautifulSoup
+
+    article = BeautifulSoup(page.read_text(), "html.parser").find("article",
+                                                                  class_="bd-article")
+    for selector in NOT_PROSE:
+        for element in article.select(selector):
+            element.decompose()
+    lines = source.splitlines()
+    heads = {(re.findall(r"\w+", line.split("|")[1]) or [""])[0]
+             for line, rule in zip(lines, lines[1:], strict=False)
+             if line.startswith("|") and rule.startswith("|---")}
+    for table in article.select("table"):
+        first = table.select_one("thead th")
+        if first is not None and (re.findall(r"\w+", first.get_text(" ")) or [""])[0] not in heads:
+            table.decompose()
+    return len(WORD.findall(article.get_text(" ")))
+
+
+CHAPTERS = sorted((ROOT / "book").glob("ch[0-9][0-9]-*.md"))
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_the_preface_counts_every_word_of_each_chapter_s_built_prose(built, md):
+    titles = gpudl_reading.section_titles([p.read_text() for p in (ROOT / "book").glob("*.md")])
+    counted = gpudl_reading.prose_words(md.read_text(), titles)
+    shown = html_prose_words(built / "book" / f"{md.stem}.html", md.read_text())
+    assert abs(counted - shown) <= 0.02 * shown, (md.name, counted, shown)
+    # and the preface's table, in both editions, shows that count
+    for preface in (built / "book" / "preface.html", built / "zh_CN" / "book" / "preface.html"):
+        assert f"<td><p>{int(md.name[2:4])}</p></td>\n<td><p>{counted:,}</p></td>" in (
+            preface.read_text()), preface

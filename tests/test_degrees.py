@@ -1,5 +1,7 @@
-"""gpudl.parallel.degrees: the degrees multiply to the world size, the sharding degree divides
-the data degree, and each degree divides what it splits, with one kind of error."""
+"""gpudl.parallel.degrees: the degrees (data, tensor, pipeline, context) multiply to the world
+size, the sharding degree divides the data degree and the expert degree data x context, each
+degree divides what it splits, with one kind of error, and the expert dimensions of a mesh
+stand apart from data and context."""
 
 import pytest
 
@@ -45,7 +47,39 @@ def test_each_degree_must_divide_what_it_splits():
 @pytest.mark.parametrize(("dims", "error", "match"), [
     ((), TypeError, "non-empty tuple"), (["data"], TypeError, "tuple"),
     (("model",), ValueError, "dims\\[0\\]"), (("data", "data"), ValueError, "each degree once"),
-    (("data",), RuntimeError, "inside a rank")])  # (no process group in the test process)
+    (("data",), RuntimeError, "inside a rank"),
+    (("expert_data", "expert"), RuntimeError, "inside a rank")])  # (no process group here)
 def test_device_mesh_checks_its_dims_and_needs_a_process_group(dims, error, match):
     with pytest.raises(error, match=match):
         ParallelDegrees(data=2).device_mesh("cpu", dims)
+
+
+def test_context_multiplies_the_world_size_and_expert_splits_data_x_context():
+    degrees = ParallelDegrees(data=8, tensor=8, pipeline=16, context=16)  # Llama 3 405B at 128K
+    assert degrees.world_size == 16384
+    with pytest.raises(ValueError, match=r"data 8 x tensor 8 x pipeline 16 x context 16 = "
+                                         r"16384, but the world size is 8192"):
+        degrees.check_world_size(8192)
+    experts = ParallelDegrees(data=4, context=2, expert=8)  # the experts over all 8 ranks
+    assert experts.world_size == 8 and experts.expert_data == 1
+    assert ParallelDegrees(data=4, expert=2).expert_data == 2  # each expert on 2 ranks
+    with pytest.raises(ValueError, match=r"expert-parallel degree \(3\) must divide data x "
+                                         r"context \(4 x 1\)"):
+        ParallelDegrees(data=4, expert=3)
+
+
+def test_context_and_expert_degrees_divide_what_they_split():
+    degrees = ParallelDegrees(data=4, context=2, expert=4)
+    assert degrees.check_divides("context", "the sequence", 131072) == 65536
+    assert degrees.check_divides("expert", "experts", 8) == 2
+    with pytest.raises(ValueError, match=r"experts \(6\) must be divisible by the "
+                                         r"expert-parallel degree \(4\)"):
+        degrees.check_divides("expert", "experts", 6)
+    with pytest.raises(ValueError, match=r"the sequence \(9\) .* context-parallel degree"):
+        degrees.check_divides("context", "the sequence", 9)
+
+
+@pytest.mark.parametrize("dims", [("data", "expert"), ("expert_data", "context")])
+def test_the_expert_dimensions_stand_apart_from_data_and_context(dims):
+    with pytest.raises(ValueError, match="cannot stand beside 'data' or 'context'"):
+        ParallelDegrees(data=2, expert=2).device_mesh("cpu", dims)

@@ -1,16 +1,31 @@
 """gpudl.parallel.messages (messages and checks), their bandwidth benchmark in
-gpudl.bench.allreduce, and the ring all-reduce model in gpudl.estimate."""
+gpudl.bench.allreduce (the all-reduce, and the all-to-all with its bar), and the ring
+all-reduce model in gpudl.estimate."""
 
 from pathlib import Path
 
 import pytest
 import torch
 
-from gpudl.bench.allreduce import allreduce_bandwidth, format_table, main
+import gpudl.bench as bench
+from gpudl.bench import allreduce
+from gpudl.bench.allreduce import (
+    allreduce_bandwidth,
+    collective_bandwidth_worker,
+    format_table,
+    main,
+)
 from gpudl.bench.message_sizes import default_sizes
+from gpudl.bench.timing import Timing
 from gpudl.estimate import allreduce_bytes_per_rank, allreduce_time
-from gpudl.parallel.messages import check_allreduce, expected_sum, rank_input
-from gpudl.parallel.spawn import default_backend
+from gpudl.parallel.messages import (
+    check_all_to_all,
+    check_allreduce,
+    expected_all_to_all,
+    expected_sum,
+    rank_input,
+)
+from gpudl.parallel.spawn import default_backend, run_under_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,3 +141,49 @@ def test_torchrun_runs_the_benchmark_and_only_rank_0_prints(torchrun):
     assert sum("busbw (GB/s)" in line for line in lines) == 1  # one table: rank 0's
     rows = [line.split() for line in lines if line.split()[2:3] == ["2"]]
     assert len(rows) == len(default_sizes())
+
+
+# --- the all-to-all (Chapter 11) ---------------------------------------------------------------
+
+def test_expected_all_to_all_holds_each_ranks_part_for_this_rank():
+    numel, world_size = 12, 3
+    for rank in range(world_size):
+        parts = [rank_input(sender, numel)[4 * rank:4 * (rank + 1)] for sender in range(3)]
+        assert torch.equal(expected_all_to_all(rank, world_size, numel), torch.cat(parts))
+    with pytest.raises(ValueError, match=r"numel \(12\) must be divisible by the world size"):
+        expected_all_to_all(0, 5, 12)
+    wrong = expected_all_to_all(1, 3, 12).clone()
+    wrong[5] += 1
+    with pytest.raises(RuntimeError, match="all-to-all over 3 ranks, rank 1 is wrong at 1 of "
+                                           "12 elements; the first is index 5"):
+        check_all_to_all(wrong, 1, 3)
+    with pytest.raises(RuntimeError, match="is wrong"):
+        check_all_to_all(rank_input(1, 12), 1, 3)  # not exchanged at all
+
+
+def test_one_process_times_and_checks_both_collectives(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    measured = run_under_torchrun(collective_bandwidth_worker, [4096, 1 << 14], 1, 0)
+    assert [(m["collective"], m["size_bytes"]) for m in measured] == [
+        ("all_reduce", 4096), ("all_to_all", 4096), ("all_reduce", 1 << 14),
+        ("all_to_all", 1 << 14)]
+    with pytest.raises(ValueError, match="an all-to-all sends each of the 3 ranks an equal "
+                                         "part: 4100 is not a multiple of 12 bytes"):
+        collective_bandwidth_worker(0, 3, [4100], 1, 0)
+
+
+def test_the_all_to_all_bar_holds_its_bus_bandwidth_to_0_7_of_the_all_reduces(monkeypatch):
+    """The bar compares times at one size: the all-reduce sends 2 (N - 1) / N of the message
+    per rank, the all-to-all (N - 1) / N, so a bus bandwidth ratio of 0.7 is a time ratio of
+    1 / 1.4."""
+    monkeypatch.setattr(bench.backend, "is_simulator", lambda: False)
+
+    def rows(all_to_all_s):
+        def one(name, seconds):
+            return bench.row(name, Timing((seconds,), "cuda-events", True), 64 << 20)
+        return [one("all_reduce 64 MiB x4", 1.0), one("all_to_all 64 MiB x4", all_to_all_s)]
+
+    for seconds, verdict in ((0.7, True), (1 / 1.4, True), (0.75, False)):
+        [bar] = bench.evaluate_bars(allreduce.BARS, rows(seconds), ws=4)
+        busbw = 3 / 4 * (64 << 20) / seconds / (2 * 3 / 4 * (64 << 20) / 1.0)
+        assert bar["verdict"] is verdict and (busbw >= 0.7 - 1e-12) is verdict

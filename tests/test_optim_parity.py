@@ -23,9 +23,9 @@ Each run trains a small model for 15 steps beside torch's optimizer, with two pa
 starts both from torch's parameters and state (teacher forcing), so the check is the derived
 float32 bound of one step (``gpudl.kernels.optim.*_error_bound``) against the float64
 reference, at every step, for both optimizers: ours must be within it, and so must torch's (or
-the reference would be wrong). What gpudl does not implement (``amsgrad``, torch's
-implementation switches) is refused at construction with a clear error. The four Adam variants
-each run a covering subset.
+the reference would be wrong). What gpudl does not implement (``amsgrad``, torch's choices of
+implementation and its behaviour flags) is refused at construction with a clear error. The four
+Adam variants each run a covering subset.
 """
 
 import itertools
@@ -300,10 +300,13 @@ def test_the_designs_cover_what_they_claim():
 @pytest.mark.parametrize(("cls", "kwargs", "match"), [
     (optim.Adam, {"amsgrad": True}, "amsgrad=True is not implemented"),
     (optim.AdamW, {"amsgrad": True}, "amsgrad=True is not implemented"),
-    (optim.Adam, {"fused": True}, "does not support fused=True"),
+    (optim.Adam, {"fused": True},
+     r"does not support fused=True: it chooses torch's fused implementation.*variant="),
     (optim.AdamW, {"foreach": True}, "does not support foreach=True"),
-    (optim.Adam, {"capturable": True}, "does not support capturable=True"),
-    (optim.AdamW, {"differentiable": True}, "does not support differentiable=True"),
+    (optim.Adam, {"capturable": True},
+     "does not support capturable=True: it asks for a step that a CUDA graph can capture"),
+    (optim.AdamW, {"differentiable": True},
+     "does not support differentiable=True: it asks for a step that autograd differentiates"),
     (optim.SGD, {"foreach": True}, "does not support foreach=True"),
     (optim.SGD, {"fused": True}, "does not support fused=True"),
     (optim.SGD, {"differentiable": True}, "does not support differentiable=True"),
@@ -314,6 +317,14 @@ def test_the_designs_cover_what_they_claim():
 def test_what_is_not_implemented_is_refused_clearly(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):
         cls([torch.nn.Parameter(torch.zeros(2, device=DEVICE))], **kwargs)
+
+
+@pytest.mark.parametrize("flag", ["capturable", "differentiable"])
+def test_a_behaviour_flag_is_not_sent_to_a_variant(flag):
+    # capturable and differentiable ask for a behaviour, which no variant has
+    with pytest.raises(ValueError, match=f"{flag}=True") as refused:
+        optim.Adam([torch.nn.Parameter(torch.zeros(2, device=DEVICE))], **{flag: True})
+    assert "variant=" not in str(refused.value)
 
 
 @pytest.mark.parametrize("cls", [optim.SGD, optim.Adam, optim.AdamW])

@@ -366,3 +366,171 @@ def test_zero_shards_cut_the_padded_buffer_into_equal_shards():
     assert sum(int(g.split(":")[2]) for g in tensors) == 6_859
     with pytest.raises(ValueError, match="only padding"):
         plots.zero_shards((2, 1), 4)  # 3 parameters: rank 3 of 4 would hold padding only
+
+def test_warp_footprints_are_the_traced_words_and_sectors():
+    from gpudl.trace import on_simulator
+
+    naive, coalesced = (on_simulator(plots.warp_footprint, v, 32, 8, 32)
+                        for v in ("v1_naive", "v2_coalesced"))
+    assert naive["sector_count"] == {"a": 32, "b": 1, "c": 32}  # as Chapter 3 counts them
+    assert coalesced["sector_count"] == {"a": 1, "b": 4, "c": 4}
+    assert naive["words"]["a"] == [8 * r for r in range(32)]  # a column of A, rows 8 apart
+    assert naive["words"]["c"] == [32 * r for r in range(32)]  # a column of C
+    assert coalesced["words"]["c"] == list(range(32)) and set(coalesced["words"]["a"]) == {0}
+    assert len(naive["sectors"]["a"]) == 32 * 8  # every row of A (8 floats) is one sector
+    fig = plots.warp_footprints([naive, coalesced])
+    for ax in fig.axes:
+        assert {p.get_gid() for p in ax.patches} == {"a", "b", "c"}
+    assert "32 sectors" in " ".join(t.get_text() for t in fig.axes[0].texts)
+
+
+def test_register_tile_draws_each_thread_s_strided_outputs_and_loads():
+    from gpudl.kernels import matmul
+    from gpudl.trace import on_simulator
+
+    tile = on_simulator(plots.thread_registers, (0, 89))
+    rows, cols = matmul.V5_THREAD_ROWS, matmul.V5_THREAD_COLS
+    for thread in (0, 89):
+        tr, tc = divmod(thread, cols)
+        f = tile["threads"][thread]
+        assert f["c"] == sorted((tr + rows * i) * matmul.V5_BN + tc + cols * j
+                                for i in range(matmul.V5_TM) for j in range(matmul.V5_TN))
+        assert f["a_first"] == [(tr + rows * i) * matmul.V5_BK for i in range(matmul.V5_TM)]
+        assert f["b_first"] == [tc + cols * j for j in range(matmul.V5_TN)]
+    fig = plots.register_tile(tile)
+    dots = {ln.get_gid(): ln for ln in fig.axes[0].get_lines()}
+    assert len(dots["outputs-0"].get_xdata()) == matmul.V5_TM * matmul.V5_TN
+    assert sum(p.get_gid() == "accumulator" for p in fig.axes[1].patches) == 64
+
+
+def test_every_adam_variant_is_inside_its_bound_and_the_wrong_steps_outside():
+    from gpudl.kernels.optim import VARIANTS
+    from gpudl.plots.ch04 import WRONG_STEPS
+
+    ratios = plots.adam_error_ratios(64)
+    for name in (*VARIANTS, "torch.optim.Adam"):
+        assert 0 < max(ratios[name].values()) < 1, name
+    assert ratios[WRONG_STEPS[0]]["p"] > 1 and ratios[WRONG_STEPS[1]]["m"] > 1
+    fig = plots.error_within_bound(ratios)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == list(ratios)
+    assert [t.get_text() for t in fig.axes[0].texts] == [
+        f"{max(r.values()):.2g}" for r in ratios.values()]
+
+
+def test_adam_thread_work_shows_the_traced_accesses_of_one_thread():
+    from gpudl.trace import on_simulator
+
+    fused, shared = (on_simulator(plots.adam_thread_footprint, v, 64, 37)
+                     for v in ("v2_fused", "v3_shared"))
+    assert sorted(a[1:] for a in fused["accesses"]) == sorted(
+        [(x, "load", 37) for x in "pgmv"] + [(x, "store", 37) for x in "pmv"])
+    kinds = [a[0] for a in shared["accesses"]]
+    assert kinds.count("global") == 7 and kinds.count("shared") == 14
+    assert {a[3] for a in shared["accesses"] if a[0] == "shared"} == {
+        37 % shared["threads_per_block"]}
+    assert (fused["barriers"], shared["barriers"]) == (0, 2)
+    fig = plots.adam_thread_work([fused, shared])
+    marked = {p.get_gid() for p in fig.axes[1].patches if p.get_gid()}
+    assert marked == {"g:load", *(f"{x}:load+store" for x in ("p", "m", "v", "sp", "sg", "sm",
+                                                              "sv"))}
+
+
+def test_the_multi_tensor_launch_walks_the_flat_buffer_in_passes_of_the_grid():
+    from gpudl.trace import on_simulator
+
+    layout = on_simulator(plots.grid_stride_layout, [(64, 32), (32,), (32, 10), (10,)])
+    assert layout["offsets"] == [0, 2048, 2080, 2400]
+    width = layout["blocks"] * layout["threads_per_block"]
+    assert layout["pass"] == [e // width for e in range(2410)]
+    assert layout["thread"] == [e % width for e in range(2410)]
+    fig = plots.multi_tensor_layout(layout, ["w0", "b0", "w1", "b1"])
+    image = fig.axes[0].get_images()[0].get_array()
+    assert image.shape == (max(layout["pass"]) + 1, width) and image[0, 0] == 1
+    with pytest.raises(ValueError, match="names"):
+        plots.multi_tensor_layout(layout, ["w0"])
+
+
+def test_bf16_bits_are_the_kernel_s_rounding_and_torch_s():
+    import torch
+
+    from gpudl.trace import on_simulator
+
+    for value in (0.9000012874603271, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -3.5):
+        r = on_simulator(plots.bf16_rounding, value)
+        expected = torch.tensor([value]).to(torch.bfloat16)
+        assert r["bf16_value"] == expected.item()
+        assert r["bf16_bits"] == expected.view(torch.int16).item() & 0xFFFF
+    fig = plots.bf16_bits(on_simulator(plots.bf16_rounding, 0.9000012874603271))
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "0x667C" in texts and "rounded down" in texts
+
+def _book_figures_module():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+    import gpudl_figures
+
+    return gpudl_figures
+
+
+def test_tile_banks_colour_each_word_by_bank_and_outline_the_traced_column_read():
+    from gpudl.kernels import transpose
+
+    tiles = _book_figures_module().tile_reads()
+    assert [t["width"] for t in tiles.values()] == [transpose.TILE, transpose.PADDED]
+    fig = plots.tile_banks(tiles)
+    shared, padded = fig.axes[:2]
+    banks = [ax.images[0].get_array() for ax in (shared, padded)]
+    assert (banks[0][:, 0] == 0).all() and sorted(banks[1][:, 0]) == list(range(32))
+    for ax, tile in zip((shared, padded), tiles.values(), strict=True):
+        read = [p for p in ax.patches if p.get_gid() == "read"]
+        # the outlined words are the traced ones: column 0, rows 0 to 31
+        assert sorted((round(p.get_y() + 0.5), round(p.get_x() + 0.5)) for p in read) == [
+            divmod(w, tile["width"]) for w in sorted(tile["read"])] == [(r, 0) for r in range(32)]
+        assert len([p for p in ax.patches if p.get_gid() == "padding"]) == tile["width"] - 32
+    assert "32-way conflict" in shared.get_title() and "conflict-free" in padded.get_title()
+
+
+def test_reduction_stages_follow_the_kernel_s_loops():
+    from gpudl.kernels import reduction
+
+    fig = plots.reduction_stages(reduction.THREADS_PER_BLOCK, reduction.WARP)
+    top, bottom = fig.axes
+    assert [p.get_width() for p in top.patches if p.get_gid() == "shared"] == [256, 128, 64]
+    counting = [0] * 6
+    for p in bottom.patches:
+        if p.get_gid() == "counts":
+            counting[round(p.get_y() + 0.3)] += 1
+    assert counting == [32, 16, 8, 4, 2, 1]  # words t, t + 32, then shfl_down 16, 8, 4, 2, 1
+    assert [t.get_text() for t in bottom.get_yticklabels()][1:] == [
+        f"+ shfl_down {o}" for o in (16, 8, 4, 2, 1)]
+    with pytest.raises(ValueError, match="power of two"):
+        plots.reduction_stages(96, 32)
+    with pytest.raises(ValueError, match="at least 2 \\* warp"):
+        plots.reduction_stages(32, 32)
+
+
+def test_block_loads_draw_the_traced_elements_of_each_thread():
+    from gpudl.kernels import memory
+
+    loads = _book_figures_module().traced_block_loads()
+    k_loads, vector4 = loads["copy_v2_k_loads"], loads["copy_v3_vector4"]
+    assert len(k_loads) == len(vector4) == memory.THREADS_PER_BLOCK
+    # thread t: K loads of one element, a block's width apart; two vectors of four floats
+    assert k_loads[5] == [[5 + 256 * k] for k in range(memory.K)]
+    assert vector4[5] == [[20, 21, 22, 23], [1044, 1045, 1046, 1047]]
+    fig = plots.block_loads(loads)
+    for ax, threads in zip(fig.axes, loads.values(), strict=True):
+        cells = ax.images[0].get_array()  # a row per warp, NaN (masked) where it loads nothing
+        assert cells.shape == (8, 2048)
+        assert ((~np.ma.getmaskarray(cells)).sum(axis=0) == 1).all()  # every element, once
+        # element 808: thread 40 (warp 1), load 3 of copy_v2_k_loads; vector 202, so thread
+        # 202 (warp 6), load 0 of copy_v3_vector4
+        warp, load = (1, 3) if threads is k_loads else (6, 0)
+        assert cells[warp, 808] == load
+        marked = [p for p in ax.patches if p.get_gid() == "thread 0"]
+        assert [round(p.get_x() + 0.5) for p in marked] == [load[0] for load in threads[0]]
+    with pytest.raises(ValueError, match="thread 1 has 1 loads"):
+        plots.block_loads({"k": [[[0], [1]], [[2]]]})

@@ -57,7 +57,7 @@ def test_the_decode_layout_is_what_v1_does():
         assert run.bank_conflict_degree("partial", op).max == 1
     fig = plots.decode_layout(tile, decode_tile.COLUMNS, decode_tile.TILE_PADDED, BANKS, 4)
     padded, unpadded = (ax.get_images()[0].get_array() for ax in fig.axes[1:3])
-    np.testing.assert_array_equal(padded[:, :tile], plots.tile_banks(tile, tile + 1, BANKS)[
+    np.testing.assert_array_equal(padded[:, :tile], plots.word_banks(tile, tile + 1, BANKS)[
         :, :tile])
     assert len(set(padded[:, 0].tolist())) == tile and len(set(unpadded[:, 0].tolist())) == 1
 

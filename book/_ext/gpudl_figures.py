@@ -21,12 +21,60 @@ if str(ROOT) not in sys.path:
 GENERATED = Path(__file__).resolve().parents[1] / "_generated"
 
 
+def tile_reads() -> dict:
+    """The transpose tiles of Chapter 2 (``gpudl.kernels.transpose``: ``TILE`` rows, ``TILE``
+    and ``PADDED`` words wide) with the words the first warp's column read asks for, traced
+    on the simulator (``access_patterns.tile_load_requests``)."""
+    from gpudl.kernels import access_patterns, transpose
+    from gpudl.trace import on_simulator
+
+    words = on_simulator(access_patterns.tile_load_requests)
+    return {"v2_shared": {"rows": transpose.TILE, "width": transpose.TILE,
+                          "read": words["shared"]},
+            "v3_padded": {"rows": transpose.TILE, "width": transpose.PADDED,
+                          "read": words["padded"]}}
+
+
+def reduction_block() -> tuple[int, int]:
+    """The threads of a block of ``gpudl.kernels.reduction`` and the warp size."""
+    from gpudl.kernels import reduction
+
+    return reduction.THREADS_PER_BLOCK, reduction.WARP
+
+
+def traced_block_loads() -> dict:
+    """For ``copy_v2_k_loads`` and ``copy_v3_vector4`` (``gpudl.kernels.memory``), the
+    elements each thread of a block loads from ``x``, load by load, traced on the simulator
+    on one block's share of an array (``K`` or ``VECTORS * WIDTH`` elements per thread):
+    a name -> per thread, per load, its element indices (a 16-byte load is 4 of them)."""
+    import numpy as np
+
+    from gpudl.kernels import memory
+    from gpudl.trace import trace
+
+    loads = {}
+    for kernel, per_load, per_thread in (
+            (memory.copy_v2_k_loads, 1, memory.K),
+            (memory.copy_v3_vector4, memory.WIDTH, memory.VECTORS * memory.WIDTH)):
+        n = per_thread * memory.THREADS_PER_BLOCK
+        x, out = np.arange(n, dtype=np.float32), np.full(n, np.nan, dtype=np.float32)
+        accesses = trace(kernel, 1, memory.THREADS_PER_BLOCK, x, out).accesses
+        base = 1 << 32  # the tracer's address of argument 0, x
+        elements: list[list[int]] = [[] for _ in range(memory.THREADS_PER_BLOCK)]
+        for a in accesses:
+            if a.array == "x" and a.op == "load":
+                elements[a.thread].append((a.address - base) // a.size)
+        loads[kernel.py_func.__name__] = [
+            [sorted(mine)[i:i + per_load] for i in range(0, len(mine), per_load)]
+            for mine in elements]
+    return loads
+
+
 def _model_figures() -> dict:
     from gpudl import plots
     from gpudl.estimate import KERNEL_INTENSITY, model_state_memory, training_flops
     from gpudl.hardware import SPECS, peak_flops
     from gpudl.kernels import access_patterns
-    from gpudl.optim import traffic_table
     from gpudl.parallel.data import Setup
     from gpudl.parallel.one_process import ZERO_DIMS
     from gpudl.plots.style import finish
@@ -44,18 +92,22 @@ def _model_figures() -> dict:
             on_simulator(access_patterns.copy_requests)),
         "bank-conflicts.png": lambda: plots.bank_conflicts(
             on_simulator(access_patterns.tile_load_requests)),
+        "transpose-tile-banks.png": lambda: plots.tile_banks(tile_reads()),
+        "reduction-stages.png": lambda: plots.reduction_stages(*reduction_block()),
+        "block-loads.png": lambda: plots.block_loads(on_simulator(traced_block_loads)),
         "roofline-h100.png": lambda: plots.roofline(
             h100.fp32_tflops * 1e12, h100.memory_bandwidth_gbs * 1e9,
             {name: (i, None) for name, i in KERNEL_INTENSITY.items()},
             "Roofline, FP32, H100 SXM (datasheet)",
         ),
-        # Chapter 3
+        # Chapter 3 (the data layouts traced on the simulator)
+        "matmul-warp-footprint.png": lambda: plots.warp_footprints(
+            [on_simulator(plots.warp_footprint, v) for v in ("v1_naive", "v2_coalesced")]),
         "matmul-tiling.png": plots.matmul_tiling,
+        "matmul-register-tile.png": lambda: plots.register_tile(
+            on_simulator(plots.thread_registers)),
         "linear-dataflow.png": lambda: plots.linear_dataflow(32, 64, 32),
-        # Chapter 4: two parameter tensors are enough, the counts are per parameter
-        "adam-traffic.png": lambda: plots.optimizer_traffic(
-            on_simulator(traffic_table, (40, 13))),
-        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        **_ch04_figures(),
         # Chapter 5 (the model's and the timeline's inputs are assumptions, stated in the
         # captions)
         "ring-model.png": lambda: plots.ring_allreduce_model(
@@ -80,6 +132,37 @@ def _model_figures() -> dict:
              "7.5B parameters, 64 GPUs": [model_state_memory(7.5e9, n_gpus=64, zero_stage=s)
                                           / 1e9 for s in range(4)]},
             {name: SPECS[name].memory_gb for name in ("V100 SXM2 32GB", "RTX A6000", a100)}),
+    }
+
+
+def _ch04_figures() -> dict:
+    """Chapter 4's figures: each Adam variant's error against its bound, what one thread of
+    the fused and shared-memory steps touches, one multi-tensor launch over the flat buffers
+    of Chapter 3's MLP, the bytes per variant (two parameter tensors are enough: the counts
+    are per parameter), the master weight and its bfloat16 rounding."""
+    from gpudl import plots
+    from gpudl.models import KernelMLP
+    from gpudl.optim import traffic_table
+    from gpudl.plots.ch04 import weight_after_updates
+    from gpudl.trace import on_simulator
+
+    n, step = 256, 3
+    mlp = KernelMLP((64, 32, 10))
+    shapes = [tuple(p.shape) for p in mlp.params.values()]
+    return {
+        "adam-error-bound.png": lambda: plots.error_within_bound(
+            plots.adam_error_ratios(n, step),
+            f"Adam, step {step}, {n} parameters: the largest error of each"),
+        "adam-thread-work.png": lambda: plots.adam_thread_work(
+            [on_simulator(plots.adam_thread_footprint, v) for v in ("v2_fused", "v3_shared")]),
+        "adam-multi-tensor.png": lambda: plots.multi_tensor_layout(
+            on_simulator(plots.grid_stride_layout, shapes), list(mlp.params),
+            f"One v4_multi_tensor launch over the MLP {mlp.sizes} of Chapter 3"),
+        "adam-traffic.png": lambda: plots.optimizer_traffic(
+            on_simulator(traffic_table, (40, 13))),
+        "master-weight.png": lambda: plots.master_weight_updates(100, -1e-3),
+        "bf16-rounding.png": lambda: plots.bf16_bits(on_simulator(
+            plots.bf16_rounding, weight_after_updates(100, -1e-3)["float32"][-1])),
     }
 
 

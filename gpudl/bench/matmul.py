@@ -2,7 +2,8 @@
 TF32 off), and the kernel MLP's backward pass against its forward pass.
 
 Book section: *Chapter 3*, the "Measured on a GPU" boxes of "Matrix multiply, step by step"
-and "Counting flops: backward is twice the forward".
+and "Counting flops: backward is twice the forward"; the grouped products of a mixture of
+experts' layer against their loop (:mod:`gpudl.bench.experts`), *Chapter 11*.
 
 ``python -m gpudl bench matmul`` runs :func:`run` and stores ``results/matmul-<backend>.json``.
 Every output is checked against torch's before its time is reported.
@@ -20,12 +21,14 @@ import torch
 from numba import cuda
 
 from gpudl.bench import evaluate_bars, row
+from gpudl.bench.experts import grouped_experts
 from gpudl.bench.timing import fp32_matmuls, time_cuda
 from gpudl.checks import check_bool, check_ints
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels.arrays import EPS32, poisoned
 
-__all__ = ["BARS", "VIEWS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
+__all__ = ["BARS", "VIEWS", "GPU_SIZES", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp",
+           "run"]
 
 #: The speed goal of the issue on GPU speed, half of cuBLAS at the largest size (0.7 the aim).
 BARS = (
@@ -40,6 +43,8 @@ BARS = (
 #: (of :data:`BARS`) each is held to.
 VIEWS = {"gflops": ("best_matmul_vs_torch",), "mlp": ()}
 
+#: The sizes of the square matrices timed on a GPU.
+GPU_SIZES = (1024, 2048, 4096)
 #: The larger MLP the backward-over-forward measurement uses, and its batch (on a GPU only).
 MLP_SIZES, MLP_BATCH = (1024, 2048, 2048, 10), 8192
 
@@ -53,7 +58,7 @@ def bench_matmul(sizes: tuple[int, ...] | None = None) -> list[dict]:
     ``error_over_bound`` (the largest ``|C - C_torch|`` over its bound: at most 1). Every
     output is checked against torch's before its time is reported.
     """
-    sizes = backend.pick(gpu=(1024, 2048, 4096), sim=(48,)) if sizes is None else sizes
+    sizes = backend.pick(gpu=GPU_SIZES, sim=(48,)) if sizes is None else sizes
     check_ints("sizes", sizes, 1)
     with fp32_matmuls("ieee"):  # TF32 would round the inputs to 10-bit mantissas
         return [r for size in sizes for r in _bench_size(size)]
@@ -111,11 +116,14 @@ def bench_mlp() -> list[dict]:
             row("mlp forward+backward", step, n_flops=6 * weights * MLP_BATCH, **keys)]
 
 
-def run(sizes: tuple[int, ...] | None = None, mlp: bool = True) -> dict:
+def run(sizes: tuple[int, ...] | None = None, mlp: bool = True, experts: bool = True) -> dict:
     """:func:`bench_matmul` and (unless switched off) :func:`bench_mlp`, with the speed goal
     at the largest size and ``backward_over_forward`` (the backward pass's time over the
-    forward's; ``None`` where not measured)."""
+    forward's; ``None`` where not measured); then, unless switched off, the grouped expert
+    products against their loop (:func:`gpudl.bench.experts.grouped_experts`, rows of group
+    ``"experts"``)."""
     check_bool("mlp", mlp)
+    check_bool("experts", experts)
     rows = bench_matmul(sizes)
     largest = max(r["size"] for r in rows)
     mlp_rows = bench_mlp() if mlp else []
@@ -123,5 +131,6 @@ def run(sizes: tuple[int, ...] | None = None, mlp: bool = True) -> dict:
     if mlp_rows:
         forward, step = (r["median_s"] for r in mlp_rows)
         ratio = (step - forward) / forward
-    return {"sizes": sorted({r["size"] for r in rows}), "rows": rows + mlp_rows,
+    expert_rows = grouped_experts() if experts else []
+    return {"sizes": sorted({r["size"] for r in rows}), "rows": rows + mlp_rows + expert_rows,
             "bars": evaluate_bars(BARS, rows, n=largest), "backward_over_forward": ratio}

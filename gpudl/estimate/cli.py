@@ -2,12 +2,14 @@
 
 Book section: *Chapter 7, "A case study and choosing a GPU"* (the calculators' command line).
 
-* ``estimate time``: training compute (``6ND``, plus attention if its sizes are given), then
-  time, GPU-hours, energy at the board power and, with ``--price``, cost on a GPU of
-  :data:`gpudl.hardware.SPECS` at a given MFU.
+* ``estimate time``: training compute (``6ND``, plus attention if its sizes are given; for a
+  mixture of experts, ``N`` the parameters a token uses), then time, GPU-hours, energy at the
+  board power and, with ``--price``, cost on a GPU of :data:`gpudl.hardware.SPECS` at a given
+  MFU.
 * ``estimate mfu``: the MFU a run implies, from its tokens per second (or tokens and hours).
-* ``estimate memory``: model state per GPU (ZeRO stages 0-3) plus activations, and which GPUs
-  it fits on; with ``--inference``, the weights and the KV cache of serving (Chapter 9).
+* ``estimate memory``: model state per GPU (ZeRO stages 0-3, split by the tensor, pipeline,
+  context and expert degrees) plus activations, and which GPUs it fits on; with
+  ``--inference``, the weights and the KV cache of serving (Chapter 9).
 * ``estimate gpus``: the comparison table.
 
 The parsing lives here; the arithmetic is the rest of :mod:`gpudl.estimate` and
@@ -36,8 +38,18 @@ def _gpu_options(parser: argparse.ArgumentParser) -> None:
                              "(default)")
 
 
+def _experts_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--expert-params", type=float, default=0.0,
+                        help="of --params, those in the experts of mixture-of-experts layers "
+                             "(default 0: a dense model)")
+
+
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=float, required=True, help="parameters, e.g. 1e9")
+    _experts_option(parser)
+    parser.add_argument("--experts", type=int, help="experts per layer (with --expert-params "
+                                                    "and --top-k: 6 N D counts the active N)")
+    parser.add_argument("--top-k", type=int, help="experts each token uses")
     for flag, meaning in (("--layers", "layers"), ("--heads", "attention heads"),
                           ("--head-dim", "head size"), ("--seq-len", "sequence length")):
         parser.add_argument(flag, type=int, help=f"{meaning} (give all four to add the "
@@ -71,6 +83,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p_mem = sub.add_parser("memory", help="memory per GPU, and the GPUs it fits on")
     p_mem.add_argument("--params", type=float, required=True, help="parameters, e.g. 1e9")
     p_mem.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs (default 1)")
+    for flag, meaning in (("--tensor", "tensor-parallel degree"),
+                          ("--pipeline", "pipeline-parallel degree (stages)"),
+                          ("--context", "context-parallel degree"),
+                          ("--expert", "expert-parallel degree, dividing --gpus x --context")):
+        p_mem.add_argument(flag, type=int, default=1, help=f"{meaning} (default 1)")
+    _experts_option(p_mem)
     p_mem.add_argument("--zero-stage", type=int, default=0, choices=range(4),
                        help="ZeRO stage 0-3 (default 0: nothing sharded)")
     p_mem.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
@@ -100,7 +118,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _flops_per_token(args: argparse.Namespace) -> float:
-    return estimate.training_flops(args.params, 1, n_layers=args.layers, n_heads=args.heads,
+    params = args.params
+    moe = {"--expert-params": args.expert_params or None, "--experts": args.experts,
+           "--top-k": args.top_k}
+    if any(v is not None for v in moe.values()):
+        missing = [flag for flag, value in moe.items() if value is None]
+        if missing:
+            raise ValueError(f"a mixture of experts needs --expert-params, --experts and "
+                             f"--top-k: missing {', '.join(missing)}")
+        params = estimate.active_parameters(args.params, args.expert_params, args.experts,
+                                            args.top_k)
+        print(f"active parameters: {params:.4g} of {args.params:.4g} ({args.top_k} of "
+              f"{args.experts} experts per token)")
+    return estimate.training_flops(params, 1, n_layers=args.layers, n_heads=args.heads,
                                    head_dim=args.head_dim, seq_len=args.seq_len)
 
 
@@ -170,12 +200,19 @@ def _memory(args: argparse.Namespace) -> None:
         print(f"total per GPU: {total / 1e9:.4g} GB")
         _fits(total)
         return
-    state = estimate.model_state_memory(args.params, n_gpus=args.gpus,
-                                        zero_stage=args.zero_stage, optimizer=args.optimizer,
-                                        precision=args.precision)
+    state = estimate.model_state_memory(
+        args.params, n_gpus=args.gpus, zero_stage=args.zero_stage, optimizer=args.optimizer,
+        precision=args.precision, tensor=args.tensor, pipeline=args.pipeline,
+        context=args.context, expert=args.expert, expert_params=args.expert_params)
     print(f"model state per GPU: {state / 1e9:.4g} GB ({args.optimizer}, {args.precision} "
           f"precision, ZeRO stage {args.zero_stage}, {args.gpus} data-parallel GPU"
           f"{'s' if args.gpus != 1 else ''})")
+    degrees = {"tensor": args.tensor, "pipeline": args.pipeline, "context": args.context}
+    if any(d != 1 for d in degrees.values()) or args.expert != 1:
+        world = args.gpus * args.tensor * args.pipeline * args.context
+        experts = f", the experts spread {args.expert} ways" if args.expert != 1 else ""
+        print(f"parallel degrees: data {args.gpus} x " + " x ".join(
+            f"{name} {d}" for name, d in degrees.items()) + f" = {world:,} GPUs{experts}")
     sizes = (args.seq_len, args.batch, args.hidden, args.heads, args.layers)
     total = state
     if any(v is not None for v in sizes):

@@ -22,7 +22,10 @@ needs. They differ in what crosses the memory bus:
 by formula; :func:`traced_traffic` counts them on the simulator with :mod:`gpudl.trace`, and
 the tests require the two to be equal.
 
-How accurate each variant is: :mod:`gpudl.kernels.attention_error`.
+:func:`reference_online` computes the reference in v2's order, a tile of keys at a time, each
+merged into the running result by :func:`gpudl.kernels.online_softmax.merge`, the rule that
+Chapter 9's split-KV combine and Chapter 11's ring attention share. How accurate each variant
+is: :mod:`gpudl.kernels.attention_error`.
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return device arrays), float32, C-contiguous, all three of one shape ``(heads, s, d)`` with
@@ -50,7 +53,7 @@ from gpudl.checks import (
     check_equal,
     check_int,
 )
-from gpudl.kernels import attention_v1
+from gpudl.kernels import attention_v1, online_softmax
 from gpudl.kernels.arrays import check_arrays, launch_into_poisoned, poisoned
 from gpudl.kernels.attention_v1 import NEG_INF, Launch, plain_launch
 from gpudl.kernels.grid import blocks_to_cover
@@ -60,7 +63,8 @@ Array = Any
 
 __all__ = [
     "TILE", "MAX_HEAD_DIM", "VARIANTS",
-    "reference", "check_host_heads", "weighted", "traffic", "traced_traffic",
+    "reference", "reference_online", "check_host_heads", "weighted", "traffic",
+    "traced_traffic",
     "fused_kernel", "v2_fused", "forward", "attention",
 ]
 
@@ -99,6 +103,24 @@ def weighted(p: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
     seen = np.tril(np.ones((s, s), bool))
     return np.stack([np.where(seen[i][:, None], p[:, i, :, None] * v, 0.0).sum(1)
                      for i in range(s)], axis=1)
+
+
+def reference_online(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
+                     tile: int = TILE) -> tuple[np.ndarray, np.ndarray]:
+    """``(o, lse)`` as :func:`reference` gives them, computed in float64 NumPy the way
+    ``v2_fused`` walks the keys: ``tile`` keys at a time, each tile's partial merged into the
+    running one by :func:`gpudl.kernels.online_softmax.merge`. (A NaN in a value a query does
+    not see reaches it here, as ``0 x NaN``; the kernels skip it.)"""
+    check_host_heads(q, k, v, causal)
+    check_int("tile", tile, 1)
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    x = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
+    if causal:
+        x = np.where(np.tril(np.ones(x.shape[1:], bool)), x, -np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        tiles = [online_softmax.partial(x[..., j0:j0 + tile], v[:, j0:j0 + tile])
+                 for j0 in range(0, x.shape[-1], tile)]
+        return online_softmax.finish(functools.reduce(online_softmax.merge, tiles))
 
 
 # ------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ softmax, in blocks of one warp:
 * ``v2_split_kv`` (Flash-Decoding, Dao et al. 2023): the sequence is split into chunks of
   ``split_size`` keys, one block per (chunk, sequence, head), each writing its running
   maximum, sum and unnormalised output; ``v2_combine_splits`` then merges the chunks of
-  each head with the online-softmax rule.
+  each head with the online-softmax rule (:func:`reference_split_kv` does the same in NumPy,
+  with :func:`gpudl.kernels.online_softmax.merge`).
 
 Host functions take host NumPy arrays (returning host arrays) or numba device arrays
 (returning device arrays): ``q`` float32 ``(batch, heads, d)``, the caches float32
@@ -32,6 +33,7 @@ Host functions take host NumPy arrays (returning host arrays) or numba device ar
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +53,7 @@ from gpudl.checks import (
     check_int,
     check_kernel_array,
 )
+from gpudl.kernels import online_softmax
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
 from gpudl.kernels.decode_tile import (
     COLUMNS,
@@ -71,7 +74,8 @@ Launch = Callable[..., None]
 
 __all__ = [
     "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE", "GPU_SPLIT_SIZE",
-    "reference", "check_lengths", "check_decode_inputs", "check_decode_arrays", "plain_launch",
+    "reference", "reference_split_kv", "check_lengths", "check_decode_inputs",
+    "check_decode_arrays", "plain_launch",
     "v1_one_block_per_head", "v2_split_kv", "v2_combine_splits",
     "launch_v1_one_block_per_head", "launch_v2_split_kv", "decode_attention",
 ]
@@ -101,6 +105,33 @@ def reference(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
             with np.errstate(invalid="ignore", over="ignore"):
                 e = np.exp(x - x.max())
                 out[b, h] = e @ values / e.sum()
+    return out
+
+
+def reference_split_kv(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+                       lengths: np.ndarray, split_size: int = SPLIT_SIZE) -> np.ndarray:
+    """:func:`reference`'s ``o`` computed as ``v2_split_kv`` and ``v2_combine_splits`` do, in
+    float64 NumPy: each chunk of ``split_size`` keys gives every head its partial (running
+    maximum, sum and unnormalised output, :func:`gpudl.kernels.online_softmax.partial`), and
+    the chunks are combined by :func:`gpudl.kernels.online_softmax.merge`."""
+    check_decode_arrays(q, k_cache, v_cache, lengths, reference=True)
+    check_int("split_size", split_size, 1)
+    group = q.shape[1] // k_cache.shape[1]  # query heads per cache head
+    keys, values = (np.repeat(np.asarray(c, np.float64), group, axis=1)
+                    for c in (k_cache, v_cache))
+    out = np.empty(q.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        # (batch, heads, 1, max_len): one query row per head
+        scores = np.asarray(q, np.float64)[:, :, None] @ keys.transpose(0, 1, 3, 2) / math.sqrt(
+            q.shape[2])
+        for b, length in enumerate(np.asarray(lengths)):
+            chunks = []
+            for start in range(0, length, split_size):
+                stop = min(length, start + split_size)  # positions past the length never read
+                chunks.append(online_softmax.partial(scores[b, ..., start:stop],
+                                                     values[b, :, start:stop]))
+            merged = functools.reduce(online_softmax.merge, chunks)
+            out[b] = online_softmax.finish(merged)[0][:, 0]
     return out
 
 

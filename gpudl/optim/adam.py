@@ -53,10 +53,11 @@ LOW_PRECISION_VARIANTS = ("v2_fused", "v4_multi_tensor")
 class Adam(torch.optim.Optimizer):
     """``torch.optim.Adam`` (and, with ``decoupled_weight_decay``, AdamW) whose step runs
     ``gpudl.kernels.optim.VARIANTS[variant]``. Same arguments and checks as torch's (``lr``
-    and each beta a number or a one-element tensor), except that ``amsgrad=True`` and torch's
-    implementation switches (``foreach``, ``fused``, ``capturable``, ``differentiable``) are
-    refused; ``variant`` is this book's. ``flat_groups`` maps a (group index, dtype) to its
-    :class:`~gpudl.optim.flat_buffers.FlatGroup` (variant ``v4_multi_tensor``),
+    and each beta a number or a one-element tensor), except that ``amsgrad=True``, torch's
+    choices of implementation (``foreach``, ``fused``) and its behaviour flags
+    (``capturable``: a step a CUDA graph can capture; ``differentiable``: autograd through the
+    step) are refused; ``variant`` is this book's. ``flat_groups`` maps a (group index, dtype)
+    to its :class:`~gpudl.optim.flat_buffers.FlatGroup` (variant ``v4_multi_tensor``),
     ``written_gradients`` which of their gradients backward wrote
     (:class:`~gpudl.optim.gradient_hooks.WrittenGradients`); ``kernel_arrays`` keeps the kernel
     arrays made from the tensors (:class:`gpudl.interop.KernelArrays`)."""

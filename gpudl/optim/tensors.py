@@ -49,14 +49,31 @@ def adam_betas(betas: Any) -> Any:
     return betas
 
 
+#: What each of torch's optimizer options asks for when on: ``foreach`` and ``fused`` choose
+#: one of torch's own implementations of the step, ``capturable`` and ``differentiable`` a
+#: behaviour of the step. gpudl.optim offers none of them.
+_TORCH_OPTIONS = {
+    "foreach": "it chooses torch's foreach implementation of the step",
+    "fused": "it chooses torch's fused implementation of the step",
+    "capturable": "it asks for a step that a CUDA graph can capture (its step count kept on "
+                  "the device)",
+    "differentiable": "it asks for a step that autograd differentiates through",
+}
+
+
 def refuse_torch_options(name: str, **options: Any) -> None:
-    """Refuse torch's implementation switches when they are on: they select torch's own code
-    paths (``None`` or ``False`` asks for none of them, and is accepted)."""
+    """Refuse torch's optimizer options when they are on: ``foreach`` and ``fused`` choose one
+    of torch's implementations of the step; ``capturable`` (a step a CUDA graph can capture,
+    its step count kept on the device) and ``differentiable`` (autograd through the step) ask
+    for a behaviour the book's kernels do not have. ``None`` or ``False`` asks for none of
+    them, and is accepted."""
     for option, value in options.items():
         if not (value is None or value is False):
-            raise ValueError(f"{name} does not support {option}={value!r}: it selects one of "
-                             "torch's implementations, and gpudl.optim runs its own kernels"
-                             + (" (choose one with variant=...)" if name != "SGD" else ""))
+            implementation = option in ("foreach", "fused")
+            raise ValueError(f"{name} does not support {option}={value!r}: "
+                             f"{_TORCH_OPTIONS[option]}, and gpudl.optim runs its own kernels"
+                             + (" (choose one with variant=...)"
+                                if implementation and name != "SGD" else ""))
 
 
 def run_closure(closure: Callable[[], Any] | None) -> Any:

@@ -17,7 +17,9 @@ The floor every strategy stands on:
 
 The strategies, siblings that import the floor and never each other: :mod:`.data`
 (Chapter 5, with its gradient timeline), :mod:`.zero` (Chapter 6's sharded optimizer and
-sharded state), :mod:`.pipeline` and :mod:`.tensor` (Chapter 6), and
-:mod:`.mesh` (FSDP2 on the encoder and the two-dimensional mesh, Chapter 6). Each runs under
-``torchrun -m gpudl.parallel.<strategy>``.
+sharded state), :mod:`.pipeline` and :mod:`.tensor` (Chapter 6),
+:mod:`.mesh` (FSDP2 on the encoder and the two-dimensional mesh, Chapter 6),
+:mod:`.context` (ring and head-parallel attention over a long sequence, Chapter 11) and
+:mod:`.experts` (mixture of experts and expert parallelism, Chapter 11). Those of Chapters 5
+and 6, and expert parallelism, run under ``torchrun -m gpudl.parallel.<strategy>``.
 """

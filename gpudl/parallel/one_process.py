@@ -14,12 +14,14 @@ encoder (:func:`encoder_sgd_run`, the loop of :func:`sgd_steps`; a rank's share 
 process has to compare with live here too: :func:`whole` (a DTensor gathered),
 :func:`flat_parameters`, :func:`local_bytes` and :func:`optimizer_state_bytes` (the state a
 rank holds), and :func:`average_gradients`, plain data parallelism's average: the replicated
-baseline of the sharded strategies.
+baseline of the sharded strategies. Context parallelism (Chapter 11) splits attention, and
+must reproduce :func:`attention_gradients`.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +31,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from gpudl.checks import (
+    check_bool,
     check_callable,
     check_choice,
     check_instance,
@@ -52,6 +55,7 @@ __all__ = [
     "ZERO_DIMS",
     "adam_run",
     "adam_step_loss",
+    "attention_gradients",
     "average_gradients",
     "check_encoder_run",
     "compare_under_torchrun",
@@ -265,6 +269,36 @@ def compare_under_torchrun(argv: list[str] | None, prog: str, description: str, 
     argparse.ArgumentParser(prog=prog, description=description).parse_args(argv)
     error = run_under_torchrun(_gradient_error, worker, args)
     rank0_print(f"{label}: largest gradient difference from one process {error:.2e}")
+
+
+# --- attention, which context parallelism splits ---------------------------------------------
+
+
+def attention_gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        grad_out: torch.Tensor | None = None) -> dict:
+    """Attention of ``q``, ``k``, ``v`` ``(heads, seq, d)`` in one process, as torch computes
+    it (``scaled_dot_product_attention``, in their dtype), with each row's log-sum-exp of
+    scores, and, given ``grad_out``, the gradients of ``q``, ``k`` and ``v`` by autograd:
+    ``{"out", "lse", "grad_q", "grad_k", "grad_v"}`` (the gradients ``None`` without
+    ``grad_out``). Chapter 11's ring and head-parallel attention must reproduce it."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("grad_out", grad_out)):
+        if t is not None or name != "grad_out":
+            check_tensor(name, t, (torch.float32, torch.float64), ndim=3)
+            if t.shape != q.shape:
+                raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got "
+                                 f"{tuple(t.shape)}")
+    check_bool("causal", causal)
+    q, k, v = (t.detach().clone().requires_grad_(grad_out is not None) for t in (q, k, v))
+    out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    scores = q.detach() @ k.detach().transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), -math.inf)
+    result = {"out": out.detach(), "lse": torch.logsumexp(scores, -1), "grad_q": None,
+              "grad_k": None, "grad_v": None}
+    if grad_out is not None:
+        out.backward(grad_out)
+        result |= {"grad_q": q.grad, "grad_k": k.grad, "grad_v": v.grad}
+    return result
 
 
 # --- what a rank holds, as one process would see it -------------------------------------------

@@ -3,7 +3,8 @@
 
 Book section: every chapter. ``gpudl.plots.<name>`` reaches every figure function, as the
 labs use it; the book's build draws the deterministic ones into ``book/_generated/``
-(``book/_ext/gpudl_sphinx.py``). ``gpudl.plots.style`` keeps their text readable.
+(``book/_ext/gpudl_sphinx.py``). ``gpudl.plots.style`` keeps their text readable;
+``gpudl.plots.traced`` turns traced accesses into the elements the data-layout figures draw.
 """
 
 from importlib import import_module
@@ -13,6 +14,7 @@ from gpudl.plots.ch01 import *
 from gpudl.plots.ch02 import *
 from gpudl.plots.ch03 import *
 from gpudl.plots.ch04 import *
+from gpudl.plots.ch04_threads import *
 from gpudl.plots.ch05 import *
 from gpudl.plots.ch06 import *
 from gpudl.plots.ch07 import *
@@ -23,8 +25,9 @@ from gpudl.plots.measured import *
 from gpudl.plots.profiles import *
 
 #: The modules whose public names this package re-exports, in this order.
-_MODULES = ("buffers", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08",
-            "ch08_layouts", "ch09", "measured", "profiles")
+_MODULES = ("buffers", "ch01", "ch02", "ch03", "ch04", "ch04_threads", "ch05", "ch06", "ch07",
+            "ch08", "ch08_layouts", "ch09", "measured",
+            "profiles")
 #: Public names of the modules that stay in their module: not re-exported.
 _KEPT_IN_MODULE = {"weight_after_updates", "ZERO_PARTS"}
 __all__ = [name for module in _MODULES

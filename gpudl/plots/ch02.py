@@ -1,5 +1,7 @@
 """Chapter 2's figures: the memory levels, what a warp's loads touch (from the tracer),
-bank conflicts, the levels' latency and bandwidth, and the roofline.
+bank conflicts and the transpose tile's banks, the reduction's tree and warp shuffles, the
+elements a lane of the K-loads and 16-byte copies loads, the levels' latency and bandwidth,
+and the roofline.
 
 Book section: Chapter 2, The memory hierarchy (and its lab). The access-pattern figures draw
 requests recorded by :mod:`gpudl.trace` on the simulator
@@ -9,22 +11,25 @@ requests recorded by :mod:`gpudl.trace` on the simulator
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from gpudl.checks import check_choice, check_instance, check_int, check_ints, check_positive
 from gpudl.estimate import ridge_point
 from gpudl.estimate import roofline as attainable
 from gpudl.hardware import SM_LIMITS, SPECS, DeviceInfo
-from gpudl.plots.style import check_rows, finish
+from gpudl.plots.style import LABEL_PT, TICK_PT, check_rows, finish
 from gpudl.trace import BANK_BYTES, BANKS, SECTOR_BYTES
 
 __all__ = [
-    "memory_levels", "warp_sectors", "bank_conflicts",
-    "sectors_per_request", "roofline", "hierarchy",
+    "memory_levels", "warp_sectors", "bank_conflicts", "tile_banks", "reduction_stages",
+    "block_loads", "sectors_per_request", "roofline", "hierarchy",
 ]
 
 
@@ -134,6 +139,162 @@ def bank_conflicts(words: dict[str, Sequence[int]]) -> Figure:
         ax.set(xlabel="bank (word mod 32)", xlim=(-1, BANKS), title=f"{name}: {verdict}")
     axes[0, 0].set_ylabel("words asked of the bank")
     fig.suptitle("One warp reads a column of the transpose tile (traced)", fontsize=12)
+    return finish(fig)
+
+
+def tile_banks(tiles: dict[str, dict]) -> Figure:
+    """Each transpose tile as it lies in shared memory (``tiles``: name -> ``rows``,
+    ``width`` in words, and the words one warp's column ``read`` asks for, as
+    :func:`gpudl.kernels.access_patterns.tile_load_requests` traces them): every word
+    coloured by its bank (word mod 32), the columns past ``rows`` hatched as unused padding,
+    and the column read outlined (one rectangle per word, gid ``"read"``)."""
+    check_instance("tiles", tiles, dict)
+    if not tiles:
+        raise ValueError("tiles must name at least one tile")
+    for name, tile in tiles.items():
+        check_instance(f"tiles[{name!r}]", tile, dict)
+        check_int(f"tiles[{name!r}]['rows']", tile.get("rows"), 1)
+        check_int(f"tiles[{name!r}]['width']", tile.get("width"), tile["rows"])
+        check_ints(f"tiles[{name!r}]['read']", tile.get("read"), 0)
+    colours = ListedColormap(plt.get_cmap("turbo")(np.linspace(0.05, 0.95, BANKS)))
+    fig, axes = plt.subplots(1, len(tiles), figsize=(7.4, 3.9), squeeze=False,
+                             layout="constrained")
+    for ax, (name, tile) in zip(axes[0], tiles.items(), strict=True):
+        rows, width = tile["rows"], tile["width"]
+        words = np.arange(rows * width).reshape(rows, width)
+        image = ax.imshow(words % BANKS, cmap=colours, vmin=-0.5, vmax=BANKS - 0.5,
+                          extent=(-0.5, width - 0.5, rows - 0.5, -0.5))
+        for c in range(rows, width):
+            ax.add_patch(Rectangle((c - 0.5, -0.5), 1, rows, facecolor="#dddddd",
+                                   edgecolor="k", hatch="///", lw=0.5, gid="padding"))
+        per_bank: dict[int, set[int]] = {}
+        for w in tile["read"]:
+            per_bank.setdefault(w % BANKS, set()).add(w)
+            r, c = divmod(w, width)
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="k",
+                                   lw=1.2, gid="read"))
+        degree = max(len(v) for v in per_bank.values())
+        verdict = "conflict-free" if degree == 1 else f"{degree}-way conflict"
+        ax.set(title=f"{name}: {rows} x {width} words\ncolumn read: {verdict}",
+               xlabel="column of the tile")
+        ax.tick_params(labelsize=TICK_PT)
+    axes[0, 0].set_ylabel("row of the tile", fontsize=LABEL_PT)
+    bar = fig.colorbar(image, ax=axes[0].tolist(), ticks=[0, 8, 16, 24, BANKS - 1])
+    bar.set_label("bank (word mod 32)", fontsize=LABEL_PT)
+    bar.ax.tick_params(labelsize=TICK_PT)
+    return fig  # constrained layout: finish's tight layout would undo it
+
+
+def _halvings(n: int, stop: int) -> list[int]:
+    """n // 2, n // 4, ... while greater than ``stop``."""
+    steps = []
+    while n // 2 > stop:
+        n //= 2
+        steps.append(n)
+    return steps
+
+
+def reduction_stages(threads_per_block: int, warp: int) -> Figure:
+    """One block's sum in :mod:`gpudl.kernels.reduction`'s v5 and v6, from its
+    ``THREADS_PER_BLOCK`` and the warp size: the shared-memory steps that add the upper half
+    of the live values onto the lower half until ``2 * warp`` remain (a barrier after each;
+    one bar per step, gid ``"shared"``), warp 0 adding the two halves into its registers, and
+    the ``shfl_down_sync`` steps, offsets ``warp / 2`` down to 1, after which lane 0 holds the
+    sum. Lanes whose value still counts are dark (gid ``"counts"``), the others, which every
+    shuffle still computes, light (gid ``"unused"``)."""
+    check_int("threads_per_block", threads_per_block, 4)
+    check_int("warp", warp, 2)
+    for name, n in (("threads_per_block", threads_per_block), ("warp", warp)):
+        if n & (n - 1):
+            raise ValueError(f"{name} must be a power of two, got {n}")
+    if threads_per_block < 2 * warp:
+        raise ValueError(f"threads_per_block must be at least 2 * warp = {2 * warp}, got "
+                         f"{threads_per_block}")
+    live = [threads_per_block, *_halvings(threads_per_block, warp)]
+    offsets = [warp // 2**k for k in range(1, int(math.log2(warp)) + 1)]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.4, 6.6), gridspec_kw={
+        "height_ratios": [len(live) + 0.6, len(offsets) + 1.6]})
+    for row, n in enumerate(live):
+        top.add_patch(Rectangle((0, row - 0.3), n, 0.6, facecolor="#4c72b0", gid="shared"))
+        if row:
+            for t in range(0, n, max(1, n // 4)):  # a few of the n additions
+                top.plot([t + n + 0.5, t + 0.5], [row - 0.7, row - 0.3], color="#888888",
+                         lw=0.8)
+    for w in range(0, threads_per_block + 1, warp):
+        top.axvline(w, color="white" if w < threads_per_block else "k", lw=0.8)
+    top.set(xlim=(0, threads_per_block), ylim=(len(live) - 0.4, -0.6),
+            xticks=range(0, threads_per_block + 1, 2 * warp), xlabel="word of shared memory",
+            title=f"Shared memory: {threads_per_block} values to {live[-1]} in "
+                  f"{len(live) - 1} steps, a barrier after each")
+    top.set_yticks(range(len(live)), [f"{threads_per_block} values"]
+                   + [f"+ upper {n}" for n in live[1:]])
+    lanes = [warp, *offsets]
+    for row, counting in enumerate(lanes):
+        for lane in range(warp):
+            gid = "counts" if lane < counting else "unused"
+            bottom.add_patch(Rectangle((lane + 0.1, row - 0.3), 0.8, 0.6, gid=gid,
+                                       facecolor="#4c72b0" if gid == "counts" else "#d9e2f0"))
+        if row:
+            for lane in range(counting):
+                bottom.plot([lane + counting + 0.5, lane + 0.5], [row - 0.7, row - 0.3],
+                            color="#555555", lw=0.8)
+    bottom.text(1.2, len(lanes) - 1, "lane 0: the block's sum", va="center")
+    bottom.set(xlim=(0, warp), ylim=(len(lanes) - 0.4, -0.6), xlabel="lane of warp 0",
+               xticks=range(0, warp + 1, 4),
+               title=f"Warp 0's registers: {len(offsets)} shuffles, no barrier")
+    bottom.set_yticks(range(len(lanes)), [f"words t, t + {warp}"]
+                      + [f"+ shfl_down {o}" for o in offsets])
+    return finish(fig)
+
+
+def block_loads(loads: dict[str, Sequence[Sequence[Sequence[int]]]], warp: int = 32,
+                itemsize: int = 4) -> Figure:
+    """Which load instruction of which warp brings each element of one block's share of the
+    array (``loads``: a kernel's name -> per thread of the block, the element indices of each
+    of its loads, in order, as the tracer records them): one panel per kernel, a row per
+    warp, each element coloured by the load (0, 1, ...) of its thread that asks for it, and
+    the elements of thread 0 marked (gid ``"thread 0"``). ``itemsize`` bytes per element."""
+    check_instance("loads", loads, dict)
+    if not loads:
+        raise ValueError("loads must name at least one kernel")
+    check_int("warp", warp, 1)
+    check_int("itemsize", itemsize, 1)
+    for name, threads in loads.items():
+        if isinstance(threads, str) or not isinstance(threads, Sequence) or not threads:
+            raise TypeError(f"loads[{name!r}] must be a list of threads' loads")
+        for thread, thread_loads in enumerate(threads):
+            if len(thread_loads) != len(threads[0]) or not thread_loads:
+                raise ValueError(f"loads[{name!r}]: thread {thread} has {len(thread_loads)} "
+                                 f"loads, thread 0 {len(threads[0])}")
+            for k, elements in enumerate(thread_loads):
+                check_ints(f"loads[{name!r}][{thread}][{k}]", elements, 0)
+    fig, axes = plt.subplots(len(loads), 1, figsize=(7.4, 1.2 + 2.2 * len(loads)),
+                             squeeze=False)
+    colours = plt.get_cmap("tab10")
+    for ax, (name, threads) in zip(axes[:, 0], loads.items(), strict=True):
+        span = 1 + max(e for thread in threads for load in thread for e in load)
+        warps = -(-len(threads) // warp)
+        cells = np.full((warps, span), np.nan)
+        for thread, thread_loads in enumerate(threads):
+            for k, elements in enumerate(thread_loads):
+                cells[thread // warp, elements] = k
+        count = len(threads[0])
+        ax.imshow(cells, cmap=ListedColormap([colours(k % 10) for k in range(count)]),
+                  vmin=-0.5, vmax=count - 0.5, aspect="auto", interpolation="nearest",
+                  extent=(-0.5, span - 0.5, warps - 0.5, -0.5))
+        for elements in threads[0]:
+            ax.add_patch(Rectangle((elements[0] - 0.5, -0.5), len(elements), 1,
+                                   facecolor="k", edgecolor="k", lw=1.2, gid="thread 0"))
+            ax.plot(elements[0] + len(elements) / 2 - 0.5, -0.5, "v", color="k",
+                    markersize=7, clip_on=False)
+        apart = threads[0][1][0] - threads[0][0][0] if count > 1 else 0
+        ax.set_title(f"{name}: {count} loads of {len(threads[0][0]) * itemsize} B per "
+                     f"thread, {apart:,} elements apart", fontsize=11, pad=10)
+        ax.set_yticks(range(warps), [f"warp {w}" for w in range(warps)])
+        ax.set_xticks(range(0, span + 1, span // 8))
+        ax.set_xlim(-0.5, span - 0.5)
+    axes[-1, 0].set_xlabel("element of the block's share of x (colour: which load of its "
+                           "thread; black: thread 0)")
     return finish(fig)
 
 

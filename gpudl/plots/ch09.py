@@ -26,7 +26,7 @@ from gpudl.checks import (
 from gpudl.estimate.batching import Served
 from gpudl.plots.style import finish
 
-__all__ = ["kv_cache_growth", "decode_layout", "tile_banks", "decode_blocks", "paged_waste",
+__all__ = ["kv_cache_growth", "decode_layout", "word_banks", "decode_blocks", "paged_waste",
            "batching_timeline"]
 
 
@@ -60,7 +60,7 @@ def kv_cache_growth(tokens: Sequence[int], bytes_by_model: dict[str, Sequence[fl
     return finish(fig)
 
 
-def tile_banks(rows: int, row_words: int, banks: int) -> np.ndarray:
+def word_banks(rows: int, row_words: int, banks: int) -> np.ndarray:
     """The shared-memory bank of each element of a ``rows x row_words`` tile of 4-byte words
     laid out row after row from a bank boundary: word ``w`` is in bank ``w mod banks``."""
     for name, value in (("rows", rows), ("row_words", row_words), ("banks", banks)):
@@ -75,7 +75,7 @@ def decode_layout(threads: int, columns: int, padded: int, banks: int, value_byt
     thread t holding ``t, t + threads, ...`` in registers; a key row is read the same way,
     each row of the grid one load of the warp (``threads * value_bytes`` contiguous bytes).
     Bottom: the ``threads x padded`` shared tile of partial scores coloured by bank
-    (:func:`tile_banks`), beside the same tile without padding; lane t stores column t, and
+    (:func:`word_banks`), beside the same tile without padding; lane t stores column t, and
     one step of the row sums reads a column (outlined)."""
     for name, value in (("threads", threads), ("columns", columns), ("padded", padded),
                         ("banks", banks), ("value_bytes", value_bytes)):
@@ -102,7 +102,7 @@ def decode_layout(threads: int, columns: int, padded: int, banks: int, value_byt
     axes = [fig.add_subplot(grid[1, i]) for i in range(2)]
     outline = {"column": "#d62728", "row": "black"}
     for ax, width in zip(axes, (padded, threads), strict=True):
-        bank = tile_banks(threads, width, banks).astype(float)
+        bank = word_banks(threads, width, banks).astype(float)
         bank[:, threads:] = np.nan  # the padding: never written or read
         ax.imshow(bank, cmap="twilight", vmin=0, vmax=banks - 1)
         for c in range(threads, width):
