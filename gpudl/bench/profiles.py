@@ -48,7 +48,8 @@ from gpudl.parallel.pipeline import PipelinePlan, idle_fraction, pipeline_worker
 from gpudl.parallel.spawn import spawn
 from gpudl.profiles import FOLDER, STORED, action_timelines, spans
 
-__all__ = ["BARS", "VIEWS", "GPU_PROFILES", "record_ddp", "record_pipeline", "record_mlp_step",
+__all__ = ["BARS", "VIEWS", "GPU_PROFILES", "GPU_STREAMS_N", "STREAMS_CHUNKS", "MLP_SIZES",
+           "record_ddp", "record_pipeline", "record_mlp_step",
            "record_streams", "record_decode", "record_stored", "run"]
 
 #: The topic's speed goals, none (its boxes show counts, and times beside a model).
@@ -58,6 +59,11 @@ BARS: tuple = ()
 VIEWS = {"launches": (), "kernels": ()}
 #: The profiles the GPU run stores inside its record.
 GPU_PROFILES = ("mlp-step-cuda", "streams-cuda", "decode-eager-cuda", "decode-graph-cuda")
+
+#: The streams' elements on a GPU (2,048 on the simulator) and their chunks.
+GPU_STREAMS_N, STREAMS_CHUNKS = 2**24, 8
+#: The kernel MLP's layer widths, Chapter 3's network.
+MLP_SIZES = (64, 32, 10)
 
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: The range of one step in each profile of the topic: what its row counts and times.
@@ -193,7 +199,7 @@ def _single(name: str, function: Callable[[], object], step: str, names: Sequenc
     return trimmed([trace], [process], [window], _keeps((step, *names)))
 
 
-def record_mlp_step(sizes: Sequence[int] = (64, 32, 10), batch: int = 32) -> tuple[list[dict],
+def record_mlp_step(sizes: Sequence[int] = MLP_SIZES, batch: int = 32) -> tuple[list[dict],
                                                                                     dict]:
     """One training step of Chapter 3's :class:`gpudl.models.KernelMLP` as ``train`` takes
     it (host batches in, host gradients out; a first, unrecorded step before it): its parts
@@ -218,12 +224,12 @@ def record_mlp_step(sizes: Sequence[int] = (64, 32, 10), batch: int = 32) -> tup
         launches_per_step=model.launches_per_step())
 
 
-def record_streams(n: int | None = None, chunks: int = 8, streams: int = 2
+def record_streams(n: int | None = None, chunks: int = STREAMS_CHUNKS, streams: int = 2
                    ) -> tuple[list[dict], dict]:
     """One call of Chapter 1's :func:`gpudl.kernels.streams.saxpy_streamed` (after one
     unrecorded call): each chunk's two uploads, its memset, its kernel and its download, each
     with its stream. ``n`` elements: 2**24 on a GPU, 2,048 on the simulator."""
-    n = backend.pick(gpu=2**24, sim=2048) if n is None else check_int("n", n, 1)
+    n = backend.pick(gpu=GPU_STREAMS_N, sim=2048) if n is None else check_int("n", n, 1)
     check_int("chunks", chunks, 1)
     check_int("streams", streams, 1)
     rng = np.random.default_rng(0)
@@ -311,7 +317,7 @@ def _timing(samples: list[float]) -> Timing:
                   not backend.is_simulator())
 
 
-def run(n: int | None = None, sizes: Sequence[int] = (64, 32, 10), batch: int = 32,
+def run(n: int | None = None, sizes: Sequence[int] = MLP_SIZES, batch: int = 32,
         decode: bool = True) -> dict:
     """The GPU profiles (:data:`GPU_PROFILES`; on the simulator the MLP step's and the
     streams' at ``n`` and ``sizes``) and rows read from them: each step's time, and the
