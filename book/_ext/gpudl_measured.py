@@ -38,6 +38,7 @@ from gpudl.bench import (
     optim,
     pipeline,
     precision,
+    profiles,
     tensorcores,
 )
 
@@ -49,7 +50,7 @@ VERDICTS = {True: message("met"), False: message("**missed**"), None: message("n
 #: names of the bars, from its ``BARS``, that the view's box is held to).
 TOPICS: dict[str, ModuleType] = {m.__name__.rsplit(".", 1)[1]: m for m in (
     elementwise, memory, allreduce, matmul, optim, dataparallel, pipeline, precision, launch,
-    attention, tensorcores, decode)}
+    attention, tensorcores, decode, profiles)}
 
 
 class _Trail:

@@ -20,6 +20,7 @@ from gpudl.bench import (
     precision,
     tensorcores,
 )
+from gpudl.bench import profiles as profiled
 from gpudl.bench.message_sizes import GPU_SIZES as MESSAGE_SIZES
 from gpudl.bench.message_sizes import human_size
 from gpudl.estimate.bubble import bubble_fraction
@@ -241,7 +242,29 @@ def _decode_graphs() -> list[Prediction]:
     ]
 
 
-#: Each box of Chapters 5 to 9 -> the function of its predictions.
+# --- Appendix E ------------------------------------------------------------------------------
+
+
+def _profiles_launches() -> list[Prediction]:
+    from gpudl.models import KernelMLP
+
+    mlp = sum(KernelMLP(profiled.MLP_SIZES).launches_per_step().values())
+    decoder = _decoder_launches()
+    return [alike("kernels per step of `{row}`", mlp, "", _COUNTED, "appendix-profiles-mlp",
+                  "estimate", rows=("mlp-step-cuda",), field="kernels",
+                  fields=(("row", "mlp-step-cuda"),)),
+            alike("kernels per step of `{row}`", decoder, "", _COUNTED, "ch09-graphs",
+                  "estimate", rows=("decode-eager-cuda", "decode-graph-cuda"), field="kernels",
+                  fields=(("row", "decode-eager-cuda"),))]
+
+
+def _profiles_kernels() -> list[Prediction]:
+    # a chunk's x and y read and its result written, float32
+    chunk = 12 * (profiled.GPU_STREAMS_N // profiled.STREAMS_CHUNKS)
+    return [moved("saxpy_v1_naive, one chunk", chunk, "appendix-profiles-streams")]
+
+
+#: Each box of Chapters 5 to 9 and Appendix E -> the function of its predictions.
 BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
     ("allreduce", "busbw"): _allreduce_busbw,
     ("ddp-timeline", None): _ddp_timeline,
@@ -257,4 +280,6 @@ BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
     ("decode", "attention"): _decode_attention,
     ("decode", "gemv"): _decode_gemv,
     ("decode", "graphs"): _decode_graphs,
+    ("profiles", "launches"): _profiles_launches,
+    ("profiles", "kernels"): _profiles_kernels,
 }
