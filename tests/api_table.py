@@ -626,6 +626,15 @@ none(f"{_BG}.BiasGeLU", "a torch.autograd.Function: bias_gelu_tensor checks its 
 none(f"{_BG}.BiasGeLU.forward", "called by autograd through bias_gelu_tensor")
 none(f"{_BG}.BiasGeLU.backward", "called by autograd")
 
+_CH10 = "gpudl.solutions.ch10"
+add(f"{_CH10}.bias_gelu_triton", lambda: dict(x=f32(2, 3), b=f32(3)), x=float32(2, (2, 3)),
+    b=float32(1, (3,)).more((), (f32(4),)))
+add(f"{_CH10}.layer_norm_triton", lambda: dict(x=f32(2, 3), w=f32(3), b=f32(3)),
+    x=float32(2, (2, 3)), w=float32(1, (3,)).more((), (f32(4),)),
+    b=float32(1, (3,)).more((), (f32(4),)), eps=POSITIVE)
+add(f"{_CH10}.autotuning_seconds", lambda: dict(configs=2, keys=3), configs=COUNT, keys=COUNT,
+    warmup_ms=NONNEGATIVE, rep_ms=POSITIVE)
+
 _B = f"{_K}.buckets"
 _GRADS = Kind("gradient arrays", (f32(3), None, [f32(3).astype(np.float64)], "g"),
               ([], [f32(3, 1)]))

@@ -29,8 +29,8 @@ from gpudl.checks import check_equal, check_int, check_real
 from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device
 from gpudl.kernels.tiles.runtime import launch, tl, triton
 
-__all__ = ["GELU_BLOCK", "MAX_LAYER_NORM_WIDTH", "autotuning_seconds", "bias_gelu_triton",
-           "layer_norm_triton", "reference_layer_norm"]
+__all__ = ["GELU_BLOCK", "MAX_LAYER_NORM_WIDTH", "autotuning_seconds", "bias_gelu_kernel",
+           "bias_gelu_triton", "layer_norm_kernel", "layer_norm_triton"]
 
 #: Elements per program of the bias + GeLU kernel (8 per thread with 4 warps).
 GELU_BLOCK = 1024
