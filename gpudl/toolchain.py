@@ -39,7 +39,7 @@ __all__ = ["Toolchain", "MINIMUM_DRIVER", "driver_cuda", "gpu_and_driver", "inst
            "install_requirements", "ptx_cuda", "facts", "verdict", "report", "smoke_test",
            "main"]
 
-#: The first driver series of each CUDA major version: every driver from it on loads a cubin
+#: The first driver series of each CUDA major version. Every driver from it on loads a cubin
 #: that a toolkit of that major version made (the CUDA Compatibility guide's table).
 MINIMUM_DRIVER = {12: 525, 13: 580}
 #: The wheel that holds nvJitLink, per CUDA major version (what torch's CUDA builds pin).

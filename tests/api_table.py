@@ -404,6 +404,40 @@ add(f"{_E}.roofline.ridge_point", lambda: dict(peak_flops=1e15, peak_bandwidth=3
     peak_flops=POSITIVE, peak_bandwidth=POSITIVE)
 none(f"{_E}.cli.add_parser", CLI)
 none(f"{_E}.cli.run", CLI)
+none(f"{_E}.published.Published", "a published number, written once in "
+                                  "gpudl.estimate.published")
+
+_PR, _PQ = f"{_E}.predictions.boxes", f"{_E}.predictions.quantities"
+_BOX_TOPICS = ("elementwise", "streams", "memory", "matmul", "digits-training", "optim",
+               "launch", "allreduce", "ddp-timeline", "dataparallel", "pipeline", "bias-gelu",
+               "zero", "precision", "attention", "tensorcores", "decode")
+_BOX = {"topic": choice(*_BOX_TOPICS), "view": choice("bandwidth", "divergence", "cpu_vs_gpu")}
+none(f"{_PQ}.Prediction", RECORD)
+add(f"{_PR}.predict", lambda: dict(topic="elementwise", view="bandwidth"), **_BOX)
+add(f"{_PR}.published", lambda: dict(topic="elementwise", view="bandwidth"), **_BOX)
+add(f"{_PR}.expected", lambda: dict(topic="elementwise", view="bandwidth", gpu="H200 SXM"),
+    gpu=choice("H100 SXM", "H200 SXM"), **_BOX)
+
+
+def _prediction() -> object:
+    from gpudl.estimate.predictions import Prediction
+
+    return Prediction("a", (1.0, 2.0), "ms", "a model", "ch01", "bound", ("a", "b"))
+
+
+add(f"{_PR}.measured_value",
+    lambda: dict(prediction=_prediction(), record={"rows": [{"name": "a", "median_s": 1.0}]},
+                 row="b"),
+    prediction=Kind("a Prediction", (None, "a", 1, {})),
+    record=Kind("a record", (None, "x", 1, [])), row=choice("a", "b").allowing_none())
+add(f"{_PR}.reference_gpu", lambda: dict(name="NVIDIA H200", memory_bytes=141e9),
+    name=Kind("a device's name", (None, 1, ["H200"])), memory_bytes=NONNEGATIVE.allowing_none())
+add(f"{_PQ}.shown", lambda: dict(value=1e-3, unit="ms"), value=FINITE,
+    unit=choice("ms", "µs", "GB/s", "TFLOP/s", "MB", ""))
+for _name in ("alike", "bandwidth", "clock", "computed", "mlp_params", "moved", "nvlink", "pcie",
+              "per_gpu", "time_unit", "timed"):
+    none(f"{_PQ}.{_name}", "plumbing of the boxes' predictions, called with the package's own "
+                           "constants and the GPUs of gpudl.estimate.predictions.GPUS")
 
 # ------------------------------------------------------------------------------------------
 # gpudl.kernels: the grid, the array plumbing and the Chapter 1 to 3 kernels
@@ -1580,6 +1614,8 @@ add(f"{_OB}.hyper_used", lambda: dict(name="torch fused", device=torch.device("c
 add(f"{_OB}.check_step", lambda: dict(make=lambda ps, **kw: torch.optim.Adam(ps, **kw),
                                       shapes=[4]),
     make=Kind("an optimizer factory", (None, 1)), shapes=ints(1))
+add(f"{_OB}.layouts", lambda: dict(sizes=(8,), small=(2, 3)), sizes=ints(1),
+    small=ints(1, 2).more((), ((2, 3, 4),)))
 add(f"{_OB}.run", lambda: dict(sizes=(8,), small=(2, 3), repeats=1),
     sizes=ints(1).allowing_none(), small=ints(1, 2).allowing_none(),
     repeats=COUNT.allowing_none())

@@ -62,10 +62,12 @@ def test_the_chinese_edition_draws_its_own_file_with_the_catalogues_words(tmp_pa
     assert english.tobytes() != chinese.tobytes()  # drawn in another font
 
 
-def test_a_box_without_a_stored_run_says_not_yet_measured(tmp_path):
-    text = "\n".join(gpudl_measured.box_markdown("memory", "copies", None, tmp_path))
-    assert text.startswith("**Not yet measured**")
-    assert "`python -m gpudl bench memory` writes `results/memory-cuda.json`" in text
+def test_a_box_without_a_stored_run_predicts_and_says_not_yet_measured(tmp_path):
+    lines = gpudl_measured.box_markdown("memory", "copies", None, tmp_path)
+    text = "\n".join(lines)
+    assert text.startswith("**Predicted** by the book's own models")  # tests/test_predictions.py
+    assert lines[-1].startswith("**Not yet measured** on a GPU by this book: `python -m gpudl "
+                                "bench memory` writes `results/memory-cuda.json`")
     assert not list(tmp_path.iterdir())
     assert "Not yet measured" in gpudl_measured.box_markdown(None, None, None, tmp_path)[0]
     with pytest.raises(ValueError, match="no view 'bars' of topic 'memory'"):
@@ -78,7 +80,7 @@ def test_a_chinese_box_without_a_stored_run_says_so_in_the_catalogue_s_words(tmp
                                      (None, None, "no benchmark of the book times it yet")]:
         lines = gpudl_measured.box_markdown(topic, view, None, tmp_path, measured_by,
                                             language="zh_CN")
-        assert lines[0].startswith(zh["**Not yet measured**"]), lines
+        assert lines[-1].startswith(zh["**Not yet measured**"]), lines
         assert english_sentences(chinese_prose(lines)) == [], lines
     assert zh["no benchmark of the book times it yet"] in lines[0]
 
@@ -138,12 +140,19 @@ def test_a_bar_name_with_a_placeholder_matches_each_bar_made_from_it():
 
 
 def _conf(src, results) -> None:
+    """A small Sphinx project that has the boxes, the book's bibliography (the boxes cite the
+    published measurements) and the sections a box of elementwise or memory links to."""
     (src / "conf.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
-        "extensions = ['myst_parser', 'gpudl_sphinx']\n"
+        "extensions = ['myst_parser', 'sphinxcontrib.bibtex', 'gpudl_sphinx']\n"
+        "bibtex_bibfiles = ['references.bib']\n"
         f"gpudl_results = {str(results)!r}\n"
         "gpudl_model_figures = False\n")
+    (src / "references.bib").write_text((ROOT / "book" / "references.bib").read_text())
+    (src / "sections.md").write_text(
+        "# Sections\n\n(ch01-simt)=\n## Threads\n\n(ch01-divergence)=\n## Divergence\n\n"
+        "(ch02-coalescing)=\n## Coalescing\n\n```{bibliography}\n```\n")
 
 
 def _sphinx(src, out, *options: str) -> subprocess.CompletedProcess:
@@ -167,13 +176,15 @@ def test_a_page_with_boxes_builds_without_warnings(tmp_path, fake_cuda_record, s
         "# Boxes\n\n"
         "```{gpudl-measured} elementwise bandwidth\nVector add against a copy.\n```\n\n"
         "```{gpudl-measured} elementwise divergence\n:title: Measured on GPUs\nParity.\n```\n\n"
-        "```{gpudl-measured}\nNothing measures this yet.\n```\n")
+        "```{gpudl-measured}\nNothing measures this yet.\n```\n\n"
+        "```{toctree}\nsections\n```\n")
     done = _sphinx(src, tmp_path / "html")
     assert done.returncode == 0, done.stderr[-3000:]
     html = (tmp_path / "html" / "index.html").read_text()
     assert html.count("Measured on a GPU") == 2 and "Measured on GPUs" in html
     assert ("Fake GPU 9000" in html) == stored and ("0123abcd0123" in html) == stored
     assert html.count("Not yet measured") == (1 if stored else 3)
+    assert html.count("Predicted</strong> by the book") == 2  # the measured one's GPU: none
     assert ((tmp_path / "html" / "_images" / "measured-elementwise-bandwidth.png").exists()
             == stored)
 
@@ -194,7 +205,7 @@ def test_a_chinese_page_with_boxes_is_in_chinese_and_warns_of_a_missing_text(
         "```{gpudl-measured} elementwise bandwidth\n:title: 在 GPU 上测量\n向量加法。\n```\n\n"
         "```{gpudl-measured} memory copies\n:title: 在 GPU 上测量\n拷贝。\n```\n\n"
         "```{gpudl-measured}\n:title: 在 GPU 上测量\n:measured-by: nothing translates this\n"
-        "无。\n```\n")
+        "无。\n```\n\n```{toctree}\nsections\n```\n")
     done = _sphinx(src, tmp_path / "html", "--keep-going")
     assert "'nothing translates this' has no Chinese translation" in done.stderr, done.stderr
     assert done.stderr.count("has no Chinese translation") == 1, done.stderr

@@ -89,7 +89,8 @@ FLOORS = [
     ("gpudl.models", "gpudl.optim"),
     ("gpudl.parallel",),
     ("gpudl.bench",),
-    ("gpudl.plots", "gpudl.solutions", "gpudl.__main__"),
+    # the predictions of the boxes read the sizes the benchmarks time: above gpudl.bench
+    ("gpudl.plots", "gpudl.solutions", "gpudl.__main__", "gpudl.estimate.predictions"),
 ]
 
 

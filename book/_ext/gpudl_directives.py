@@ -20,14 +20,17 @@ class MeasuredBox(SphinxDirective):
     """``{gpudl-measured} TOPIC VIEW``: a "Measured on a GPU" box. Its content says what is
     measured; below it, the ``VIEW`` of ``results/TOPIC-cuda.json`` (``gpudl_results`` in the
     Sphinx config) with the goals it is held to and its provenance, or *not yet measured*
-    where no such file exists. Without arguments the box has no benchmark behind it yet. A
+    where no such file exists, beside the book's predictions (``gpudl_predicted``). Without
+    arguments the box has no benchmark behind it yet; ``:predict: NAME`` then names the
+    predictions it shows (a box of ``gpudl.estimate.predictions.BOXES``). A
     stored file that fails the schema of stored results (``gpudl.bench.results.load_record``:
     it must also hold a ``cuda`` record of its topic, with a commit) or that the view cannot
     draw is an error of the build naming the file and the field."""
 
     optional_arguments = 2
     has_content = True
-    option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged}
+    option_spec = {"title": directives.unchanged, "measured-by": directives.unchanged,
+                   "predict": directives.unchanged}
 
     def run(self):
         from gpudl_editions import edition_words
@@ -49,7 +52,7 @@ class MeasuredBox(SphinxDirective):
             words = edition_words(self)
             measured = box_markdown(topic, view, record, page / "_generated",
                                     self.options.get("measured-by"), words.language,
-                                    words.on_missing)
+                                    words.on_missing, self.options.get("predict"))
         except Exception as err:  # noqa: BLE001  (any stored file the book cannot show is an
             # error of the build, naming the file and the field, never a crash of Sphinx)
             raise self.error(f"gpudl-measured {topic} {view}: {err}") from None

@@ -156,10 +156,28 @@ def _bars(results: Path) -> Iterator[tuple[str, str, int]]:
             yield bar["what"], str(stored.relative_to(ROOT)), 0
 
 
+def _predicted() -> Iterator[tuple[str, str, int]]:
+    """The phrases of the boxes' predictions and published measurements
+    (``gpudl.estimate.predictions``): each quantity that is not a row's name, each model and
+    unit, each published quantity and unit."""
+    from gpudl.estimate import predictions
+
+    where = "gpudl/estimate/predictions"
+    for box in predictions.BOXES:
+        for p in predictions.predict(*box):
+            if p.quantity not in p.rows:
+                yield p.quantity, where, 0
+            yield from ((text, where, 0) for text in (p.model, p.unit) if text)
+        for found in predictions.published(*box):
+            yield from ((text, "gpudl/estimate/published.py", 0)
+                        for text in (found.quantity, found.unit))
+
+
 def texts(root: Path = ROOT) -> dict[str, list[tuple[str, int]]]:
     """Every text the extensions write into a page, with where it comes from: the messages of
     book/_ext/*.py, the boxes' ``:measured-by:``, the bars' descriptions (their bench modules'
-    ``BARS`` and the stored runs), the book's title and author (_config.yml)."""
+    ``BARS`` and the stored runs), the phrases of the boxes' predictions (:func:`_predicted`),
+    the book's title and author (_config.yml)."""
     import yaml
 
     found: dict[str, list[tuple[str, int]]] = {}
@@ -168,7 +186,7 @@ def texts(root: Path = ROOT) -> dict[str, list[tuple[str, int]]]:
             found.setdefault(text, []).append((str(path.relative_to(ROOT)), line))
     config = yaml.safe_load((root / "_config.yml").read_text())
     others = [(config["title"], "_config.yml", 0), (config["author"], "_config.yml", 0),
-              *_measured_by(root / "book"), *_bars(root / "results")]
+              *_measured_by(root / "book"), *_bars(root / "results"), *_predicted()]
     for text, where, line in others:
         found.setdefault(text, []).append((where, line))
     return found

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import gpudl_predicted as predicted
 import gpudl_views as views
 from gpudl_extension_text import Untranslated, Words, edition, message, tr, translated
 
@@ -160,33 +161,47 @@ def record_texts(record: dict) -> set[str]:
 def box_markdown(topic: str | None, view: str | None, record: dict | None,
                  generated: Path, measured_by: str | None = None,
                  language: str = "en",
-                 on_missing: Callable[[str], None] | None = None) -> list[str]:
+                 on_missing: Callable[[str], None] | None = None,
+                 predict: str | None = None) -> list[str]:
     """The measured part of a box: ``view`` of ``topic``'s stored ``record`` (figures into
-    ``generated``, as ``<name>.zh_CN.png`` in Chinese where ``language`` is ``"zh_CN"``), or
-    *not yet measured* when there is no record. A box with no topic says what would measure
-    it (``measured_by``), or that nothing in the book does yet. Its words are in
-    ``language``; ``on_missing`` is called with each text the Chinese catalogue lacks (by
-    default, ``gpudl_extension_text.Untranslated`` is raised)."""
+    ``generated``, as ``<name>.zh_CN.png`` in Chinese where ``language`` is ``"zh_CN"``), then
+    the measured values beside the book's predictions for that GPU (``gpudl_predicted``); with
+    no record, the predictions for the reference GPUs, the published measurements of the same
+    quantities, and *not yet measured* with how to measure it. A box with no topic shows the
+    predictions of the box ``predict`` names (``gpudl.estimate.predictions.BOXES``), if it
+    names one, and says what would measure it (``measured_by``), or that nothing in the book
+    does yet. Its words are in ``language``; ``on_missing`` is called with each text the
+    Chinese catalogue lacks (by default, ``gpudl_extension_text.Untranslated`` is raised)."""
     words = Words(language) if on_missing is None else Words(language, on_missing)
     with edition(words):
-        return _box(topic, view, record, generated, measured_by)
+        return _box(topic, view, record, generated, measured_by, predict)
 
 
 def _box(topic: str | None, view: str | None, record: dict | None, generated: Path,
-         measured_by: str | None) -> list[str]:
+         measured_by: str | None, predict: str | None) -> list[str]:
     source = f"results/{topic}-cuda.json"
     if topic is None:
         reason = (translated(measured_by) if measured_by
                   else tr("no benchmark of the book measures it yet"))
-        return [tr("{not_measured}: {reason}; no GPU run of it is stored in `results/`.",
+        told = [tr("{not_measured}: {reason}; no GPU run of it is stored in `results/`.",
                    not_measured=views.not_measured(), reason=reason)]
+        if predict is None:
+            return told
+        return [*predicted.prediction_table(predict, None), "",
+                *_then(predicted.published_list(predict, None)), *told]
     if topic not in TOPICS or view not in TOPICS[topic].VIEWS:
         raise ValueError(f"no view {view!r} of topic {topic!r}; views: "
                          f"{ {t: list(m.VIEWS) for t, m in TOPICS.items()} }")
+    if predict is not None:
+        raise ValueError(f"a box of a benchmark ({topic} {view}) predicts what its view "
+                         f"measures: it takes no :predict: (got {predict!r})")
     if record is None:
-        return [tr("{not_measured}: no GPU run of this benchmark is stored in `results/` "
-                   "(`python -m gpudl bench {topic}` writes `{source}`).",
-                   not_measured=views.not_measured(), topic=topic, source=source)]
+        return [*predicted.prediction_table(topic, view), "",
+                *_then(predicted.published_list(topic, view)),
+                tr("{not_measured} on a GPU by this book: `python -m gpudl bench {topic}` "
+                   "writes `{source}`, and this box then shows the measured values beside the "
+                   "predicted ones.", not_measured=views.not_measured(), topic=topic,
+                   source=source)]
     draw, bars = views.DRAW[topic][view], TOPICS[topic].VIEWS[view]
     trail = _Trail()
     tracked = _tracked(record, "", trail)
@@ -199,7 +214,14 @@ def _box(topic: str | None, view: str | None, record: dict | None, generated: Pa
             raise
         raise MalformedRecord(f"{source}: field {trail.field or '(the record)'}: "
                               f"{type(err).__name__}: {err}") from None
-    return [*lines, "", *goals, "", note]
+    return [*lines, "", *goals, "", note, "",
+            *predicted.measured_against_predicted(topic, view, record), "",
+            *_then(predicted.published_list(topic, view))]
+
+
+def _then(lines: list[str]) -> list[str]:
+    """``lines`` and a blank line after them, or nothing."""
+    return [*lines, ""] if lines else []
 
 
 class MalformedRecord(ValueError):

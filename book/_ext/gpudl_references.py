@@ -7,7 +7,7 @@ broken references. ``gpudl_sphinx`` connects both to Sphinx's ``missing-referenc
 
 EXTERNAL_TARGET_PREFIXES = (
     "numpy", "np.", "torch", "numba", "matplotlib", "pathlib", "concurrent", "collections.",
-    "argparse"
+    "argparse", "dist."
 )
 
 
@@ -60,10 +60,27 @@ def resolve_reexported(app, env, node, contnode):
     return None
 
 
+def _type_alias(module: str, target: str) -> bool:
+    """Whether ``target``, seen in a signature of ``module``, is a type alias that module uses
+    (``Events = list[tuple[str, int]]``): an annotation, not a documented object."""
+    import importlib
+    import typing
+
+    try:
+        obj = getattr(importlib.import_module(module), target.rsplit(".", 1)[-1], None)
+    except ImportError:
+        return False
+    return obj is not None and typing.get_origin(obj) is not None
+
+
 def ignore_external(app, env, node, contnode):
-    """Drop missing references to types documented elsewhere (NumPy, torch, numba)."""
+    """Drop missing references to types documented elsewhere (NumPy, torch, numba), and to a
+    module's type aliases in its signatures."""
     target = node.get("reftarget", "")
     type_variable = target.rsplit(".", 1)[-1] == "T"  # a TypeVar in a signature
     if target.startswith(EXTERNAL_TARGET_PREFIXES) or type_variable or target == "Path":
+        return contnode
+    module = node.get("py:module") or ""
+    if module.startswith("gpudl") and _type_alias(module, target):
         return contnode
     return None

@@ -28,9 +28,9 @@ from gpudl.kernels import attention as attention_kernels
 from gpudl.kernels import attention_error
 from gpudl.kernels.arrays import poisoned
 
-__all__ = ["BARS", "VIEWS", "attention_flops", "run"]
+__all__ = ["BARS", "VIEWS", "GPU_S", "GPU_HEADS", "HEAD_DIM", "attention_flops", "run"]
 
-#: The speed goals: time ratios at s = 4096, d = 64. torch's flash backend takes no float32,
+#: The speed goals, time ratios at s = 4096, d = 64. torch's flash backend takes no float32,
 #: so the FP32 goal is held against SDPA's memory-efficient backend, the fused kernel torch
 #: runs in FP32.
 BARS = (
@@ -50,6 +50,8 @@ BARS = (
 #: The book's boxes of this topic (``{gpudl-measured} attention <view>``) and the bars
 #: (of :data:`BARS`) each is held to.
 VIEWS = {"times": ("fused_faster_than_v1", "fused_within_3x_of_torch_sdpa")}
+#: The sequence lengths and the heads timed on a GPU, and the head size (on both backends).
+GPU_S, GPU_HEADS, HEAD_DIM = (1024, 4096), 16, 64
 
 
 def attention_flops(heads: int, s: int, d: int, causal: bool = False) -> int:
@@ -71,12 +73,12 @@ def _sdpa_backends() -> dict[str, tuple[Any, torch.dtype]]:
 
 
 def run(s_values: Sequence[int] | None = None, heads: int | None = None,
-                  d: int = 64) -> dict:
+        d: int = HEAD_DIM) -> dict:
     """Time both variants and torch's SDPA at each sequence length of ``s_values`` (default
     1024 and 4096 on a GPU, 20 on the simulator) for ``heads`` heads (16; 1) of size ``d``,
     not causal. On the simulator torch runs on the CPU with its default backend."""
-    s_values = backend.pick(gpu=(1024, 4096), sim=(20,)) if s_values is None else s_values
-    heads = backend.pick(gpu=16, sim=1) if heads is None else heads
+    s_values = backend.pick(gpu=GPU_S, sim=(20,)) if s_values is None else s_values
+    heads = backend.pick(gpu=GPU_HEADS, sim=1) if heads is None else heads
     check_ints("s_values", s_values, 1)
     check_int("heads", heads, 1)
     check_int("d", d, 1, attention_kernels.MAX_HEAD_DIM)

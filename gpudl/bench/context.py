@@ -26,7 +26,7 @@ from gpudl.parallel.spawn import spawn
 
 __all__ = ["BARS", "GPU_CHUNK", "VIEWS", "run"]
 
-#: Tokens per GPU on GPUs: the power of two at or above the longest chunk that hides the ring
+#: Tokens per GPU on GPUs, the power of two at or above the longest chunk that hides the ring
 #: on a GPU of the cost model's table (2,198 tokens on an H100 or H200, not causal): 4,096.
 GPU_CHUNK = 2 ** math.ceil(math.log2(max(hiding_chunks().values())))
 

@@ -29,7 +29,12 @@ from gpudl.checks import check_choice, check_instance, check_int, check_ints
 from gpudl.parallel import data as data_parallel
 from gpudl.parallel.spawn import spawn
 
-__all__ = ["BARS", "VIEWS", "predicted_step_time", "run", "step_times", "step_times_worker"]
+__all__ = ["BARS", "VIEWS", "GPU_DIMS", "GPU_SAMPLES_PER_RANK", "GPU_WORLD_SIZES",
+           "predicted_step_time", "run", "step_times", "step_times_worker"]
+
+#: The MLP's layer widths, the samples each rank takes and the world sizes timed on GPUs
+#: (those the machine has GPUs for).
+GPU_DIMS, GPU_SAMPLES_PER_RANK, GPU_WORLD_SIZES = (2048,) * 8, 1024, (1, 2, 4, 8)
 
 _FIT_BYTES = 4 << 20  # the largest all-reduce step_times_worker fits the ring model to
 
@@ -177,10 +182,10 @@ def run(world_sizes: Sequence[int] | None = None,
         check_instance("setup", setup, data_parallel.Setup)
     if world_sizes is None:
         gpus = torch.cuda.device_count() if on_gpu else 0
-        world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus] if on_gpu else [1, 2, 4]
-    base = setup or (data_parallel.Setup(dims=(2048,) * 8, bucket_cap_mb=None) if on_gpu
+        world_sizes = [n for n in GPU_WORLD_SIZES if n <= gpus] if on_gpu else [1, 2, 4]
+    base = setup or (data_parallel.Setup(dims=GPU_DIMS, bucket_cap_mb=None) if on_gpu
                      else data_parallel.Setup())
-    share = backend.pick(gpu=1024, sim=base.global_batch // 4)
+    share = backend.pick(gpu=GPU_SAMPLES_PER_RANK, sim=base.global_batch // 4)
     steps, warmup = backend.pick(gpu=(20, 5), sim=(5, 2))
     rows, bars, runs = [], [], []
     for world_size in world_sizes:

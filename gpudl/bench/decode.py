@@ -29,10 +29,13 @@ from gpudl.kernels import decode, decode_error, quant
 from gpudl.kernels.arrays import poisoned
 from gpudl.models import graphs
 
-__all__ = ["BARS", "VIEWS", "GRAPH_KERNELS", "run", "bump_kernel", "rewind_kernel"]
+__all__ = ["BARS", "VIEWS", "GRAPH_KERNELS", "GRAPH_ELEMENTS", "GPU_S", "GPU_HEADS", "GPU_D",
+           "GPU_N", "run", "bump_kernel", "rewind_kernel"]
 
-#: Launches in the step that the graph goal is held to.
-GRAPH_KERNELS = 20
+#: Launches in the step that the graph goal is held to, and the elements each kernel adds 1 to.
+GRAPH_KERNELS, GRAPH_ELEMENTS = 20, 256
+#: The cached tokens, heads and head size of decode attention and the GEMV's n, on a GPU.
+GPU_S, GPU_HEADS, GPU_D, GPU_N = 8192, 32, 128, 8192
 
 #: The speed goals, as the issue that asked for the chapter set them.
 BARS = (
@@ -65,10 +68,10 @@ def run(s: int | None = None, heads: int | None = None, d: int | None = None,
     (8,192, 32, 128 on a GPU; 40, 2, 8 on the simulator), the int8 GEMV at ``n x n``
     (8,192; 24), and on a GPU the graph rows (with ``decoder``, also the tiny decoder's step
     eager and replayed)."""
-    s = backend.pick(gpu=8192, sim=40) if s is None else check_int("s", s, 1)
-    heads = backend.pick(gpu=32, sim=2) if heads is None else check_int("heads", heads, 1)
-    d = backend.pick(gpu=128, sim=8) if d is None else check_int("d", d, 1, decode.MAX_HEAD_DIM)
-    n = backend.pick(gpu=8192, sim=24) if n is None else check_int("n", n, 1)
+    s = backend.pick(gpu=GPU_S, sim=40) if s is None else check_int("s", s, 1)
+    heads = backend.pick(gpu=GPU_HEADS, sim=2) if heads is None else check_int("heads", heads, 1)
+    d = backend.pick(gpu=GPU_D, sim=8) if d is None else check_int("d", d, 1, decode.MAX_HEAD_DIM)
+    n = backend.pick(gpu=GPU_N, sim=24) if n is None else check_int("n", n, 1)
     check_bool("decoder", decoder)
     timed = {"warmup": backend.pick(gpu=3, sim=0), "repeats": backend.pick(gpu=20, sim=1)}
     rows = _attention_rows(s, heads, d, timed) + _gemv_rows(n, timed)
@@ -161,11 +164,11 @@ def bump_kernel(x):
 
 
 def _graph_rows(timed: dict, with_decoder: bool) -> list[dict]:
-    x = cuda.to_device(np.zeros(256, np.float32))
+    x = cuda.to_device(np.zeros(GRAPH_ELEMENTS, np.float32))
 
     def step(launch: graphs.Launch) -> None:
         for _ in range(GRAPH_KERNELS):
-            launch(bump_kernel, 1, 256, x)
+            launch(bump_kernel, 1, GRAPH_ELEMENTS, x)
 
     graph = graphs.capture(step)
     before = x.copy_to_host()

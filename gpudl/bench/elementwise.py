@@ -25,13 +25,15 @@ from gpudl.checks import check_int
 from gpudl.kernels import arrays, divergence
 from gpudl.kernels import elementwise as elementwise_kernels
 
-__all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
+__all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "GPU_N", "run"]
 
 #: The row every streaming kernel's bandwidth is compared with, a torch device-to-device copy.
 REFERENCE = "torch copy"
 #: The rows' groups (the kernels against the copy, SAXPY on the CPU and the GPU, divergence).
 GROUPS = ("bandwidth", "cpu_vs_gpu", "divergence")
 _VECTOR_ADD = registry.variant_records("vector_add")
+#: Elements of each vector timed on a GPU (the simulator's are tiny).
+GPU_N = 1 << 26
 
 #: The speed goals of the issue on GPU speed, a streaming kernel near a device copy's bandwidth,
 #: and parity divergence costing both paths.
@@ -62,7 +64,7 @@ def run(n: int | None = None, repeats: int | None = None) -> dict:
     ``"bandwidth"``); SAXPY on the CPU (NumPy, Numba parallel) and on the GPU, kernel alone and
     with its transfers (``"cpu_vs_gpu"``); the divergence demo in both modes
     (``"divergence"``)."""
-    n = backend.pick(gpu=1 << 26, sim=4096) if n is None else n
+    n = backend.pick(gpu=GPU_N, sim=4096) if n is None else n
     # on a GPU, samples until the median is stable (gpudl.bench.timing.POLICY)
     repeats = backend.pick(gpu=None, sim=2) if repeats is None else repeats
     check_int("n", n, 1)

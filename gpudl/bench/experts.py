@@ -37,7 +37,7 @@ from gpudl.parallel.experts import (
 
 __all__ = ["EXPERTS", "grouped_experts"]
 
-#: The layer timed: 64 small experts, each token to 6 (fine-grained experts, as DeepSeekMoE
+#: The layer timed, with 64 small experts, each token to 6 (fine-grained experts, as DeepSeekMoE
 #: has), a capacity factor of 1.25, on a GPU; 8 tiny experts, top-2, on the CPU.
 EXPERTS = backend.pick(
     gpu=MoEConfig(hidden=2048, ffn=1408, experts=64, top_k=6, capacity_factor=1.25),

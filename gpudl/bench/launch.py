@@ -57,8 +57,8 @@ from gpudl.bench.environment import ROOT
 from gpudl.bench.timing import Timing
 from gpudl.checks import check_choice, check_int
 
-__all__ = ["BARS", "VIEWS", "CASES", "KINDS", "run", "measure_launches", "measure_optimizer",
-           "main"]
+__all__ = ["BARS", "VIEWS", "CASES", "KINDS", "TENSORS", "TENSOR_SIZE", "run", "measure_launches",
+           "measure_optimizer", "main"]
 
 
 # The kernels do nothing: what is timed is the launch.
@@ -99,6 +99,8 @@ CASES: dict[str, tuple[object, int, int]] = {
 }
 #: How the arrays reach the kernel.
 KINDS = ("device arrays", "torch tensors", "torch tensors, kept")
+#: The number of parameters of the Adam step whose host time is measured, and their size.
+TENSORS, TENSOR_SIZE = 1000, 10
 _SCALARS = (False, *(np.float32(0.5),) * 8)  # Adam's: a flag and 8 float32
 _SUFFIX = {"full launch": "", "launch without the driver call": ", no driver call",
            "simulated launch": ", simulated"}
@@ -192,7 +194,8 @@ def measure_launches(calls: int | None = None, repeats: int | None = None,
     return rows
 
 
-def measure_optimizer(tensors: int = 1000, size: int = 10, steps: int | None = None) -> list[dict]:
+def measure_optimizer(tensors: int = TENSORS, size: int = TENSOR_SIZE, steps: int | None = None
+                      ) -> list[dict]:
     """Host seconds per ``step()`` of :class:`gpudl.optim.Adam` over ``tensors`` parameters of
     ``size`` elements, gradients in place, for the ``v4_multi_tensor`` and ``v2_fused`` variants;
     with the kernel launches on a GPU, without them on the simulator (where a launch would
@@ -310,7 +313,7 @@ def _without_driver(calls: int = 2000, repeats: int = 5,
 # ------------------------------------------------------------------------------------------
 
 
-def run(calls: int = 2000, repeats: int = 5, tensors: int = 1000) -> dict:
+def run(calls: int = 2000, repeats: int = 5, tensors: int = TENSORS) -> dict:
     """Every measurement of this topic on the machine it runs on: ``rows`` (no ``bars``: the
     numbers are taught, not held to a goal) and ``note``. Without a GPU the launch rows come
     from a compile-only child (``calls`` launches per sample, ``repeats`` samples); ``note``

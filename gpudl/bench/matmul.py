@@ -28,7 +28,8 @@ from gpudl.checks import check_bool, check_ints
 from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels.arrays import EPS32, poisoned
 
-__all__ = ["BARS", "VIEWS", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp", "run"]
+__all__ = ["BARS", "VIEWS", "GPU_SIZES", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp",
+           "run"]
 
 #: The speed goal of the issue on GPU speed, half of cuBLAS at the largest size (0.7 the aim).
 BARS = (
@@ -43,6 +44,8 @@ BARS = (
 #: and ``mlp``, Chapter 11's ``experts``) and the bars (of :data:`BARS`) each is held to.
 VIEWS = {"gflops": ("best_matmul_vs_torch",), "mlp": (), "experts": ()}
 
+#: The sizes of the square matrices timed on a GPU.
+GPU_SIZES = (1024, 2048, 4096)
 #: The larger MLP the backward-over-forward measurement uses, and its batch (on a GPU only).
 MLP_SIZES, MLP_BATCH = (1024, 2048, 2048, 10), 8192
 
@@ -56,7 +59,7 @@ def bench_matmul(sizes: tuple[int, ...] | None = None) -> list[dict]:
     ``error_over_bound`` (the largest ``|C - C_torch|`` over its bound: at most 1). Every
     output is checked against torch's before its time is reported.
     """
-    sizes = backend.pick(gpu=(1024, 2048, 4096), sim=(48,)) if sizes is None else sizes
+    sizes = backend.pick(gpu=GPU_SIZES, sim=(48,)) if sizes is None else sizes
     check_ints("sizes", sizes, 1)
     with fp32_matmuls("ieee"):  # TF32 would round the inputs to 10-bit mantissas
         return [r for size in sizes for r in _bench_size(size)]

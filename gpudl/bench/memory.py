@@ -27,10 +27,13 @@ from gpudl.kernels import reduction as reduction_kernels
 from gpudl.kernels import reduction_error, transpose
 from gpudl.kernels.arrays import poisoned
 
-__all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "run"]
+__all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "GPU_N", "STRIDES", "run"]
 
 #: The row every kernel's bandwidth is compared with, a torch device-to-device copy.
 REFERENCE = "torch copy"
+#: float32 values each kernel reads on a GPU (the simulator's are tiny), and the strides of
+#: the strided copies.
+GPU_N, STRIDES = 1 << 26, (2, 4, 8, 32)
 #: The rows' groups, each drawn in one box of Chapter 2.
 GROUPS = ("copies", "transposes", "reductions")
 _COPY = registry.variant_records("copy")
@@ -73,7 +76,7 @@ def run(n: int | None = None, hierarchy: bool = True) -> dict:
     the reductions of ``n`` float32 values (2**26 on a GPU, 1024 on the simulator), each with a
     torch copy (and ``torch.sum``) in the same run; then, unless switched off, the memory
     hierarchy (:func:`gpudl.bench.hierarchy.measure`, with its ratio table)."""
-    n = backend.pick(gpu=1 << 26, sim=1024) if n is None else n
+    n = backend.pick(gpu=GPU_N, sim=1024) if n is None else n
     check_int("n", n, 4)
     check_bool("hierarchy", hierarchy)
     rows = _kernels(n)
@@ -108,7 +111,7 @@ def _kernels(n: int) -> list[dict]:
         rows.append(row(v.name, time_cuda(v.launch, x, out, **timed), v.bytes_per_element * n,
                         group="copies"))
         check(out, x_host)
-    for stride in (2, 4, 8, 32):
+    for stride in STRIDES:
         out = poisoned(-(-n // stride))
         timing = time_cuda(memory_kernels.launch_copy_strided, x, out, stride, **timed)
         check(out, x_host[::stride])

@@ -14,15 +14,20 @@ from gpudl.checks import check_int, check_ints
 from gpudl.parallel.messages import ITEMSIZE
 from gpudl.parallel.spawn import default_backend
 
-__all__ = ["default_sizes", "check_plan", "human_size"]
+__all__ = ["GPU_SIZES", "default_sizes", "check_plan", "human_size"]
+
+
+#: The message sizes timed between GPUs over NCCL, powers of 4 from 4 KiB to 256 MiB.
+GPU_SIZES = tuple(1 << k for k in range(12, 29, 2))
 
 
 def default_sizes(world_size: int = 2) -> list[int]:
     """Message sizes in bytes, powers of 4: 4 KiB to 256 MiB when ``world_size`` ranks get a
     GPU each (NCCL), to 4 MiB when they share CPU memory over gloo (with fewer GPUs than
     ranks, or none: 256 MiB messages there would only make the run long)."""
-    largest = 28 if default_backend(world_size) == "nccl" else 22
-    return [1 << k for k in range(12, largest + 1, 2)]
+    if default_backend(world_size) == "nccl":
+        return list(GPU_SIZES)
+    return [size for size in GPU_SIZES if size <= 1 << 22]
 
 
 def check_plan(sizes_bytes: list[int], repeats: int, warmup: int) -> None:

@@ -15,7 +15,7 @@ which array was off.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gpudl import backend, registry
 
@@ -31,8 +31,12 @@ from gpudl.interop import tensor_device
 from gpudl.kernels import optim as optim_kernels
 from gpudl.kernels.optim import check_adam_hyper
 
-__all__ = ["BARS", "VIEWS", "HYPER", "METHODS", "PER_TENSOR", "float32_hyper", "hyper_used",
-           "check_step", "run"]
+__all__ = ["BARS", "VIEWS", "HYPER", "METHODS", "PER_TENSOR", "GPU_SIZES", "GPU_SMALL",
+           "float32_hyper", "hyper_used", "check_step", "layouts", "run"]
+
+#: The parameters of each one-tensor layout timed on a GPU, and its many small tensors
+#: (count, size).
+GPU_SIZES, GPU_SMALL = (10**6, 10**7, 10**8), (1000, 10**4)
 
 #: The hyperparameters every timed step uses (Adam's defaults).
 HYPER = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
@@ -167,10 +171,16 @@ def _timings(shapes: list[int], timed: dict, few: dict) -> dict:
     return {name: timings[name] for name in ["copy", *METHODS]}
 
 
-def _layouts(sizes: tuple[int, ...], small: tuple[int, int]) -> list[tuple[str, list[int]]]:
-    layouts = [(f"1 tensor of {n:,}", [n]) for n in sizes]
+def layouts(sizes: Sequence[int], small: Sequence[int]) -> list[tuple[str, list[int]]]:
+    """Each layout's name and its tensors' sizes: one tensor of each of ``sizes``, then
+    ``small = (count, size)`` tensors of one size (the rows are named after the layouts)."""
+    sizes = check_ints("sizes", sizes, 1)
+    small = check_ints("small", small, 1, minimum_count=2)
+    if len(small) != 2:
+        raise ValueError(f"small must be (count, size), got {small!r}")
     count, each = small
-    return layouts + [(f"{count:,} tensors of {each:,}", [each] * count)]
+    return ([(f"1 tensor of {n:,}", [n]) for n in sizes]
+            + [(f"{count:,} tensors of {each:,}", [each] * count)])
 
 
 def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = None,
@@ -183,12 +193,9 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
     :data:`gpudl.kernels.optim.BYTES_PER_PARAM` = 28 bytes per parameter (``gbps``) and
     against the copy's bandwidth (``fraction_of_copy``), and carries its ``optimizer`` and ``check``
     (:func:`check_step`)."""
-    sizes = backend.pick(gpu=(10**6, 10**7, 10**8), sim=(300,)) if sizes is None else sizes
-    small = backend.pick(gpu=(1000, 10**4), sim=(6, 40)) if small is None else small
-    check_ints("sizes", sizes, 1)
-    check_ints("small", small, 1, minimum_count=2)
-    if len(small) != 2:
-        raise ValueError(f"small must be (count, size), got {small!r}")
+    sizes = backend.pick(gpu=GPU_SIZES, sim=(300,)) if sizes is None else sizes
+    small = backend.pick(gpu=GPU_SMALL, sim=(6, 40)) if small is None else small
+    plan = layouts(sizes, small)
     # on a GPU, samples until the median is stable (gpudl.bench.timing.POLICY)
     repeats = (backend.pick(gpu=None, sim=1) if repeats is None
                else check_int("repeats", repeats, 1))
@@ -196,9 +203,8 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
     # one launch (or seven) per tensor and step: over many tensors a few runs say it
     few = {"warmup": min(timed["warmup"], 1), "repeats": min(repeats or 5, 5)}
     device = tensor_device()
-    layouts = _layouts(tuple(sizes), tuple(small))
     rows = []
-    for layout, shapes in layouts:
+    for layout, shapes in plan:
         n = sum(shapes)
         keys = {"layout": layout, "params": n, "tensors": len(shapes)}
         print(f"[optim] {layout}: {n:,} parameters ({backend.name()})", flush=True)
@@ -219,6 +225,6 @@ def run(sizes: tuple[int, ...] | None = None, small: tuple[int, int] | None = No
         for r in rows[-len(METHODS) - 1:]:
             r["fraction_of_copy"] = (r["gbps"] / copy["gbps"] if r["gbps"] and copy["gbps"]
                                      else None)
-    big = max((lay for lay in layouts if len(lay[1]) == 1), key=lambda lay: lay[1][0])[0]
+    big = max((lay for lay in plan if len(lay[1]) == 1), key=lambda lay: lay[1][0])[0]
     return {"bytes_per_param": optim_kernels.BYTES_PER_PARAM, "hyper": HYPER, "rows": rows,
-            "bars": evaluate_bars(BARS, rows, big=big, many=layouts[-1][0])}
+            "bars": evaluate_bars(BARS, rows, big=big, many=plan[-1][0])}

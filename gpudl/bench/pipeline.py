@@ -21,13 +21,15 @@ from gpudl.estimate import bubble_fraction
 from gpudl.parallel import pipeline
 from gpudl.parallel.spawn import default_backend
 
-__all__ = ["BARS", "VIEWS", "bubble_sweep", "run"]
+__all__ = ["BARS", "VIEWS", "STAGES", "MICROBATCHES", "bubble_sweep", "run"]
 
 #: No speed goal; the rows set the measured idle fraction beside the formula's.
 BARS: tuple[dict, ...] = ()
 #: The book's boxes of this topic (``{gpudl-measured} pipeline <view>``) and the bars
 #: (of :data:`BARS`) each is held to.
 VIEWS = {"bubble": ()}
+#: The stages (one GPU each) and the numbers of micro-batches :func:`run` sweeps.
+STAGES, MICROBATCHES = 4, (1, 2, 4, 8, 16)
 
 
 def bubble_sweep(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8, 16),
@@ -72,7 +74,7 @@ def _check_sweep(world_size: int, microbatches: Sequence[int]) -> None:
     check_ints("microbatches", microbatches, 1)
 
 
-def run(world_size: int = 4, microbatches: Sequence[int] = (1, 2, 4, 8, 16)) -> dict:
+def run(world_size: int = STAGES, microbatches: Sequence[int] = MICROBATCHES) -> dict:
     """:func:`bubble_sweep` on ``world_size`` stages at each of ``microbatches``, one GPU per
     stage (skipped with fewer GPUs; CPU processes on the simulator). One row per run: the
     makespan of its timed step, with the sweep's keys, timelines included."""

@@ -22,13 +22,16 @@ from gpudl.bench.timing import Timing, fp32_matmuls, time_cpu, time_cuda
 from gpudl.checks import check_choice, check_int
 from gpudl.estimate import mfu, training_flops
 
-__all__ = ["BARS", "VIEWS", "DTYPES", "matmul_timing", "measured_matmul_flops", "run"]
+__all__ = ["BARS", "VIEWS", "DTYPES", "GPU_N", "matmul_timing", "measured_matmul_flops", "run"]
 
 #: No speed goal; the rates are ceilings to hold an MFU to.
 BARS: tuple[dict, ...] = ()
 #: The book's boxes of this topic (``{gpudl-measured} precision <view>``) and the bars
 #: (of :data:`BARS`) each is held to.
 VIEWS = {"rates": ()}
+
+#: The size of the square matrices multiplied on a GPU.
+GPU_N = 8192
 
 #: The dtypes measured, by name.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -80,7 +83,7 @@ def run(n: int | None = None) -> dict:
     MLP's training step (row ``"kernel MLP step"``) and its ``mfu``: model flops (6 x weights x
     batch) per second over ``peak_flops``, the FP32 peak derived from the driver's facts (or,
     where the driver gives no clock, the FP32 rate just measured: ``peak_source`` says)."""
-    n = backend.pick(gpu=8192, sim=512) if n is None else check_int("n", n, 1)
+    n = backend.pick(gpu=GPU_N, sim=512) if n is None else check_int("n", n, 1)
     device = "cuda" if backend.name() == "cuda" else "cpu"
     print(f"[precision] torch.matmul {n} x {n} on the {device}", flush=True)
     rows = [row(f"torch.matmul {dtype} n={n}", matmul_timing(n, dtype), n_flops=2 * n**3,

@@ -29,9 +29,10 @@ from gpudl.kernels import matmul as matmul_kernels
 from gpudl.kernels import tensor_core_matmul
 from gpudl.kernels.arrays import poisoned
 
-__all__ = ["BARS", "VIEWS", "TORCH_DTYPES", "datasheet_spec", "run"]
+__all__ = ["BARS", "VIEWS", "TORCH_DTYPES", "GPU_SIZES", "GPU_KERNEL_SIZES", "datasheet_spec",
+           "run"]
 
-#: The speed goal of the tensor-core topic: the faster tensor-core matmul's rate over the
+#: The speed goal of the tensor-core topic, the faster tensor-core matmul's rate over the
 #: faster of Chapter 3's two register-blocked FP32 kernels (v1 to v3 are slower by design).
 BARS = (
     {
@@ -48,6 +49,9 @@ BARS = (
 #: The book's boxes of this topic (``{gpudl-measured} tensorcores <view>``) and the bars
 #: (of :data:`BARS`) each is held to.
 VIEWS = {"torch": (), "kernels": ("tensor_core_faster_than_best_simt",)}
+
+#: The sizes of torch.matmul's square matrices timed on a GPU, and of the kernels'.
+GPU_SIZES, GPU_KERNEL_SIZES = (1024, 2048, 4096, 8192), (2048, 4096)
 
 #: torch.matmul precisions measured, and the datasheet field (gpudl.hardware.PRECISIONS) each
 #: is held to. "tf32" is float32 tensors with TF32 allowed.
@@ -81,8 +85,8 @@ def run(sizes: Sequence[int] | None = None,
     64 on the CPU), each as a fraction of the datasheet peak where the GPU is in
     :data:`gpudl.hardware.SPECS`; then the tensor-core matmuls and Chapter 3's v4 and v5 at
     ``kernel_sizes`` (2048, 4096; 32 on the simulator)."""
-    sizes = backend.pick(gpu=(1024, 2048, 4096, 8192), sim=(64,)) if sizes is None else sizes
-    kernel_sizes = backend.pick(gpu=(2048, 4096), sim=(32,)) if kernel_sizes is None\
+    sizes = backend.pick(gpu=GPU_SIZES, sim=(64,)) if sizes is None else sizes
+    kernel_sizes = backend.pick(gpu=GPU_KERNEL_SIZES, sim=(32,)) if kernel_sizes is None\
         else kernel_sizes
     check_ints("sizes", sizes, 1)
     check_ints("kernel_sizes", kernel_sizes, 1)

@@ -34,8 +34,8 @@ __all__ = ["LAYOUTS", "STRATEGIES", "check_context_plan", "rank_segments",
 
 #: How the sequence is laid out over the ranks.
 LAYOUTS = ("contiguous", "balanced")
-#: The two ways to split attention over the ranks: the sequence (ring attention) or the heads
-#: (DeepSpeed-Ulysses' all-to-all).
+#: The two ways to split attention over the ranks, by the sequence (ring attention) or by the
+#: heads (DeepSpeed-Ulysses' all-to-all).
 STRATEGIES = ("ring", "ulysses")
 
 # A rank's tokens: (start, end) ranges of positions, in the order the rank stores them.

@@ -84,8 +84,8 @@ class ContextJob:
 
     @property
     def resolved_layout(self) -> str:
-        """The layout: the one given, else ``"balanced"`` when causal, else
-        ``"contiguous"``."""
+        """The layout to use, the one given or else ``"balanced"`` when causal and
+        ``"contiguous"`` when not."""
         return self.layout or ("balanced" if self.causal else "contiguous")
 
     def check_world_size(self, world_size: int) -> None:
@@ -100,7 +100,7 @@ class ContextResult:
     """A job's results in sequence order: ``out`` ``(heads, seq, d)``, ``lse``
     ``(heads, seq)``, the gradients ``grad_q``, ``grad_k``, ``grad_v`` (``None`` without
     ``grad_out``), and per rank (``ranks``) its ``work`` and ``bytes_sent`` forward and
-    backward and its ``events`` (:mod:`.comms`: the order of its transfers and
+    backward and its ``events`` (:mod:`gpudl.parallel.context.comms`: the order of its transfers and
     computations)."""
 
     out: torch.Tensor

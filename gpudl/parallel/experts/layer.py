@@ -73,7 +73,7 @@ class MoEConfig:
         expert_capacity(1, self.experts, self.top_k, self.capacity_factor)
 
 
-#: The layer of the equivalence runs: 8 experts, top-2, a capacity factor of 1 and a router so
+#: The layer of the equivalence runs, with 8 experts, top-2, a capacity factor of 1 and a router so
 #: skewed that in every group of 16 tokens about half the choices are dropped and experts 5 to
 #: 7 get none (on 4 ranks, the last rank's experts receive nothing).
 MOE_CONFIG = MoEConfig(router_skew=2.5)

@@ -51,8 +51,8 @@ from gpudl.parallel.spawn import device_and_sync, rank0_print, run_under_torchru
 __all__ = ["DISPATCHERS", "ExpertParallelRun", "differences", "expert_parallel_worker", "main",
            "moe_sgd_run", "run_expert_parallel"]
 
-#: The ways tokens reach their experts: two all-to-alls (:class:`ExpertParallelMoE`), or the
-#: naive all-gather and reduce-scatter (:class:`NaiveExpertParallelMoE`).
+#: The ways tokens reach their experts, by two all-to-alls (:class:`ExpertParallelMoE`) or by
+#: the naive all-gather and reduce-scatter (:class:`NaiveExpertParallelMoE`).
 DISPATCHERS = {"all_to_all": ExpertParallelMoE, "all_gather": NaiveExpertParallelMoE}
 
 

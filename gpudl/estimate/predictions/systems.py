@@ -1,0 +1,260 @@
+"""The predictions of the boxes of Chapters 5 to 9: several GPUs and their links, tensor cores,
+attention and inference.
+
+Book section: Chapters 5 to 9, their "Measured on a GPU" boxes (:mod:`gpudl.estimate.predictions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+from gpudl import hardware
+from gpudl.bench import (
+    allreduce,
+    attention,
+    dataparallel,
+    decode,
+    matmul,
+    pipeline,
+    precision,
+    tensorcores,
+)
+from gpudl.bench.message_sizes import GPU_SIZES as MESSAGE_SIZES
+from gpudl.bench.message_sizes import human_size
+from gpudl.estimate.bubble import bubble_fraction
+from gpudl.estimate.collectives import allreduce_time, data_parallel_step_time
+from gpudl.estimate.memory_per_gpu import model_state_memory
+from gpudl.estimate.predictions.quantities import (
+    BYTES_MOVED,
+    Prediction,
+    alike,
+    bandwidth,
+    computed,
+    mlp_params,
+    moved,
+    nvlink,
+    per_gpu,
+    timed,
+)
+
+__all__ = ["BUILDERS"]
+
+_TRAFFIC = "roofline: the longer of flops / FP32 peak and bytes requested / memory bandwidth"
+_RING = "ring all-reduce: `2 (N - 1) / N x S / B`, `B` one direction of NVLink"
+_BUS = "bus bandwidth of the ring: `B`, one direction of NVLink"
+_LINK = "`S / B`, `B` one direction of NVLink"
+_STEP = "compute at the FP32 peak + the ring all-reduce the backward pass does not hide"
+_BUBBLE = "idle share `(p - 1) / (m + p - 1)`"
+_BIAS_GELU = "bytes per element: 16 unfused (two passes), 8 fused"
+_STATE = "model state with Adam in float32: 16 B per parameter, ZeRO-1 `8 + 8 / N`"
+_COUNTED = "kernels launched per step, counted"
+
+
+# --- Chapter 5 --------------------------------------------------------------------------------
+
+
+def _allreduce_busbw() -> list[Prediction]:
+    size = max(MESSAGE_SIZES)
+    out = []
+    for world in allreduce.WORLD_SIZES:
+        row = f"all_reduce {human_size(size)} x{world}"
+        out.append(timed(row, lambda gpu, w=world: allreduce_time(size, w, nvlink(gpu)),
+                         _RING, "ch05-interconnect", (row,), field="time_s"))
+        out.append(Prediction(row, per_gpu(nvlink), "GB/s", _BUS, "ch05-interconnect",
+                              "bound", (row,), field="busbw_gbs"))
+    return out
+
+
+def _allreduce_p2p() -> list[Prediction]:
+    size = max(MESSAGE_SIZES)
+    row = f"send/recv {human_size(size)}"
+    return [Prediction(row, per_gpu(nvlink), "GB/s", _LINK, "ch05-interconnect", "bound",
+                       (row,), field="gbps")]
+
+
+def _ddp_timeline() -> list[Prediction]:
+    from gpudl.parallel.one_process import TIMELINE_DIMS
+
+    grad_bytes = 4 * mlp_params(TIMELINE_DIMS)
+    return [timed("all-reduce of the lab's {mb} MB of gradients on 2 GPUs",
+                  lambda gpu: allreduce_time(grad_bytes, 2, nvlink(gpu)), _RING,
+                  "ch05-interconnect", mb=f"{grad_bytes / 1e6:.2f}")]
+
+
+def _dataparallel_steps() -> list[Prediction]:
+    from gpudl.parallel.data import expected_buckets
+
+    dims, per_rank = dataparallel.GPU_DIMS, dataparallel.GPU_SAMPLES_PER_RANK
+    params = mlp_params(dims)
+    sizes = [4 * (a * b + b) for a, b in zip(dims[:-1], dims[1:], strict=False)][::-1]
+    buckets = len(expected_buckets(sizes, None))
+    flops = 6 * params * per_rank  # forward and backward of one rank's share
+
+    def step(gpu: str, world: int, n_buckets: int) -> float:
+        compute = flops / hardware.peak_flops(gpu, "fp32")
+        return data_parallel_step_time(compute, 4 * params, world, nvlink(gpu),
+                                       n_buckets=n_buckets)
+
+    one = [f"{s} step x1" for s in ("manual", "bucketed", "ddp")]
+    out = [timed("every step on 1 GPU (nothing to all-reduce)", lambda gpu: step(gpu, 1, 1),
+                 _STEP, "ch05-cost-model", one, kind="estimate")]
+    for world in (w for w in dataparallel.GPU_WORLD_SIZES if w > 1):
+        out.append(timed(f"manual step x{world}", lambda gpu, w=world: step(gpu, w, 1), _STEP,
+                         "ch05-cost-model", (f"manual step x{world}",), kind="estimate"))
+        out.append(timed("`bucketed` and `ddp` steps on {n} GPUs",
+                         lambda gpu, w=world: step(gpu, w, buckets), _STEP, "ch05-cost-model",
+                         (f"bucketed step x{world}", f"ddp step x{world}"), kind="estimate",
+                         n=str(world)))
+    return out
+
+
+# --- Chapter 6 --------------------------------------------------------------------------------
+
+
+def _pipeline_bubble() -> list[Prediction]:
+    p = pipeline.STAGES
+    out = [alike("naive m=1", bubble_fraction(p, 1), "", _BUBBLE, "ch06-bubble", "estimate",
+                 rows=("naive m=1",), field="measured")]
+    for m in pipeline.MICROBATCHES:
+        out.append(alike("`gpipe` and `1f1b`, m = {m}", bubble_fraction(p, m), "", _BUBBLE,
+                         "ch06-bubble", "estimate", rows=(f"gpipe m={m}", f"1f1b m={m}"),
+                         field="measured", fields=(("m", str(m)),)))
+    return out
+
+
+def _bias_gelu() -> list[Prediction]:
+    return [alike("time of the unfused forward over the fused one", 16 / 8, "", _BIAS_GELU,
+                  "ch06-bias-gelu", "estimate")]
+
+
+def _zero() -> list[Prediction]:
+    params = mlp_params(dataparallel.GPU_DIMS)
+    fields = {"params": f"{params:,}"}
+    out = [alike("model state per GPU, DDP ({params} parameters)",
+                 model_state_memory(params, precision="fp32"), "MB", _STATE,
+                 "ch06-zero-memory", "estimate", fields=tuple(fields.items()))]
+    for world in (w for w in dataparallel.GPU_WORLD_SIZES if w > 1):
+        out.append(alike("model state per GPU, ZeRO-1 on {n} GPUs",
+                         model_state_memory(params, n_gpus=world, zero_stage=1,
+                                            precision="fp32"),
+                         "MB", _STATE, "ch06-zero-memory", "estimate",
+                         fields=(("n", str(world)),)))
+    return out
+
+
+# --- Chapters 7 and 8 -------------------------------------------------------------------------
+
+
+def _precision_rates() -> list[Prediction]:
+    n = precision.GPU_N
+    out = [computed(f"torch.matmul {dtype} n={n}", 2 * n**3, field_, "ch02-roofline",
+                     (f"torch.matmul {dtype} n={n}",))
+           for dtype, field_ in (("float32", "fp32"), ("bfloat16", "bf16"))]
+    from gpudl.estimate.training_cost import training_flops
+
+    flops = training_flops(mlp_params(matmul.MLP_SIZES, biases=False), matmul.MLP_BATCH)
+    return out + [computed("kernel MLP step", flops, "fp32", "ch07-mfu", ("kernel MLP step",))]
+
+
+def _attention_times() -> list[Prediction]:
+    from gpudl.kernels import attention as attention_kernels
+
+    heads, d = attention.GPU_HEADS, attention.HEAD_DIM
+    out = []
+    for s in attention.GPU_S:
+        flops = attention.attention_flops(heads, s, d)
+        for variant in attention_kernels.VARIANTS:
+            requested = sum(attention_kernels.traffic(variant, heads, s, d).values())
+            row = f"attention_{variant} s={s}"
+            out.append(timed(row, lambda gpu, r=requested, f=flops: max(
+                f / hardware.peak_flops(gpu, "fp32"), r / bandwidth(gpu)), _TRAFFIC,
+                "ch08-bytes", (row,), kind="estimate"))
+        for name, field_ in (("torch sdpa efficient fp32", "fp32"),
+                             ("torch sdpa math fp32", "fp32"), ("torch sdpa flash bf16", "bf16")):
+            row = f"{name} s={s}"
+            out.append(computed(row, flops, field_, "ch08-roofline", (row,)))
+    return out
+
+
+def _tensorcores_torch() -> list[Prediction]:
+    return [computed(f"torch {name} n={n}", 2 * n**3, name, "ch08-roofline",
+                      (f"torch {name} n={n}",))
+            for name in tensorcores.TORCH_DTYPES for n in tensorcores.GPU_SIZES]
+
+
+def _tensorcores_kernels() -> list[Prediction]:
+    from gpudl.kernels import tensor_core_matmul
+
+    out = []
+    for n in tensorcores.GPU_KERNEL_SIZES:
+        rows = tuple(f"tensor_core_{v} n={n}" for v in tensor_core_matmul.VARIANTS)
+        out.append(computed("both tensor-core kernels (BF16), n = {n}", 2 * n**3, "bf16",
+                             "ch08-roofline", rows, n=f"{n:,}"))
+        rows = tuple(f"matmul_{v} n={n}" for v in ("v4_register_1d", "v5_register_2d"))
+        out.append(computed("`v4_register_1d` and `v5_register_2d`, n = {n}", 2 * n**3,
+                             "fp32", "ch08-roofline", rows, n=f"{n:,}"))
+    return out
+
+
+# --- Chapter 9 --------------------------------------------------------------------------------
+
+
+def _decode_attention() -> list[Prediction]:
+    from gpudl.kernels import decode as decode_kernels
+
+    s, heads, d = decode.GPU_S, decode.GPU_HEADS, decode.GPU_D
+    cache_bytes = 2 * 4 * heads * s * d  # keys and values, float32
+    out = [moved(f"decode_{v} s={s}", cache_bytes + 2 * 4 * heads * d, "ch09-bytes")
+           for v in decode_kernels.VARIANTS]
+    return out + [moved(f"torch copy s={s}", 2 * cache_bytes, "ch09-bytes")]
+
+
+def _decode_gemv() -> list[Prediction]:
+    from gpudl.kernels import quant
+
+    n = decode.GPU_N
+    out = [moved(f"quant_{v} n={n}", quant.weight_bytes(v, n, n) + 8 * n, "ch09-int8")
+           for v in quant.VARIANTS]
+    return out + [moved(f"torch bf16 gemv n={n}", 2 * n * n + 4 * n, "ch09-int8")]
+
+
+@cache
+def _decoder_launches() -> int:
+    """The kernels one step of the tiny decoder launches, counted by running a step."""
+    from gpudl import models
+
+    return sum(models.launches_per_step(models.KernelDecoder(models.make_decoder())).values())
+
+
+def _decode_graphs() -> list[Prediction]:
+    kernels, elements = decode.GRAPH_KERNELS, decode.GRAPH_ELEMENTS
+    return [
+        alike("kernels per step of `{row}`", kernels, "", _COUNTED, "ch09-graphs", "estimate",
+              rows=("eager launches",), field="kernels", fields=(("row", "eager launches"),)),
+        alike("kernels per step of `{row}`", _decoder_launches(), "", _COUNTED, "ch09-graphs",
+              "estimate", rows=("tiny decoder step eager", "tiny decoder step graph"),
+              field="kernels", fields=(("row", "tiny decoder step eager"),)),
+        # each kernel reads and writes its float32 elements
+        timed("graph replay", lambda gpu: kernels * 8 * elements / bandwidth(gpu), BYTES_MOVED,
+              "ch09-graphs", ("graph replay",)),
+    ]
+
+
+#: Each box of Chapters 5 to 9 -> the function of its predictions.
+BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
+    ("allreduce", "busbw"): _allreduce_busbw,
+    ("ddp-timeline", None): _ddp_timeline,
+    ("allreduce", "p2p"): _allreduce_p2p,
+    ("dataparallel", "steps"): _dataparallel_steps,
+    ("pipeline", "bubble"): _pipeline_bubble,
+    ("bias-gelu", None): _bias_gelu,
+    ("zero", None): _zero,
+    ("precision", "rates"): _precision_rates,
+    ("attention", "times"): _attention_times,
+    ("tensorcores", "torch"): _tensorcores_torch,
+    ("tensorcores", "kernels"): _tensorcores_kernels,
+    ("decode", "attention"): _decode_attention,
+    ("decode", "gemv"): _decode_gemv,
+    ("decode", "graphs"): _decode_graphs,
+}
