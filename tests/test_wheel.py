@@ -42,8 +42,8 @@ def links_to_the_wheel(page: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def html_dir(built_book) -> Path:
-    return built_book
+def html_dir(built) -> Path:
+    return built
 
 
 def test_the_wheel_is_made_the_same_at_every_build(tmp_path):
