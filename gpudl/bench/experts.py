@@ -41,7 +41,7 @@ __all__ = ["EXPERTS", "GPU_EXPERTS", "GPU_TOKENS", "grouped_experts"]
 #: DeepSeekMoE has), a capacity factor of 1.25, and the tokens routed there.
 GPU_EXPERTS, GPU_TOKENS = MoEConfig(hidden=2048, ffn=1408, experts=64, top_k=6,
                                     capacity_factor=1.25), 8192
-#: The layer timed: :data:`GPU_EXPERTS` on a GPU; 8 tiny experts, top-2, on the CPU.
+#: The layer timed, :data:`GPU_EXPERTS` on a GPU and 8 tiny experts, top-2, on the CPU.
 EXPERTS = backend.pick(
     gpu=GPU_EXPERTS, sim=MoEConfig(hidden=16, ffn=32, experts=8, top_k=2, capacity_factor=1.25))
 
