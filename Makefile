@@ -16,7 +16,8 @@ SPHINX  := $(BIN)/sphinx-build -q
 NO_FIGURES = $(if $(wildcard book/_generated/*.png),-D gpudl_model_figures=0)
 PO_TOOL := $(BIN)/python book/_ext/gpudl_po.py
 
-.PHONY: help env book book-en book-zh figures test lint pytest notebooks bench gpu-wheels serve clean \
+.PHONY: help env book book-en book-zh figures test lint pytest notebooks bench profiles gpu-wheels \
+	serve clean \
 	pot po i18n-check cjk-font
 
 help:
@@ -29,6 +30,8 @@ help:
 	@echo "make notebooks  re-execute every notebook in place on the current backend"
 	@echo "make figures    draw the book's model figures (English and Chinese) into book/_generated"
 	@echo "make bench      run the benchmarks and write JSON to results/"
+	@echo "make profiles   record the book's profiles (torch.profiler) into results/profiles/"
+	@echo "                on the simulator and gloo ranks (Appendix E)"
 	@echo "make gpu-wheels download into .whl/ the wheels a lent GPU machine needs"
 	@echo "                (CONTRIBUTING.md, GPU runs; fails if they pass 40 MB)"
 	@echo "make serve      serve the built book on http://localhost:8000"
@@ -118,6 +121,10 @@ notebooks: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m gpudl bench all
+
+# the stored profiles are the simulator's and gloo's (a GPU's go into results/profiles-cuda.json)
+profiles: $(STAMP)
+	GPUDL_BACKEND=simulator $(BIN)/python -m gpudl profiles record
 
 gpu-wheels: $(STAMP)
 	PYTHON=$(BIN)/python bash .ci/gpu-wheels

@@ -9,6 +9,9 @@ Book section: *Preface* and README, "Commands".
 * ``python -m gpudl results import PATH`` checks the GPU results in a tar file or folder and
   copies them into ``results/`` (notebooks executed on a GPU only if they pass nbval here;
   ``--keep RUN/results/TOPIC-cuda.json`` chooses among two results of one topic).
+* ``python -m gpudl profiles record [NAME ...]`` records the book's programs with
+  ``torch.profiler`` and stores their timelines in ``results/profiles/`` (Appendix E;
+  :mod:`gpudl.bench.profiles`).
 * ``python -m gpudl notebooks [NAME ...]`` re-executes notebooks in place on the current
   backend, printing progress cell by cell, and records in each notebook's metadata how long it
   took and where (``metadata["gpudl"]``, which the preface's table of lab times reads).
@@ -170,6 +173,10 @@ def main(argv: list[str] | None = None) -> int | None:
     p_results.add_argument("--keep", action="append", default=[], metavar="PATH",
                            help="of two results of one topic, take this one (its path inside "
                                 "the run, as the refusal prints it)")
+    p_profiles = sub.add_parser("profiles", help="record the book's profiles into "
+                                "results/profiles/ (Appendix E)")
+    p_profiles.add_argument("action", choices=["record"])
+    p_profiles.add_argument("names", nargs="*", help="profiles to record (default: all)")
     p_nb = sub.add_parser("notebooks", help="re-execute notebooks in place")
     p_nb.add_argument("names", nargs="*", help="notebook names or prefixes (default: all)")
     p_ptx = sub.add_parser("ptx", help="print a kernel's PTX for sm_90 (--list: the kernels)",
@@ -199,6 +206,19 @@ def main(argv: list[str] | None = None) -> int | None:
         if args.results.exists() and not args.results.is_dir():
             return fail("python -m gpudl bench", f"--results {args.results} is not a folder")
         bench(args.topic, args.results, args.fresh)
+    elif args.command == "profiles":
+        from gpudl.profiles import STORED
+
+        unknown = sorted(set(args.names) - set(STORED))
+        if unknown:
+            return fail("python -m gpudl profiles", f"unknown profiles {unknown}; choose "
+                        f"from {list(STORED)}")
+        from gpudl.bench.profiles import record_stored
+
+        try:
+            record_stored(args.names or tuple(STORED))
+        except ValueError as err:
+            return fail("python -m gpudl profiles", err)
     elif args.command == "results":
         from gpudl.bench.results import import_results
 

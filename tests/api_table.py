@@ -2318,6 +2318,63 @@ add(f"{_PL}.ch11_context.parallel_mesh", lambda: dict(degrees=_degrees()),
 
 
 # ------------------------------------------------------------------------------------------
+# Appendix E: the profiles (gpudl.profiles, gpudl.bench.profiler, gpudl.bench.profiles,
+# gpudl.plots.profiles)
+# ------------------------------------------------------------------------------------------
+
+_PROF = "gpudl.profiles"
+_TRACE = Kind("a profile read by gpudl.profiles.load", (None, 1, "ddp-gloo"))
+
+
+def _stored_profile() -> dict:
+    return resolve(f"{_PROF}.load")("ddp-gloo")
+
+
+add(f"{_PROF}.load", lambda: dict(source="ddp-gloo"), source=Kind("a profile", (None, 1, [])))
+add(f"{_PROF}.path", lambda: dict(name="ddp-gloo"),
+    name=choice(*resolve(f"{_PROF}.STORED")))
+add(f"{_PROF}.rows", lambda: dict(trace=_stored_profile()), trace=_TRACE)
+add(f"{_PROF}.spans", lambda: dict(trace=_stored_profile()), trace=_TRACE,
+    names=Kind("slice names", ("gloo:all_reduce", 1)))
+add(f"{_PROF}.action_timelines", lambda: dict(trace=_stored_profile()), trace=_TRACE)
+none(f"{_PROF}.Span", RECORD)
+add(f"{_PROF}.Span.overlap_s", dict, lambda kw: resolve(f"{_PROF}.spans")(
+    _stored_profile())[0].overlap_s(**kw), other=instance(object))
+_PROFILER = f"{_BENCH}.profiler"
+none(f"{_PROFILER}.host_ranges", NO_ARGUMENT)
+add(f"{_PROFILER}.record", lambda: dict(function=int), lambda kw: resolve(
+    f"{_PROFILER}.record")(kw.pop("function"), **kw), function=CALLABLE, shapes=BOOL)
+add(f"{_PROFILER}.profiled_worker",
+    lambda: dict(rank=0, world_size=1, worker=hello, shapes=False, keep=()),
+    worker=CALLABLE, shapes=BOOL, keep=Kind("name prefixes", (None, 1, "gloo")))
+add(f"{_PROFILER}.trimmed",
+    lambda: dict(traces=[], processes=[], windows=[(0.0, 1.0)], keep=bool), keep=CALLABLE)
+none(f"{_PROFILER}.starts_us", "trace: an exported Chrome trace, read by event name")
+add(f"{_PROFILER}.write", lambda: dict(name="x", events=[], about={}),
+    about=Kind("a dict", (None, 1, "x")))
+_PRS = f"{_BENCH}.profiles"
+add(f"{_PRS}.record_ddp", dict, world_size=COUNT.more((), (1,)), bucket_cap_mb=POSITIVE,
+    dims=_DIMS, timeout=TIMEOUT, distributed=True)
+add(f"{_PRS}.record_pipeline", lambda: dict(schedule="gpipe"),
+    schedule=choice("gpipe", "1f1b"), microbatches=COUNT, world_size=COUNT, pace_s=POSITIVE,
+    steps=COUNT, timeout=TIMEOUT, distributed=True)
+add(f"{_PRS}.record_mlp_step", dict, sizes=widths(2), batch=COUNT)
+add(f"{_PRS}.record_streams", dict, n=COUNT.allowing_none(), chunks=COUNT, streams=COUNT)
+add(f"{_PRS}.record_decode", dict, repeats=COUNT)
+add(f"{_PRS}.record_stored", lambda: dict(names=["ddp-gloo"]),
+    names=Kind("profile names", (None, "ddp-gloo", 1), (["nccl"],)),
+    folder=Kind("a folder", (None, 1)))
+add(f"{_PRS}.run", dict, n=COUNT.allowing_none(), sizes=widths(2), batch=COUNT, decode=BOOL)
+none(f"{_MLP}.KernelMLP.launches_per_step", NO_ARGUMENT)
+for _name in ("ddp_profile", "mlp_step_profile", "streams_profile"):
+    add(f"{_PL}.profiles.{_name}", lambda: dict(trace=_stored_profile()), trace=_TRACE)
+add(f"{_PL}.profiles.pipeline_profiles", lambda: dict(traces=[_stored_profile()]),
+    traces=Kind("profiles", (None, {}, 1, "x", [1]), ([],)))
+add(f"{_PL}.profiles.gpu_profiles", lambda: dict(traces={"a": _stored_profile()}),
+    traces=Kind("profiles by name", (None, [], 1), ({},)))
+
+
+# ------------------------------------------------------------------------------------------
 # Every registered kernel and every variant's launcher not listed above, from gpudl.registry
 # (so that a new variant needs no entry here)
 # ------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ BOOK = ROOT / "book"
 #: The prose the rule covers: the preface, the chapters and the appendices written as prose.
 PAGES = sorted([*BOOK.glob("ch[0-9][0-9]-*.md"), BOOK / "preface.md",
                 BOOK / "appendix-claims.md", BOOK / "appendix-code.md",
-                BOOK / "appendix-glossary.md"])
+                BOOK / "appendix-glossary.md", BOOK / "appendix-profiles.md"])
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 _TIME_OR_RATE = (r"(?:ns|µs|us|ms|s|seconds?|minutes?|min|h|hours?|days?|"

@@ -14,12 +14,14 @@ CHAPTERS = {int(p.name[2:4]): p for p in BOOK.glob("ch[0-9][0-9]-*.md")}
 CHAPTERS[0] = BOOK / "preface.md"
 #: The appendices that modules name by letter.
 CHAPTERS["D"] = BOOK / "appendix-code.md"
+CHAPTERS["E"] = BOOK / "appendix-profiles.md"
 #: Quoted names in a "Book section" that are not headings: the GPU boxes' title.
 NOT_HEADINGS = {"Measured on a GPU", "Measured on GPUs"}
 
 
 def headings(path: Path) -> set[str]:
-    return {re.sub(r"\s+", " ", m.group(1).strip())
+    """The page's headings, an appendix's title without its "Appendix E: "."""
+    return {re.sub(r"^Appendix [A-Z]: ", "", re.sub(r"\s+", " ", m.group(1).strip()))
             for m in re.finditer(r"^#{1,6} (.+)$", path.read_text(), re.M)}
 
 

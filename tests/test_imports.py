@@ -87,7 +87,7 @@ FLOORS = [
      "gpudl.trace", "gpudl.ptx", "gpudl.resources", "gpudl.hardware"),
     ("gpudl.estimate", "gpudl.kernels", "gpudl.toolchain"),
     ("gpudl.models", "gpudl.optim"),
-    ("gpudl.parallel",),
+    ("gpudl.parallel", "gpudl.profiles"),
     ("gpudl.bench",),
     # the predictions of the boxes read the sizes the benchmarks time: above gpudl.bench
     ("gpudl.plots", "gpudl.solutions", "gpudl.__main__", "gpudl.estimate.predictions"),

@@ -40,7 +40,7 @@ def book_boxes() -> list[tuple[str, str | None]]:
 
 def test_every_box_of_the_book_shows_a_prediction_and_each_is_shown_once():
     boxes = book_boxes()
-    assert len(boxes) == 30
+    assert len(boxes) == 33
     assert sorted(boxes, key=str) == sorted(predictions.BOXES, key=str)
 
 
@@ -111,6 +111,10 @@ def test_the_predictions_equal_hand_derivations_from_the_datasheets():
     assert matmul_4096.values[0] == pytest.approx(2 * 4096**3 / 67e12)
     assert len(matmul_4096.rows) == 6 and "torch n=4096" in matmul_4096.rows
     assert predict("launch", "costs")[1].values == (1000.0, 1000.0)  # one launch per tensor
+    # Appendix E: Chapter 3's step launches 21 kernels; a 2**24-element chunk of 8 moves 12 B
+    # an element
+    assert predict("profiles", "launches")[0].values == (21.0, 21.0)
+    assert predict("profiles", "kernels")[0].values[0] == pytest.approx(12 * 2**21 / H100)
 
 
 def test_shown_and_expected_print_what_a_lab_prints():

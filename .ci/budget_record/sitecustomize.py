@@ -24,7 +24,7 @@ if (_DIR and os.environ.get("GPUDL_BACKEND") == "simulator"
         and not os.environ.get("GPUDL_BUDGET_DRIVER")):
     import gpudl  # noqa: F401  (decides the backend, installs the simulator's shims)
     from gpudl import trace
-    from gpudl.parallel import launch
+    from gpudl.parallel import spawn as launch
 
     _NESTED = os.environ.get("GPUDL_BUDGET_NESTED") == "1"
     _record = {"pid": os.getpid(), "nested": _NESTED, "argv": sys.argv[:3], "kernels": {},

@@ -340,9 +340,25 @@ def _ch11_figures() -> dict:
     }
 
 
+def _profile_figures() -> dict:
+    """Appendix E's figures, drawn from the profiles stored in results/profiles/ (recorded by
+    `python -m gpudl profiles record`; the book draws them, it does not record them)."""
+    from gpudl import plots, profiles
+
+    return {
+        "profile-ddp.png": lambda: plots.ddp_profile(profiles.load("ddp-gloo")),
+        "profile-pipelines.png": lambda: plots.pipeline_profiles(
+            [profiles.load(f"pipeline-{name}-gloo") for name in ("gpipe", "1f1b")]),
+        "profile-mlp-step.png": lambda: plots.mlp_step_profile(
+            profiles.load("mlp-step-simulator")),
+        "profile-streams.png": lambda: plots.streams_profile(profiles.load("streams-simulator")),
+    }
+
+
 def figures() -> dict:
     """Every model figure of the book: its file name in book/_generated -> what draws it."""
-    return {**_model_figures(), **_ch08_figures(), **_ch09_figures(), **_ch11_figures()}
+    return {**_model_figures(), **_ch08_figures(), **_ch09_figures(), **_ch11_figures(),
+            **_profile_figures()}
 
 
 def draw(logger: logging.Logger | logging.LoggerAdapter,

@@ -348,6 +348,33 @@ def _context_ring(record: dict, path: Path) -> list[str]:
                     _na() if r["bytes"] is None else f"{r['bytes']:,}"] for r in rows])
 
 
+def _profiles_launches(record: dict, path: Path) -> list[str]:
+    """The decode step's profiles, eager and replayed, drawn; each profiled step's launches
+    (host launch ranges, and graph launches) and the kernels the GPU ran."""
+    from gpudl import plots
+
+    decode = {k: v for k, v in record["profiles"].items() if k.startswith("decode")}
+    lines = []
+    if decode:
+        title, alt = _both(message("The decode step's profile, eager and replayed from its "
+                                   "graph"))
+        fig = plots.gpu_profiles(decode)
+        fig.suptitle(title)
+        lines = _figure(fig, path, alt) + [""]
+    return lines + _table(
+        ["", tr("launches"), tr("graph launches"), tr("GPU kernels"), tr("time (µs)")],
+        [[r["name"], str(r["launches"]), str(r["graph_launches"]), str(r["kernels"]),
+          f"{r['median_s'] * 1e6:,.1f}"] for r in _rows(record, "launches")])
+
+
+def _profiles_kernels(record: dict, path: Path) -> list[str]:
+    return _table([tr("kernel"), tr("bytes"), tr("time (µs)"), "GB/s",
+                   tr("bandwidth model (µs)")],
+                  [[r["name"], f"{r['bytes']:,}", f"{r['median_s'] * 1e6:,.1f}",
+                    _num(r["gbps"]), _na() if r["model_s"] is None
+                    else f"{r['model_s'] * 1e6:,.1f}"] for r in _rows(record, "kernels")])
+
+
 #: Topic -> view -> how it is drawn; the views are those the topic's module declares in
 #: ``VIEWS``, with the bars each is held to.
 DRAW: dict[str, dict[str, Callable[[dict, Path], list[str]]]] = {
@@ -370,4 +397,5 @@ DRAW: dict[str, dict[str, Callable[[dict, Path], list[str]]]] = {
     "decode": {"attention": _decode_group("attention"), "gemv": _decode_group("gemv"),
                "graphs": _decode_graphs},
     "context": {"ring": _context_ring},
+    "profiles": {"launches": _profiles_launches, "kernels": _profiles_kernels},
 }

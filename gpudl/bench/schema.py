@@ -14,7 +14,8 @@ import math
 import re
 from datetime import datetime
 
-__all__ = ["BAR_KEYS", "COMMIT_PATTERN", "RATES", "ROW_KEYS", "TOPICS", "check_record"]
+__all__ = ["BAR_KEYS", "COMMIT_PATTERN", "METHODS", "RATES", "ROW_KEYS", "TOPICS",
+           "check_record"]
 
 #: Topic -> what it measures; the topic's module is ``gpudl.bench.<topic>``.
 TOPICS: dict[str, str] = {
@@ -33,11 +34,16 @@ TOPICS: dict[str, str] = {
               "CUDA graphs against eager launches",
     "context": "Chapter 11: a ring-attention step against its computation alone and against "
                "the ring that waits for each transfer",
+    "profiles": "Appendix E: profiles of the MLP step, the streams and the decode step, their "
+                "launches counted and their kernels beside the bandwidth model",
 }
 
 #: The row keys a bar may compare, two rates (higher is faster) or the median time.
 RATES = ("gbps", "tflops", "median_s")
 
+#: How a row's times were taken. CUDA events around the work, the host's clock, or the
+#: durations of a profile's slices (its GPU activity, :mod:`gpudl.bench.profiles`).
+METHODS = ("cuda-events", "wall-clock", "profiler")
 #: Keys every row has (:func:`gpudl.bench.row`).
 ROW_KEYS = ("name", "median_s", "min_s", "max_s", "runs", "method", "meaningful", "bytes",
             "gbps", "flops", "tflops")
@@ -79,8 +85,8 @@ def _check_row(r: object, where: str) -> None:
         raise ValueError(f"{where}: min_s <= median_s <= max_s must hold, got {r['min_s']}, "
                          f"{r['median_s']}, {r['max_s']}")
     _finite(r["runs"], where, "runs", positive=True, integer=True)
-    if r["method"] not in ("cuda-events", "wall-clock"):
-        raise ValueError(f"{where}: method must be cuda-events or wall-clock")
+    if r["method"] not in METHODS:
+        raise ValueError(f"{where}: method must be one of {', '.join(METHODS)}")
     if not isinstance(r["meaningful"], bool):
         raise ValueError(f"{where}: meaningful must be true or false, got {r['meaningful']!r}")
     _finite(r["bytes"], where, "bytes", allow_none=True, integer=True)

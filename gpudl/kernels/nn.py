@@ -61,6 +61,7 @@ __all__ = [
     "softmax_cross_entropy",
     "sgd_update",
     "MATMUL_VARIANT",
+    "LAUNCHES",
 ]
 
 #: Threads per block of the elementwise kernels, and at most this many blocks: a grid-stride
@@ -209,6 +210,13 @@ def _sgd_kernel(param, grad, lr):
 # ------------------------------------------------------------------------------------------
 # Public layers
 # ------------------------------------------------------------------------------------------
+
+#: The kernels each layer function below launches on inputs that are not empty. A product
+#: (and a transpose of each factor it takes transposed) is one kernel each, and so is a bias,
+#: a column sum, an activation, a loss and an update. A profile of a training step counts them
+#: (Appendix E, ``tests/test_profiles.py``).
+LAUNCHES = {"linear_forward": 2, "linear_backward": 5, "relu_forward": 1, "relu_backward": 1,
+            "softmax_cross_entropy": 1, "sgd_update": 1}
 
 
 def linear_forward(x: Array, w: Array, b: Array) -> Array:

@@ -24,6 +24,7 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 import numpy as np
 import torch
 from numba import cuda
+from torch.profiler import record_function
 
 from gpudl.checks import (
     check_array,
@@ -122,17 +123,18 @@ class KernelMLP:
         """Logits, the input of every linear layer and the pre-activation of every ReLU."""
         inputs, pre_activations = [], []
         h = x
-        for i in range(self.n_layers):
-            inputs.append(h)
-            h = nn.linear_forward(h, self.params[f"w{i}"], self.params[f"b{i}"])
-            batch, fan_in, fan_out = h.shape[0], *self.params[f"w{i}"].shape
-            self.flops.add("forward", "matmul",
-                           nn.linear_forward_flops(batch, fan_in, fan_out, bias=False))
-            self.flops.add("forward", "bias", batch * fan_out)
-            if i < self.n_layers - 1:
-                pre_activations.append(h)
-                h = nn.relu_forward(h)
-                self.flops.add("forward", "relu", nn.relu_flops(h.size))
+        with record_function("forward"):  # each part of a step, named for a profiler
+            for i in range(self.n_layers):
+                inputs.append(h)
+                h = nn.linear_forward(h, self.params[f"w{i}"], self.params[f"b{i}"])
+                batch, fan_in, fan_out = h.shape[0], *self.params[f"w{i}"].shape
+                self.flops.add("forward", "matmul",
+                               nn.linear_forward_flops(batch, fan_in, fan_out, bias=False))
+                self.flops.add("forward", "bias", batch * fan_out)
+                if i < self.n_layers - 1:
+                    pre_activations.append(h)
+                    h = nn.relu_forward(h)
+                    self.flops.add("forward", "relu", nn.relu_flops(h.size))
         return h, inputs, pre_activations
 
     def forward(self, x: np.ndarray | object) -> np.ndarray | object:
@@ -155,19 +157,21 @@ class KernelMLP:
         x_d, labels_d = ((x, labels) if on_device
                          else (_to_device(x, "x"), _to_device(labels, "labels")))
         logits, inputs, pre_activations = self._forward(x_d)
-        loss, grad = nn.softmax_cross_entropy(logits, labels_d)
+        with record_function("loss"):
+            loss, grad = nn.softmax_cross_entropy(logits, labels_d)
         self.flops.add("loss", "softmax_xent", nn.softmax_cross_entropy_flops(*logits.shape))
         grads = {}
-        for i in reversed(range(self.n_layers)):
-            w = self.params[f"w{i}"]
-            grad, grads[f"w{i}"], grads[f"b{i}"] = nn.linear_backward(inputs[i], w, grad)
-            batch, (fan_in, fan_out) = inputs[i].shape[0], w.shape
-            self.flops.add("backward", "matmul",
-                           nn.linear_backward_flops(batch, fan_in, fan_out, bias=False))
-            self.flops.add("backward", "bias", batch * fan_out)
-            if i > 0:
-                grad = nn.relu_backward(pre_activations[i - 1], grad)
-                self.flops.add("backward", "relu", nn.relu_flops(grad.size))
+        with record_function("backward"):
+            for i in reversed(range(self.n_layers)):
+                w = self.params[f"w{i}"]
+                grad, grads[f"w{i}"], grads[f"b{i}"] = nn.linear_backward(inputs[i], w, grad)
+                batch, (fan_in, fan_out) = inputs[i].shape[0], w.shape
+                self.flops.add("backward", "matmul",
+                               nn.linear_backward_flops(batch, fan_in, fan_out, bias=False))
+                self.flops.add("backward", "bias", batch * fan_out)
+                if i > 0:
+                    grad = nn.relu_backward(pre_activations[i - 1], grad)
+                    self.flops.add("backward", "relu", nn.relu_flops(grad.size))
         self._grads = {name: grads[name] for name in self.params}
         if on_device:
             return loss, dict(self._grads)
@@ -180,9 +184,24 @@ class KernelMLP:
         check_positive("lr", lr)
         if self._grads is None:
             raise RuntimeError("sgd_step needs gradients: call loss_and_grads first")
-        for name, p in self.params.items():
-            nn.sgd_update(p, self._grads[name], lr)
-            self.flops.add("update", "sgd", 2 * p.size)
+        with record_function("update"):
+            for name, p in self.params.items():
+                nn.sgd_update(p, self._grads[name], lr)
+                self.flops.add("update", "sgd", 2 * p.size)
+
+    def launches_per_step(self) -> dict[str, int]:
+        """The kernels one training step launches (:meth:`loss_and_grads`, then
+        :meth:`sgd_step`), by part of the step (``forward``, ``loss``, ``backward``,
+        ``update``), counted from the layers and the launches of each layer function
+        (``nn.LAUNCHES``), the count a profile of a step shows (Appendix E): every linear
+        layer forward and backward, a ReLU between two of them each way, the loss once, one
+        update per parameter."""
+        n, launches = self.n_layers, nn.LAUNCHES
+        return {"forward": n * launches["linear_forward"] + (n - 1) * launches["relu_forward"],
+                "loss": launches["softmax_cross_entropy"],
+                "backward": (n * launches["linear_backward"]
+                             + (n - 1) * launches["relu_backward"]),
+                "update": len(self.params) * launches["sgd_update"]}
 
     def to_torch(self, dtype: torch.dtype = torch.float32) -> torch.nn.Sequential:
         """The same network as ``torch.nn.Sequential(Linear, ReLU, ..., Linear)`` in

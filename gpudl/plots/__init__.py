@@ -24,10 +24,12 @@ from gpudl.plots.ch09 import *
 from gpudl.plots.ch11 import *
 from gpudl.plots.ch11_context import *
 from gpudl.plots.measured import *
+from gpudl.plots.profiles import *
 
 #: The modules whose public names this package re-exports, in this order.
 _MODULES = ("buffers", "ch01", "ch02", "ch03", "ch04", "ch04_threads", "ch05", "ch06", "ch07",
-            "ch08", "ch08_layouts", "ch09", "ch11", "ch11_context", "measured")
+            "ch08", "ch08_layouts", "ch09", "ch11", "ch11_context", "measured",
+            "profiles")
 #: Public names of the modules that stay in their module: not re-exported.
 _KEPT_IN_MODULE = {"weight_after_updates", "ZERO_PARTS", "EXPERT_COLORS", "MESH_DIMS"}
 __all__ = [name for module in _MODULES

@@ -39,6 +39,7 @@ _REGISTERS = "FP32 cores x 3 operands x 4 B x the clock the FP32 rate implies"
 _FLOP_RATIO = "backward flops / forward flops"
 _PER_TENSOR = "one launch per tensor"
 _PER_STEP = "one launch per step"
+_ONCE = "each byte of the input read once and each of the output written once: no cache reuse"
 
 
 # --- Chapter 1 --------------------------------------------------------------------------------
@@ -117,6 +118,17 @@ def _memory_copies() -> list[Prediction]:
                          "ch02-coalescing", (row,)))
     out.append(moved("copy offset 1", 8 * (n - 1), "ch02-coalescing"))
     return out + [moved(memory.REFERENCE, 8 * n, "ch02-coalescing")]
+
+
+def _nsight_dram() -> list[Prediction]:
+    """Appendix E's box of Nsight Compute's DRAM bytes: a copy's, which the tracer's sectors
+    count too (Chapter 2)."""
+    from gpudl import registry
+
+    n = memory.GPU_N
+    return [alike("DRAM bytes of `{row}`", v.bytes_per_element * n, "MB", _ONCE,
+                  "appendix-profiles-ncu", "estimate", fields=(("row", v.name),))
+            for v in registry.variant_records("copy").values()]
 
 
 def _memory_transposes() -> list[Prediction]:
@@ -245,6 +257,7 @@ BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
     ("streams", None): _streams,
     ("memory", "copies"): _memory_copies,
     ("memory", "transposes"): _memory_transposes,
+    ("nsight-dram", None): _nsight_dram,
     ("memory", "reductions"): _memory_reductions,
     ("memory", "hierarchy"): _memory_hierarchy,
     ("matmul", "gflops"): _matmul_gflops,

@@ -22,6 +22,7 @@ from gpudl.bench import (
     precision,
     tensorcores,
 )
+from gpudl.bench import profiles as profiled
 from gpudl.bench.experts import GPU_EXPERTS, GPU_TOKENS
 from gpudl.bench.message_sizes import GPU_SIZES as MESSAGE_SIZES
 from gpudl.bench.message_sizes import human_size
@@ -295,7 +296,29 @@ def _context_ring() -> list[Prediction]:
     ]
 
 
-#: Each box of Chapters 5 to 11 -> the function of its predictions.
+# --- Appendix E ------------------------------------------------------------------------------
+
+
+def _profiles_launches() -> list[Prediction]:
+    from gpudl.models import KernelMLP
+
+    mlp = sum(KernelMLP(profiled.MLP_SIZES).launches_per_step().values())
+    decoder = _decoder_launches()
+    return [alike("kernels per step of `{row}`", mlp, "", _COUNTED, "appendix-profiles-mlp",
+                  "estimate", rows=("mlp-step-cuda",), field="kernels",
+                  fields=(("row", "mlp-step-cuda"),)),
+            alike("kernels per step of `{row}`", decoder, "", _COUNTED, "ch09-graphs",
+                  "estimate", rows=("decode-eager-cuda", "decode-graph-cuda"), field="kernels",
+                  fields=(("row", "decode-eager-cuda"),))]
+
+
+def _profiles_kernels() -> list[Prediction]:
+    # a chunk's x and y read and its result written, float32
+    chunk = 12 * (profiled.GPU_STREAMS_N // profiled.STREAMS_CHUNKS)
+    return [moved("saxpy_v1_naive, one chunk", chunk, "appendix-profiles-streams")]
+
+
+#: Each box of Chapters 5 to 11 and Appendix E -> the function of its predictions.
 BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
     ("allreduce", "busbw"): _allreduce_busbw,
     ("ddp-timeline", None): _ddp_timeline,
@@ -314,4 +337,6 @@ BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
     ("allreduce", "all_to_all"): _allreduce_all_to_all,
     ("matmul", "experts"): _matmul_experts,
     ("context", "ring"): _context_ring,
+    ("profiles", "launches"): _profiles_launches,
+    ("profiles", "kernels"): _profiles_kernels,
 }

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import record_function
 
 from gpudl.checks import (
     check_int,
@@ -52,7 +53,11 @@ from gpudl.parallel.one_process import (
 )
 from gpudl.parallel.spawn import Clock, device_and_sync, spawn
 
-__all__ = ["expected_buckets", "gradient_timeline", "timeline_worker"]
+__all__ = ["BACKWARD_RANGE", "expected_buckets", "gradient_timeline", "timeline_worker"]
+
+#: The name of the range around each backward pass of :func:`timeline_worker` in a profiler's
+#: timeline (Appendix E reads the last one).
+BACKWARD_RANGE = "DDP backward pass"
 
 _MIB = 1024 * 1024  # DDP's bucket_cap_mb is in MiB
 _DEFAULT_BUCKET_CAP_MB = 25
@@ -165,7 +170,8 @@ def timeline_worker(
         sync()
         dist.barrier()
         began = clock.mark()
-        loss.backward()
+        with record_function(BACKWARD_RANGE):  # the timed pass, named for a profiler
+            loss.backward()
         ended = clock.mark()
 
     sizes = {name: (p.numel(), p.numel() * p.element_size()) for name, p in

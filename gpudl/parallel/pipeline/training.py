@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.profiler import record_function
 
 from gpudl.checks import check_choice, check_instance, check_int, check_positive
 from gpudl.estimate import bubble_fraction
@@ -38,6 +39,7 @@ from gpudl.parallel.pipeline.schedule import (
 from gpudl.parallel.spawn import Clock, device_and_sync, rank0_print, run_under_torchrun, spawn
 
 __all__ = [
+    "ACTION_NAMES",
     "CPU_CONFIG",
     "CPU_PACE_S",
     "ENGINES",
@@ -49,6 +51,10 @@ __all__ = [
 ]
 
 ENGINES = ("hand", "torch")  # written here with send/recv, or torch.distributed.pipelining
+
+#: The name of each action's range in a profiler's timeline, followed by its micro-batch
+#: (``"forward 3"``): what :mod:`gpudl.profiles` reads back.
+ACTION_NAMES = {"F": "forward", "B": "backward"}
 
 
 _TORCH_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -122,27 +128,29 @@ def _hand_step(stage: torch.nn.Module, plan: PipelinePlan, rank: int, stages: in
         works = exchange(pending, None if buffer is None else (buffer, peer))
         in_flight += zip(works, [tensor for tensor, _ in pending], strict=True)
         pending = []
-        start, tick = clock.mark(), time.perf_counter()
-        if kind == "F":
-            inputs[i] = xs[i] if rank == 0 else buffer.requires_grad_()
-            out = stage(inputs[i])
-            if last:
-                out = torch.nn.functional.mse_loss(out, ys[i]) / m
-                losses.append(out.detach())  # read after the step: .item() would wait here
+        # the action as one named range of a profiler's timeline (Appendix E), pacing included
+        with record_function(f"{ACTION_NAMES[kind]} {i}"):
+            start, tick = clock.mark(), time.perf_counter()
+            if kind == "F":
+                inputs[i] = xs[i] if rank == 0 else buffer.requires_grad_()
+                out = stage(inputs[i])
+                if last:
+                    out = torch.nn.functional.mse_loss(out, ys[i]) / m
+                    losses.append(out.detach())  # read after the step: .item() would wait
+                else:
+                    pending.append((out.detach(), rank + 1))
+                outputs[i] = out
+                peak = max(peak, len(outputs))
             else:
-                pending.append((out.detach(), rank + 1))
-            outputs[i] = out
-            peak = max(peak, len(outputs))
-        else:
-            out = outputs.pop(i)
-            out.backward(None if last else buffer)
-            grad = inputs.pop(i).grad
-            if rank > 0:
-                pending.append((grad, rank - 1))
-        if plan.pace_s is not None:
-            target = plan.pace_s * len(xs[i]) * (1 if kind == "F" else 2)
-            time.sleep(max(0.0, tick + target - time.perf_counter()))
-        events.append([kind, i, start, clock.mark()])
+                out = outputs.pop(i)
+                out.backward(None if last else buffer)
+                grad = inputs.pop(i).grad
+                if rank > 0:
+                    pending.append((grad, rank - 1))
+            if plan.pace_s is not None:
+                target = plan.pace_s * len(xs[i]) * (1 if kind == "F" else 2)
+                time.sleep(max(0.0, tick + target - time.perf_counter()))
+            events.append([kind, i, start, clock.mark()])
     in_flight += zip(exchange(pending, None), [tensor for tensor, _ in pending], strict=True)
     for work, _ in in_flight:
         work.wait()
