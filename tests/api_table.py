@@ -2350,6 +2350,33 @@ add(f"{_EX}.training.differences", lambda: dict(result={}, reference={"losses": 
 none(f"{_EX}.training.main", CLI)
 
 
+# Chapter 11's figures (gpudl.plots.ch11, gpudl.plots.ch11_context)
+_DEGREES5 = Kind("ParallelDegrees", (None, (2, 2), {}))
+add(f"{_PL}.ch11.rank_routings", lambda: dict(config=_moe(), tokens_per_rank=2, ranks=2),
+    config=_MOE, tokens_per_rank=COUNT, ranks=COUNT)
+add(f"{_PL}.ch11.router_counts", lambda: dict(config=_moe(), tokens=4), config=_MOE,
+    tokens=COUNT)
+add(f"{_PL}.ch11.expert_loads", lambda: dict(counts_by_router={"r": [1, 2]}, capacity=2),
+    counts_by_router=Kind("names to counts", (None, [1], {"r": "1"}, {"r": [1.5]}),
+                          ({}, {"r": [-1, 2]}, {"r": []})), capacity=COUNT)
+add(f"{_PL}.ch11.moe_all_to_alls", lambda: dict(config=_moe(experts=4), tokens_per_rank=2),
+    config=_MOE, tokens_per_rank=COUNT, ranks=COUNT.more((), (3,)))
+add(f"{_PL}.ch11_context.ring_attention_steps", dict, world_size=COUNT.more((), (9,)))
+add(f"{_PL}.ch11_context.ring_timelines",
+    lambda: dict(cases={"c": {"compute_s": 1.0, "transfer_s": 2.0}}),
+    cases=Kind("ring steps", (None, [1], {"c": 1}), ({}, {"c": {"compute_s": 1.0}})),
+    world_size=COUNT.more((), (1,)))
+add(f"{_PL}.ch11_context.query_owners", lambda: dict(seq_len=8, world_size=2,
+                                                     layout="balanced"),
+    seq_len=COUNT.more((), (3,)), world_size=COUNT, layout=choice("contiguous", "balanced"))
+add(f"{_PL}.ch11_context.causal_balance", lambda: dict(seq_len=8, world_size=2),
+    seq_len=COUNT.more((), (3,)), world_size=COUNT.more((), (9,)))
+add(f"{_PL}.ch11_context.mesh_groups", lambda: dict(degrees=_degrees()), degrees=_DEGREES5,
+    order=Kind("an order of the mesh dimensions", (None, ["data"]), (("data",),)))
+add(f"{_PL}.ch11_context.parallel_mesh", lambda: dict(degrees=_degrees()),
+    degrees=_DEGREES5, per_node=COUNT)
+
+
 # ------------------------------------------------------------------------------------------
 # Appendix E: the profiles (gpudl.profiles, gpudl.bench.profiler, gpudl.bench.profiles,
 # gpudl.plots.profiles)

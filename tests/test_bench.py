@@ -148,6 +148,7 @@ SMALL = {  # each topic at a size the simulator runs in seconds
     "attention": dict(s_values=(17,), heads=1, d=8),
     "tensorcores": dict(sizes=(16,), kernel_sizes=(16,)),
     "decode": dict(s=20, heads=1, d=4, n=8),
+    "context": dict(world_size=2, repeats=1),
     "profiles": dict(n=64, sizes=(4, 3, 2), batch=2),
 }
 

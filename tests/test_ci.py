@@ -56,7 +56,8 @@ def test_the_planned_gpu_run_fits_one_call_with_a_minute_to_spare():
     gpus = plan["gpus"]["count"]
     assert gpus == 1 and plan["gpus"]["basis"]
     runs = {n: e for n, e in plan["notebooks"].items() if e.get("min_gpus", 1) <= gpus}
-    assert set(plan["notebooks"]) - set(runs) == {"05-data-parallel", "06-model-parallel"}
+    assert set(plan["notebooks"]) - set(runs) == {"05-data-parallel", "06-model-parallel",
+                                                  "11-experts-long-sequences"}
     total += sum(entry["limit_s"] for entry in runs.values())
     assert total <= budget["call_limit_s"] - budget["spare_s"]
     done = run("gpu-session", "--plan")

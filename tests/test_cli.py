@@ -51,7 +51,7 @@ def test_bench_elementwise_writes_json_with_the_machine(tmp_path, monkeypatch, c
 def test_every_benchmark_topic_is_a_cli_choice_and_a_module():
     assert set(TOPICS) == {"elementwise", "memory", "matmul", "allreduce", "optim",
                            "dataparallel", "pipeline", "precision", "attention", "launch",
-                           "tensorcores", "decode", "profiles"}
+                           "tensorcores", "decode", "context", "profiles"}
     for topic in TOPICS:
         module = importlib.import_module(f"gpudl.bench.{topic}")
         assert callable(module.run) and isinstance(module.BARS, tuple)

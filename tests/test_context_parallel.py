@@ -205,7 +205,7 @@ def no_spawn(monkeypatch):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [(dict(strategy="ulysses", heads=3), ValueError, r"heads \(3\) must be divisible by the "
-                                                     r"world size \(2\)"),
+                                                     r"context-parallel degree \(2\)"),
      (dict(seq=1), ValueError, "cannot be split over world size 2 in the contiguous layout"),
      (dict(seq=3, causal=True), ValueError, "4 pieces of at least one token each"),
      (dict(world_size=0), ValueError, "world_size"),
@@ -226,7 +226,8 @@ def test_bad_input_is_refused_before_any_process_starts(no_spawn, kwargs, error,
 
 def test_a_job_list_is_checked_whole(no_spawn):
     good = ContextJob(*_tensors(2, 9, 0)[:3])
-    with pytest.raises(ValueError, match=r"heads \(2\) must be divisible by the world size"):
+    with pytest.raises(ValueError, match=r"the heads \(2\) must be divisible by the "
+                                         r"context-parallel degree \(5\)"):
         run_context_jobs([good, replace(good, strategy="ulysses")], 5)
     with pytest.raises(TypeError, match="jobs"):
         run_context_jobs(good, 2)

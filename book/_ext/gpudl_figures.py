@@ -308,6 +308,38 @@ def _ch09_figures() -> dict:
     }
 
 
+def _ch11_figures() -> dict:
+    """Chapter 11's figures: the expert loads of the chapter's two routers on one group of 64
+    tokens (the lab prints the same counts), the rows of one layer on two ranks through its
+    two all-to-alls, ring attention's steps, a ring step on an H100 at a chunk that hides its
+    transfer and one that does not (the cost model, at the benchmark's 16 heads of 128), the
+    causal work per rank in the two layouts, and the groups of a 5-D mesh of 16 GPUs."""
+    from gpudl import plots
+    from gpudl.estimate import NVLINK_BANDWIDTH, ring_step_time
+    from gpudl.hardware import peak_flops
+    from gpudl.parallel.degrees import ParallelDegrees
+    from gpudl.parallel.experts import MOE_CONFIG, MoEConfig
+
+    h100 = "H100 SXM"
+    bandwidth, peak = NVLINK_BANDWIDTH[h100][0], peak_flops(h100, "bf16")
+    balanced, capacity = plots.router_counts(MoEConfig(), 64)
+    skewed, _ = plots.router_counts(MOE_CONFIG, 64)
+    return {
+        "moe-loads.png": lambda: plots.expert_loads(
+            {"router at its seed": balanced, "skewed router": skewed}, capacity,
+            "64 tokens, 8 experts, top-2, capacity factor 1"),
+        "moe-all-to-alls.png": lambda: plots.moe_all_to_alls(
+            MoEConfig(experts=4), tokens_per_rank=4, ranks=2),
+        "ring-attention-steps.png": lambda: plots.ring_attention_steps(4),
+        "ring-overlap.png": lambda: plots.ring_timelines(
+            {f"{h100}, {chunk:,} tokens per GPU, 16 heads of 128, BF16 (cost model)":
+             ring_step_time(chunk, 16, 128, bandwidth, peak) for chunk in (4096, 512)}, 4),
+        "causal-balance.png": lambda: plots.causal_balance(16, 4),
+        "mesh-5d.png": lambda: plots.parallel_mesh(
+            ParallelDegrees(data=2, tensor=2, pipeline=2, context=2, expert=4)),
+    }
+
+
 def _profile_figures() -> dict:
     """Appendix E's figures, drawn from the profiles stored in results/profiles/ (recorded by
     `python -m gpudl profiles record`; the book draws them, it does not record them)."""
@@ -325,7 +357,8 @@ def _profile_figures() -> dict:
 
 def figures() -> dict:
     """Every model figure of the book: its file name in book/_generated -> what draws it."""
-    return {**_model_figures(), **_ch08_figures(), **_ch09_figures(), **_profile_figures()}
+    return {**_model_figures(), **_ch08_figures(), **_ch09_figures(), **_ch11_figures(),
+            **_profile_figures()}
 
 
 def draw(logger: logging.Logger | logging.LoggerAdapter,

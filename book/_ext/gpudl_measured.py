@@ -29,6 +29,7 @@ from gpudl_extension_text import Untranslated, Words, edition, message, tr, tran
 from gpudl.bench import (
     allreduce,
     attention,
+    context,
     dataparallel,
     decode,
     elementwise,
@@ -50,7 +51,7 @@ VERDICTS = {True: message("met"), False: message("**missed**"), None: message("n
 #: names of the bars, from its ``BARS``, that the view's box is held to).
 TOPICS: dict[str, ModuleType] = {m.__name__.rsplit(".", 1)[1]: m for m in (
     elementwise, memory, allreduce, matmul, optim, dataparallel, pipeline, precision, launch,
-    attention, tensorcores, decode, profiles)}
+    attention, tensorcores, decode, context, profiles)}
 
 
 class _Trail:

@@ -311,6 +311,44 @@ def _decode_graphs(record: dict, path: Path) -> list[str]:
                   [[r["name"], str(r["kernels"]), f"{r['median_s'] * 1e6:,.1f}"] for r in rows])
 
 
+def _allreduce_all_to_all(record: dict, path: Path) -> list[str]:
+    from gpudl.bench.message_sizes import human_size
+
+    if not record.get("all_to_all"):
+        return [tr("{not_measured}: the stored run has no all-to-all timing.",
+                   not_measured=not_measured())]
+    reduced = {(r["world_size"], r["size_bytes"]): r["busbw_gbs"] for r in record["rows"]}
+    table = []
+    for r in record["all_to_all"]:
+        all_reduce = reduced[r["world_size"], r["size_bytes"]]
+        table.append([str(r["world_size"]), human_size(r["size_bytes"]),
+                      _num(r["busbw_gbs"], 1), _num(all_reduce, 1),
+                      f"{r['busbw_gbs'] / all_reduce:.2f}"])
+    return _table([tr("GPUs"), tr("size"), tr("all-to-all bus bandwidth (GB/s)"),
+                   tr("all-reduce bus bandwidth (GB/s)"), tr("ratio")], table)
+
+
+def _matmul_experts(record: dict, path: Path) -> list[str]:
+    rows = _rows(record, "experts")
+    if not rows:
+        return [tr("{not_measured}: the stored run has no grouped experts.",
+                   not_measured=not_measured())]
+    return _table(["", tr("time (ms)"), "TFLOP/s", tr("rows"), tr("rows computed")],
+                  [[r["name"], _ms(r["median_s"]), _num(r["tflops"], 1), f"{r['rows']:,}",
+                    f"{r['rows'] if r['name'] == 'experts loop' else r['padded_rows']:,}"]
+                   for r in rows])
+
+
+def _context_ring(record: dict, path: Path) -> list[str]:
+    rows = record["rows"]
+    compute = rows[0]["median_s"]
+    return _table(["", tr("ranks"), tr("time per step (ms)"), tr("of the computation alone"),
+                   tr("bytes sent per step")],
+                  [[r["name"], str(r["ranks"]), _ms(r["median_s"]),
+                    f"{r['median_s'] / compute:.2f}",
+                    _na() if r["bytes"] is None else f"{r['bytes']:,}"] for r in rows])
+
+
 def _profiles_launches(record: dict, path: Path) -> list[str]:
     """The decode step's profiles, eager and replayed, drawn; each profiled step's launches
     (host launch ranges, and graph launches) and the kernels the GPU ran."""
@@ -347,8 +385,9 @@ DRAW: dict[str, dict[str, Callable[[dict, Path], list[str]]]] = {
                "transposes": _memory_group("transposes", message("Transposes")),
                "reductions": _memory_group("reductions", message("Reductions (bytes read)")),
                "hierarchy": _memory_hierarchy},
-    "allreduce": {"busbw": _allreduce_busbw, "p2p": _allreduce_p2p},
-    "matmul": {"gflops": _matmul_gflops, "mlp": _matmul_mlp},
+    "allreduce": {"busbw": _allreduce_busbw, "p2p": _allreduce_p2p,
+                  "all_to_all": _allreduce_all_to_all},
+    "matmul": {"gflops": _matmul_gflops, "mlp": _matmul_mlp, "experts": _matmul_experts},
     "optim": {"bandwidth": _optim_bandwidth},
     "dataparallel": {"steps": _dataparallel_steps},
     "pipeline": {"bubble": _pipeline_bubble},
@@ -358,5 +397,6 @@ DRAW: dict[str, dict[str, Callable[[dict, Path], list[str]]]] = {
     "tensorcores": {"torch": _tensorcores_torch, "kernels": _tensorcores_kernels},
     "decode": {"attention": _decode_group("attention"), "gemv": _decode_group("gemv"),
                "graphs": _decode_graphs},
+    "context": {"ring": _context_ring},
     "profiles": {"launches": _profiles_launches, "kernels": _profiles_kernels},
 }

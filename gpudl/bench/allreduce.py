@@ -3,7 +3,7 @@ all-reduce against ``dist.all_reduce``, every result checked exactly.
 
 Book section: *Chapter 5, "What connects GPUs"* (measuring an interconnect) and "The ring
 all-reduce, from send and receive" (the ring timed against ``dist.all_reduce``); the
-all-to-all, *Chapter 11, What the all-to-all costs*. The models are
+all-to-all, *Chapter 11, "What the all-to-all costs"*. The models are
 :func:`gpudl.estimate.allreduce_time` and :func:`gpudl.estimate.all_to_all_time`; the messages
 and their checks are :mod:`gpudl.parallel.messages`'s. The topic's :func:`run` times both
 collectives at each size in one group of processes (the all-to-all's rows under
@@ -74,9 +74,10 @@ BARS: tuple[dict, ...] = (
      "numerator": "all_to_all 64 MiB x{ws}", "denominator": "all_reduce 64 MiB x{ws}",
      "threshold": 1 / 1.4, "compare": "<=", "rate": "median_s"},
 )
-#: The book's boxes of this topic (``{gpudl-measured} allreduce <view>``) and the bars
-#: (of :data:`BARS`) each is held to.
-VIEWS = {"busbw": ("all_to_all_vs_all_reduce_x{ws}",), "p2p": ()}
+#: The book's boxes of this topic (``{gpudl-measured} allreduce <view>``: Chapter 5's
+#: ``busbw`` and ``p2p``, Chapter 11's ``all_to_all``) and the bars (of :data:`BARS`) each is
+#: held to.
+VIEWS = {"busbw": (), "p2p": (), "all_to_all": ("all_to_all_vs_all_reduce_x{ws}",)}
 #: The world sizes :func:`run` times (on GPUs, those with a GPU per rank).
 WORLD_SIZES = (2, 4)
 #: The collectives :func:`collective_bandwidth_worker` times.

@@ -1,17 +1,14 @@
 """Chapter 11's measurement: a ring-attention step against its attention computation alone, and
 against the naive ring that waits for each transfer.
 
-Book section: *Chapter 11*, when the ring hides its transfers, and its "Measured on GPUs" box.
+Book section: *Chapter 11, "When the ring hides its transfers"*, and its "Measured on GPUs"
+box (``{gpudl-measured} context ring``).
 
 :func:`run` spawns one rank per GPU (:func:`gpudl.parallel.context.ring_step_worker`) at a
 chunk the cost model says hides the ring on every GPU of its table
 (:func:`gpudl.estimate.hiding_chunks`), and holds the steps to :data:`BARS`. With fewer GPUs
 than ranks it stores nothing and says so; on the simulator the ranks are CPU processes at
 tiny sizes and every verdict is ``None``.
-
-Not yet a topic of :data:`gpudl.bench.TOPICS`: a topic's box needs its view drawn by
-``book/_ext/gpudl_views.py`` and its bars' words in the Chinese catalogue, which come with the
-chapter; until then ``run()`` is called directly.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from gpudl.estimate import hiding_chunks, ring_step_bytes, ring_step_flops
 from gpudl.parallel.context import ring_step_worker
 from gpudl.parallel.spawn import spawn
 
-__all__ = ["BARS", "GPU_CHUNK", "run"]
+__all__ = ["BARS", "GPU_CHUNK", "VIEWS", "run"]
 
 #: Tokens per GPU on GPUs, the power of two at or above the longest chunk that hides the ring
 #: on a GPU of the cost model's table (2,198 tokens on an H100 or H200, not causal): 4,096.
@@ -48,6 +45,9 @@ BARS = (
      "numerator": "ring overlapped chunk={chunk}", "denominator": "ring waiting chunk={chunk}",
      "threshold": 1.0, "compare": "<=", "rate": "median_s"},
 )
+
+#: The book's box of this topic (``{gpudl-measured} context ring``) and the bars it is held to.
+VIEWS = {"ring": ("ring_step_within_1_15x_of_compute", "overlap_faster_than_waiting")}
 
 _ROWS = {"compute": "compute alone", "overlapped": "ring overlapped", "waiting": "ring waiting"}
 

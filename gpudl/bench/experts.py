@@ -35,13 +35,15 @@ from gpudl.parallel.experts import (
     route,
 )
 
-__all__ = ["EXPERTS", "grouped_experts"]
+__all__ = ["EXPERTS", "GPU_EXPERTS", "GPU_TOKENS", "grouped_experts"]
 
-#: The layer timed, with 64 small experts, each token to 6 (fine-grained experts, as DeepSeekMoE
-#: has), a capacity factor of 1.25, on a GPU; 8 tiny experts, top-2, on the CPU.
+#: The layer timed on a GPU, with 64 small experts, each token to 6 (fine-grained experts, as
+#: DeepSeekMoE has), a capacity factor of 1.25, and the tokens routed there.
+GPU_EXPERTS, GPU_TOKENS = MoEConfig(hidden=2048, ffn=1408, experts=64, top_k=6,
+                                    capacity_factor=1.25), 8192
+#: The layer timed, :data:`GPU_EXPERTS` on a GPU and 8 tiny experts, top-2, on the CPU.
 EXPERTS = backend.pick(
-    gpu=MoEConfig(hidden=2048, ffn=1408, experts=64, top_k=6, capacity_factor=1.25),
-    sim=MoEConfig(hidden=16, ffn=32, experts=8, top_k=2, capacity_factor=1.25))
+    gpu=GPU_EXPERTS, sim=MoEConfig(hidden=16, ffn=32, experts=8, top_k=2, capacity_factor=1.25))
 
 
 def grouped_experts(config: MoEConfig = EXPERTS, tokens: int | None = None) -> list[dict]:
@@ -50,7 +52,8 @@ def grouped_experts(config: MoEConfig = EXPERTS, tokens: int | None = None) -> l
     ``"experts"``, the layer's sizes, ``rows`` and ``padded_rows`` (``experts x
     capacity``)."""
     check_instance("config", config, MoEConfig)
-    tokens = backend.pick(gpu=8192, sim=64) if tokens is None else check_int("tokens", tokens, 1)
+    tokens = (backend.pick(gpu=GPU_TOKENS, sim=64) if tokens is None
+              else check_int("tokens", tokens, 1))
     on_gpu = backend.name() == "cuda"
     device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
     layer = MoELayer(config, dtype).to(device)

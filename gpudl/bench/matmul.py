@@ -4,7 +4,8 @@ pass.
 
 Book section: *Chapter 3*, the "Measured on a GPU" boxes of "Matrix multiply, step by step"
 and "Counting flops: backward is twice the forward"; the grouped products of a mixture of
-experts' layer against their loop (:mod:`gpudl.bench.experts`), *Chapter 11*.
+experts' layer against their loop (:mod:`gpudl.bench.experts`), *Chapter 11, "Grouped
+products"*.
 
 ``python -m gpudl bench matmul`` runs :func:`run` and stores ``results/matmul-<backend>.json``.
 Every output is checked against torch's before its time is reported.
@@ -53,9 +54,10 @@ BARS = (
      "numerator": "matmul_v7_triton_float16 n={n}", "denominator": TORCH_FLOAT16,
      "threshold": 0.80, "rate": "tflops"},
 )
-#: The book's boxes of this topic (``{gpudl-measured} matmul <view>``) and the bars
-#: (of :data:`BARS`) each is held to.
-VIEWS = {"gflops": ("best_matmul_vs_torch", "triton_float16_vs_cublas"), "mlp": ()}
+#: The book's boxes of this topic (``{gpudl-measured} matmul <view>``: Chapter 3's ``gflops``
+#: and ``mlp``, Chapter 11's ``experts``) and the bars (of :data:`BARS`) each is held to.
+VIEWS = {"gflops": ("best_matmul_vs_torch", "triton_float16_vs_cublas"), "mlp": (),
+         "experts": ()}
 
 #: The sizes of the square matrices timed on a GPU.
 GPU_SIZES = (1024, 2048, 4096)

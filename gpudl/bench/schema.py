@@ -32,6 +32,8 @@ TOPICS: dict[str, str] = {
     "tensorcores": "Chapter 8: torch.matmul per precision; the tensor-core matmul against FP32",
     "decode": "Chapter 9: decode attention against a copy, the int8 GEMV against torch's bf16, "
               "CUDA graphs against eager launches",
+    "context": "Chapter 11: a ring-attention step against its computation alone and against "
+               "the ring that waits for each transfer",
     "profiles": "Appendix E: profiles of the MLP step, the streams and the decode step, their "
                 "launches counted and their kernels beside the bandwidth model",
 }

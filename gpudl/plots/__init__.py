@@ -21,15 +21,17 @@ from gpudl.plots.ch07 import *
 from gpudl.plots.ch08 import *
 from gpudl.plots.ch08_layouts import *
 from gpudl.plots.ch09 import *
+from gpudl.plots.ch11 import *
+from gpudl.plots.ch11_context import *
 from gpudl.plots.measured import *
 from gpudl.plots.profiles import *
 
 #: The modules whose public names this package re-exports, in this order.
 _MODULES = ("buffers", "ch01", "ch02", "ch03", "ch04", "ch04_threads", "ch05", "ch06", "ch07",
-            "ch08", "ch08_layouts", "ch09", "measured",
+            "ch08", "ch08_layouts", "ch09", "ch11", "ch11_context", "measured",
             "profiles")
 #: Public names of the modules that stay in their module: not re-exported.
-_KEPT_IN_MODULE = {"weight_after_updates", "ZERO_PARTS"}
+_KEPT_IN_MODULE = {"weight_after_updates", "ZERO_PARTS", "EXPERT_COLORS", "MESH_DIMS"}
 __all__ = [name for module in _MODULES
            for name in import_module(f"{__name__}.{module}").__all__
            if name not in _KEPT_IN_MODULE]

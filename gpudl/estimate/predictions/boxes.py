@@ -82,7 +82,8 @@ def measured_value(prediction: Prediction, record: dict, row: str | None = None
     """What a stored run (``record``, a ``results/TOPIC-cuda.json``) measured of
     ``prediction``, in SI units, or ``None`` where it holds no number: the value at the
     prediction's ``path``, or ``field`` of its row ``row`` (the first of its rows by default;
-    the rows of a topic are in the record's ``rows``, a point-to-point row in its ``p2p``),
+    the rows of a topic are in the record's ``rows``, a point-to-point row in its ``p2p``, an
+    all-to-all's in its ``all_to_all``),
     over the same field of the row ``over`` for a ratio."""
     check_instance("prediction", prediction, Prediction)
     check_instance("record", record, dict)
@@ -95,7 +96,8 @@ def measured_value(prediction: Prediction, record: dict, row: str | None = None
     row = prediction.rows[0] if row is None else check_choice("row", row, prediction.rows)
 
     def field(name: str) -> float | None:
-        found = _lookup(record.get("rows"), name) or _lookup(record.get("p2p") or [], name)
+        found = (_lookup(record.get("rows"), name) or _lookup(record.get("p2p") or [], name)
+                 or _lookup(record.get("all_to_all") or [], name))
         value = None if found is None else found.get(prediction.field)
         return None if not isinstance(value, int | float) else float(value)
 

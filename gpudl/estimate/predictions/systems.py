@@ -1,7 +1,8 @@
-"""The predictions of the boxes of Chapters 5 to 9: several GPUs and their links, tensor cores,
-attention and inference.
+"""The predictions of the boxes of Chapters 5 to 11: several GPUs and their links, tensor cores,
+attention, inference, experts and long sequences.
 
-Book section: Chapters 5 to 9, their "Measured on a GPU" boxes (:mod:`gpudl.estimate.predictions`).
+Book section: Chapters 5 to 11, their "Measured on a GPU" boxes
+(:mod:`gpudl.estimate.predictions`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from gpudl import hardware
 from gpudl.bench import (
     allreduce,
     attention,
+    context,
     dataparallel,
     decode,
     matmul,
@@ -21,10 +23,13 @@ from gpudl.bench import (
     tensorcores,
 )
 from gpudl.bench import profiles as profiled
+from gpudl.bench.experts import GPU_EXPERTS, GPU_TOKENS
 from gpudl.bench.message_sizes import GPU_SIZES as MESSAGE_SIZES
 from gpudl.bench.message_sizes import human_size
 from gpudl.estimate.bubble import bubble_fraction
 from gpudl.estimate.collectives import allreduce_time, data_parallel_step_time
+from gpudl.estimate.context import ring_step_bytes, ring_step_flops
+from gpudl.estimate.experts import all_to_all_time, expert_capacity
 from gpudl.estimate.memory_per_gpu import model_state_memory
 from gpudl.estimate.predictions.quantities import (
     BYTES_MOVED,
@@ -242,6 +247,55 @@ def _decode_graphs() -> list[Prediction]:
     ]
 
 
+# --- Chapter 11 -------------------------------------------------------------------------------
+
+_ALL_TO_ALL = "all-to-all: `(N - 1) / N x S / B`, `B` one direction of NVLink"
+_BUS_ALL_TO_ALL = "bus bandwidth of the all-to-all: `B`, one direction of NVLink"
+_RING_STEP = "the longer of the key/value chunk over one direction of NVLink and flops / BF16 peak"
+_RING_WAIT = "the key/value chunk over one direction of NVLink + flops / BF16 peak"
+
+
+def _allreduce_all_to_all() -> list[Prediction]:
+    size = 64 * 2**20  # the size of the bar all_to_all_vs_all_reduce_x{ws}
+    out = []
+    for world in allreduce.WORLD_SIZES:
+        row = f"all_to_all {human_size(size)} x{world}"
+        out.append(timed(row, lambda gpu, w=world: all_to_all_time(size, w, nvlink(gpu)),
+                         _ALL_TO_ALL, "ch11-all-to-all", (row,), field="time_s"))
+        out.append(Prediction(row, per_gpu(nvlink), "GB/s", _BUS_ALL_TO_ALL, "ch11-all-to-all",
+                              "bound",
+                              (row,), field="busbw_gbs"))
+    return out
+
+
+def _matmul_experts() -> list[Prediction]:
+    # the grouped products compute every expert's buffer whole, padding included: E x C rows,
+    # two products of 2 x rows x hidden x ffn flops each, in bf16 on a GPU
+    config, tokens = GPU_EXPERTS, GPU_TOKENS
+    capacity = expert_capacity(tokens, config.experts, config.top_k, config.capacity_factor)
+    flops = 4 * config.experts * capacity * config.hidden * config.ffn
+    return [computed("experts grouped", flops, "bf16", "ch11-grouped", ("experts grouped",))]
+
+
+def _context_ring() -> list[Prediction]:
+    chunk, heads, head_dim = context.GPU_CHUNK, 16, 128
+    flops, sent = ring_step_flops(chunk, heads, head_dim), ring_step_bytes(chunk, heads, head_dim)
+
+    def compute(gpu: str) -> float:
+        return flops / hardware.peak_flops(gpu, "bf16")
+
+    rows = {name: f"{name} chunk={chunk}" for name in
+            ("compute alone", "ring overlapped", "ring waiting")}
+    return [
+        computed(rows["compute alone"], flops, "bf16", "ch11-ring-hides",
+                 (rows["compute alone"],)),
+        timed(rows["ring overlapped"], lambda gpu: max(compute(gpu), sent / nvlink(gpu)),
+              _RING_STEP, "ch11-ring-hides", (rows["ring overlapped"],)),
+        timed(rows["ring waiting"], lambda gpu: compute(gpu) + sent / nvlink(gpu), _RING_WAIT,
+              "ch11-ring-hides", (rows["ring waiting"],)),
+    ]
+
+
 # --- Appendix E ------------------------------------------------------------------------------
 
 
@@ -264,7 +318,7 @@ def _profiles_kernels() -> list[Prediction]:
     return [moved("saxpy_v1_naive, one chunk", chunk, "appendix-profiles-streams")]
 
 
-#: Each box of Chapters 5 to 9 and Appendix E -> the function of its predictions.
+#: Each box of Chapters 5 to 11 and Appendix E -> the function of its predictions.
 BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
     ("allreduce", "busbw"): _allreduce_busbw,
     ("ddp-timeline", None): _ddp_timeline,
@@ -280,6 +334,9 @@ BUILDERS: dict[tuple[str, str | None], Callable[[], list[Prediction]]] = {
     ("decode", "attention"): _decode_attention,
     ("decode", "gemv"): _decode_gemv,
     ("decode", "graphs"): _decode_graphs,
+    ("allreduce", "all_to_all"): _allreduce_all_to_all,
+    ("matmul", "experts"): _matmul_experts,
+    ("context", "ring"): _context_ring,
     ("profiles", "launches"): _profiles_launches,
     ("profiles", "kernels"): _profiles_kernels,
 }

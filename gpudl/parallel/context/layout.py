@@ -1,7 +1,7 @@
 """Which tokens of the sequence each rank holds: the contiguous layout and the load-balanced
 one of causal attention, and what a world size must be for a sequence (and heads) to split.
 
-Book section: *Chapter 11*, splitting the sequence.
+Book section: *Chapter 11, "Splitting the sequence"*.
 
 The sequence of ``seq_len`` tokens is cut into pieces whose lengths differ by at most one
 (piece ``i`` of ``n`` is ``[i * seq_len // n, (i + 1) * seq_len // n)``), never padded, so
@@ -17,8 +17,9 @@ that no rank computes on tokens that are not there:
 A rank's tokens are a list of *segments*, ``(start, end)`` ranges of positions, stored one
 after the other. A layout needs every piece non-empty: ``seq_len >= W`` for the contiguous
 layout and ``seq_len >= 2 W`` for the balanced one; the head-parallel strategy (DeepSpeed-
-Ulysses) also needs the heads to divide by ``W``. :func:`check_context_plan` says so before
-any process starts.
+Ulysses) also needs the heads to divide by ``W``, the context-parallel degree, which
+:class:`gpudl.parallel.degrees.ParallelDegrees` checks as it checks every degree.
+:func:`check_context_plan` says so before any process starts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from gpudl.checks import check_choice, check_int
+from gpudl.parallel.degrees import ParallelDegrees
 
 __all__ = ["LAYOUTS", "STRATEGIES", "check_context_plan", "rank_segments",
            "positions", "token_count"]
@@ -44,11 +46,8 @@ def check_context_plan(seq_len: int, heads: int, world_size: int, strategy: str 
                        layout: str = "contiguous") -> None:
     """``ValueError`` unless ``world_size`` ranks can split attention over ``seq_len`` tokens
     and ``heads`` heads by ``strategy`` in ``layout``: every piece of the layout holds a
-    token, and for ``"ulysses"`` the heads divide by the world size.
-
-    (The context-parallel degree is the world size here; once
-    :class:`gpudl.parallel.degrees.ParallelDegrees` has a ``context`` degree, the checks that
-    it divides what it splits belong there.)"""
+    token, and for ``"ulysses"`` the heads divide by the world size, the context-parallel
+    degree (:meth:`gpudl.parallel.degrees.ParallelDegrees.check_divides`)."""
     check_int("seq_len", seq_len, 1)
     check_int("heads", heads, 1)
     check_int("world_size", world_size, 1)
@@ -60,9 +59,8 @@ def check_context_plan(seq_len: int, heads: int, world_size: int, strategy: str 
             f"seq_len = {seq_len} tokens cannot be split over world size {world_size} in the "
             f"{layout} layout: it cuts the sequence into {pieces} pieces of at least one "
             f"token each (use at most {seq_len // (pieces // world_size)} rank(s))")
-    if strategy == "ulysses" and heads % world_size:
-        raise ValueError(f"the heads ({heads}) must be divisible by the world size "
-                         f"({world_size}): head-parallel attention gives each rank whole heads")
+    if strategy == "ulysses":  # head-parallel attention gives each rank whole heads
+        ParallelDegrees(context=world_size).check_divides("context", "the heads", heads)
 
 
 def _piece(i: int, n: int, seq_len: int) -> tuple[int, int]:
