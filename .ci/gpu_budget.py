@@ -279,7 +279,9 @@ def plan(budget: dict) -> None:
     steps["bench"]["basis"] = (f"what the call leaves it ({budget['call_limit_s']} s less "
                                f"{budget['spare_s']} s spare and the other steps); {how}; the "
                                "H200 run of 2026-12-01 stored 4 topics in about 100 s; a topic "
-                               "not stored by the limit is named in the summary")
+                               "not stored by the limit is named in the summary; context and "
+                               "allreduce (its all-to-all rows included) need 2 GPUs: on the "
+                               "one lent H200 they store nothing and say why")
 
 
 def main(argv: list[str]) -> int:
