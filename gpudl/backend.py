@@ -13,6 +13,11 @@ because numba reads ``NUMBA_ENABLE_CUDASIM`` only at its own first import:
 * otherwise the CUDA driver is asked (through ``ctypes``, without importing numba) whether it
   sees a GPU; if it does not, the simulator is switched on.
 
+Triton's kernels (:mod:`gpudl.kernels.tiles`) follow the same choice: on the simulator
+``TRITON_INTERPRET=1`` is set, so that ``@triton.jit`` kernels run in Triton's interpreter on torch
+CPU tensors (Triton reads it when a kernel is decorated); on a GPU and for ``compile`` it is set
+to ``0``, so that they compile.
+
 On the simulator, :mod:`gpudl` then installs :mod:`gpudl.simulator`'s missing pieces (warp
 intrinsics, thread-safe shared arrays, the launch guard of :mod:`gpudl.aliasing`).
 """
@@ -20,13 +25,16 @@ intrinsics, thread-safe shared arrays, the launch guard of :mod:`gpudl.aliasing`
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import TypeVar
 
 from gpudl.checks import check_choice  # NumPy only: numba is not imported yet
 
-__all__ = ["name", "pick", "is_simulator", "libcuda", "WARP_SIZE"]
+__all__ = ["name", "pick", "is_simulator", "libcuda", "compile_in_child", "WARP_SIZE"]
 
 WARP_SIZE = 32
 _VALID = ("cuda", "simulator", "compile")
@@ -88,6 +96,10 @@ def _decide() -> str:
 
 
 _NAME = _decide()
+os.environ["TRITON_INTERPRET"] = "1" if _NAME == "simulator" else "0"
+# Triton 3.9 warns at its first kernel unless this is set; 1 keeps its default (a * b + c
+# contracted into one FMA, as NVVM does for the Numba kernels), and the warning out of labs.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 
 def name() -> str:
@@ -109,3 +121,17 @@ def pick(*, gpu: T, sim: T) -> T:
     slower. ``"compile"`` (kernels compiled for a GPU, never run) takes the GPU's.
     """
     return sim if _NAME == "simulator" else gpu
+
+
+def compile_in_child(module: str, jobs: list, ccs: list[tuple[int, int]],
+                     timeout: float) -> subprocess.CompletedProcess:
+    """Run ``python -m module --jobs JSON --cc 9.0,...`` in a child process on the
+    ``compile`` backend (numba's real CUDA target; Triton's compiler, not its interpreter),
+    with this checkout importable: how the simulator compiles kernels for a GPU
+    (:mod:`gpudl.ptx`, :mod:`gpudl.triton_ptx`)."""
+    env = {**os.environ, "GPUDL_BACKEND": "compile"}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", module, "--jobs", json.dumps(jobs),
+                           "--cc", ",".join(f"{c[0]}.{c[1]}" for c in ccs)],
+                          capture_output=True, text=True, env=env, timeout=timeout)

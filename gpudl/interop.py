@@ -11,6 +11,12 @@ way the kernel updates the tensor itself, as ``torch.optim`` does, and two array
 memory are one memory on both backends. (A NumPy array given to a kernel would instead be
 copied in and out by the simulator: :mod:`gpudl.aliasing`.)
 
+:func:`as_tensor` goes the other way, for Triton's kernels (:mod:`gpudl.kernels.tiles`), which
+take torch tensors: a numba device array's memory as a tensor, a CUDA tensor on a GPU and, on
+the simulator, a CPU tensor sharing the simulated array's NumPy memory (Triton's interpreter
+runs on CPU tensors), so that a Triton kernel writes the array it is given, as a Numba kernel
+does.
+
 Making that array costs host time at every call (on a GPU, numba builds a new device array and
 its type from the tensor's ``__cuda_array_interface__``). :class:`KernelArrays` keeps the
 arrays of the tensors a program passes again and again (an optimizer's parameters, gradients
@@ -23,14 +29,15 @@ import ctypes
 from collections import OrderedDict
 
 from gpudl import backend
-from gpudl.checks import check_bool, check_int, check_tensor
+from gpudl.checks import check_bool, check_int, check_tensor, is_device_array
 
 # isort: split
 import numpy as np
 import torch
 from numba import cuda
 
-__all__ = ["KERNEL_DTYPES", "KernelArrays", "as_kernel_array", "check_device", "tensor_device"]
+__all__ = ["KERNEL_DTYPES", "KernelArrays", "as_kernel_array", "as_tensor", "check_device",
+           "tensor_device"]
 
 #: Tensors of these dtypes can be handed to a kernel. bfloat16 has no NumPy dtype, so
 #: kernels see a bfloat16 tensor through ``tensor.view(torch.int16)`` (its bit pattern).
@@ -81,6 +88,18 @@ def as_kernel_array(tensor: torch.Tensor, name: str = "tensor", *, owned: bool =
         return cuda.as_cuda_array(tensor.detach())
     return cuda.from_cuda_array_interface(tensor.detach().__cuda_array_interface__, owner=None,
                                           sync=False)
+
+
+def as_tensor(array: object, name: str = "array") -> torch.Tensor:
+    """The memory of the numba device array ``array`` as a torch tensor (no copy): on a GPU a
+    CUDA tensor (through ``__cuda_array_interface__``), on the simulator a CPU tensor of the
+    simulated array's NumPy memory. ``TypeError`` naming ``name`` for anything else (a NumPy
+    array included: a kernel's arrays are on the device)."""
+    if not is_device_array(array):
+        raise TypeError(f"{name} must be a numba device array, got {type(array).__name__}")
+    if backend.is_simulator():
+        return torch.from_numpy(array._ary)
+    return torch.as_tensor(array, device="cuda")
 
 
 class KernelArrays:

@@ -6,12 +6,15 @@ and Chapter 8, "A warp-level mma from Numba" (the ``mma.sync`` instruction in a 
 
 ``python -m gpudl ptx KERNEL`` prints the PTX that numba-cuda generates for one of the kernels
 registered in :mod:`gpudl.registry` (``--list`` names them), for compute capability 9.0 (an
-H100 or H200) or the one given with ``--cc``. PTX is the GPU's virtual instruction set: the
-loads (``ld.global``), stores (``st.global``), their width (``.f32``, ``.v4.f32``) and the
-index arithmetic can be read there before any GPU runs the kernel. ``--memory`` keeps only the
-loads, stores and atomics, ``--body`` only the instructions. PTX is not what the GPU runs:
-the assembler ``ptxas`` turns it into the machine code (SASS) and schedules it anew; ``--sass``
-prints that too, where ``ptxas`` and ``nvdisasm`` are installed.
+H100 or H200) or the one given with ``--cc``; for a Triton kernel, the PTX Triton's compiler
+generates for its first build (:mod:`gpudl.triton_ptx`; ``sm_90a`` for 9.0). PTX is the
+GPU's virtual instruction set: the loads (``ld.global``), stores (``st.global``), their
+width (``.f32``, ``.v4.f32``) and the index arithmetic can be read there before any GPU runs
+the kernel. ``--memory`` keeps only the loads, stores and atomics, ``--body`` only the
+instructions, ``--counts`` counts each instruction (what a Triton kernel's PTX holds that a
+hand-written one does not: ``cp.async``, ``ldmatrix``, ``mma``, ``wgmma``). PTX is not what
+the GPU runs: the assembler ``ptxas`` turns it into the machine code (SASS) and schedules it
+anew; ``--sass`` prints that too, where ``ptxas`` and ``nvdisasm`` are installed.
 
 Compiling needs numba's real CUDA target and the CUDA compiler pieces (NVVM and libdevice, from
 a CUDA toolkit or the ``nvidia-*`` wheels that ``pip install -e '.[gpu]'`` brings), but no GPU
@@ -41,7 +44,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpudl import backend, registry
+from gpudl import backend, registry, triton_ptx
 from gpudl.checks import (
     OneLineArgumentParser,
     check_choice,
@@ -51,7 +54,8 @@ from gpudl.checks import (
 
 __all__ = ["kernels", "CompileTarget", "ToolkitMissing", "prepare_compiler", "find_libdevice",
            "find_tool", "available", "compile_ptx", "compile_many", "compile_for_targets", "ptx",
-           "ptx_many", "ptxas", "sass", "body", "memory_instructions", "main"]
+           "ptx_many", "ptxas", "sass", "body", "memory_instructions", "instruction_counts",
+           "main"]
 
 #: A compile job: the kernel's module, its name, its signature, the arguments of the factory
 #: that builds it (None for a kernel defined at module level) and, optionally, which of the
@@ -158,6 +162,8 @@ def _compile(job: Job, cc: tuple[int, int]) -> str:
         dispatcher.get_current_device = lambda: CompileTarget(cc)
     module, function, signature, args, item = job
     kernel = getattr(importlib.import_module(module), function)
+    if hasattr(kernel, "arg_names"):  # a Triton kernel: Triton's compiler, its configuration
+        return triton_ptx.compile_build((module, function, signature, args), cc)["ptx"]
     if args is not None:
         kernel = kernel(*args)
     if item is not None:
@@ -187,12 +193,7 @@ def compile_for_targets(jobs: list[Job], ccs: list[tuple[int, int]],
     if not backend.is_simulator():
         prepare_compiler()
         return {cc: [_compile(job, cc) for job in jobs] for cc in ccs}
-    env = {**os.environ, "GPUDL_BACKEND": "compile"}
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-m", "gpudl.ptx", "--jobs", json.dumps(jobs),
-                           "--cc", ",".join(f"{c[0]}.{c[1]}" for c in ccs)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    done = backend.compile_in_child("gpudl.ptx", jobs, ccs, timeout)
     if done.returncode == 2:
         raise ToolkitMissing(done.stderr.strip().splitlines()[-1])
     if done.returncode:
@@ -257,11 +258,19 @@ def ptxas(text: str, cc: tuple[int, int] = _DEFAULT_CC) -> str:
 
 
 def body(text: str) -> list[str]:
-    """The instructions of a PTX kernel: the lines of its body, without the parameter loads,
-    declarations and blank lines."""
-    start = text.index("{", text.index(".entry"))
-    lines = [line.strip() for line in text[start + 1:text.rindex("}")].splitlines()]
-    return [line for line in lines if line and not line.startswith((".reg", "ld.param", "//"))]
+    """The instructions of a PTX kernel: the lines of its body (up to the brace that closes
+    it: Triton's PTX goes on with debug sections), without the parameter loads,
+    declarations, line markers (``.loc``) and blank lines."""
+    lines = text[text.index("{", text.index(".entry")):].splitlines()
+    depth, end = 0, len(lines)
+    for i, line in enumerate(lines):
+        depth += {"{": 1, "}": -1}.get(line.strip(), 0)
+        if depth == 0:
+            end = i
+            break
+    kept = [line.strip() for line in lines[1:end]]
+    return [line for line in kept
+            if line and not line.startswith((".reg", "ld.param", "//", ".loc"))]
 
 
 _MEMORY = re.compile(r"^(@%p\d+ )?(ld|st|atom|red)\.(global|shared)")
@@ -271,6 +280,22 @@ def memory_instructions(text: str) -> list[str]:
     """The global and shared-memory loads, stores and atomics of a PTX kernel, in order,
     with operands (``ld.global.f32 %f1, [%rd14];``)."""
     return [line for line in body(text) if _MEMORY.match(line)]
+
+
+def instruction_counts(text: str) -> list[tuple[int, str]]:
+    """``(count, instruction)`` for each instruction of a PTX kernel's body (its full name
+    with its modifiers, ``ld.global.v4.b32``; a predicate ``@%p1`` dropped), most frequent
+    first, then by name. Labels and braces are not instructions."""
+    counts: dict[str, int] = {}
+    for line in body(text):
+        words = line.split()
+        if words[0].startswith("@"):
+            words = words[1:]
+        if not words or words[0].endswith(":") or words[0] in ("{", "}"):
+            continue
+        op = words[0].rstrip(";")
+        counts[op] = counts.get(op, 0) + 1
+    return sorted(((n, op) for op, n in counts.items()), key=lambda c: (-c[0], c[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     shown.add_argument("--memory", action="store_true",
                        help="print only the loads, stores and atomics")
     shown.add_argument("--body", action="store_true", help="print only the instructions")
+    shown.add_argument("--counts", action="store_true",
+                       help="print how many times each instruction occurs")
     shown.add_argument("--sass", action="store_true",
                        help="print the machine code ptxas makes of it (needs nvdisasm)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
@@ -299,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = [tuple(int(p) for p in cc.split(".")) for cc in opts.cc.split(",")]
         try:
             texts = compile_for_targets(json.loads(opts.jobs), targets)
-        except ToolkitMissing as error:
+        except (ToolkitMissing, ModuleNotFoundError) as error:
             print(f"cannot compile to PTX: {error}", file=sys.stderr)
             return 2
         print(json.dumps([texts[cc] for cc in targets]))
@@ -310,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cc must be MAJOR.MINOR, such as 9.0, got {opts.cc!r}")
     try:
         texts = ptx_many(opts.kernels, (major, minor))
+    except ModuleNotFoundError as error:  # a Triton kernel without Triton
+        print(f"cannot compile to PTX: {error}", file=sys.stderr)
+        return 2
     except ToolkitMissing as error:
         print(f"cannot compile to PTX: {error}. Install the CUDA compiler pieces "
               "(pip install -e '.[gpu]' or '.[gpu-cu13]') or a CUDA toolkit, and set "
@@ -321,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(texts))
         return 0
     for name, text in texts.items():
-        if len(texts) > 1 or opts.memory or opts.body:
+        if len(texts) > 1 or opts.memory or opts.body or opts.counts:
             print(f"// {name} (sm_{major}{minor})")
         if opts.sass:
             try:
@@ -331,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         elif opts.memory or opts.body:
             print("\n".join(memory_instructions(text) if opts.memory else body(text)))
+        elif opts.counts:
+            print("\n".join(f"{n:5} {op}" for n, op in instruction_counts(text)))
         else:
             print(text)
     return 0

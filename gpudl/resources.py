@@ -4,6 +4,14 @@ them, without a GPU.
 Book section: Chapter 1, "Occupancy" (the book's own kernels: the registers each thread needs
 and the occupancy that allows); Chapter 2, "Reading the compiler's output: PTX and SASS".
 
+Triton's kernels are in the same table: each build (a configuration of constexpr values,
+``num_warps`` and ``num_stages``) compiled by Triton's own compiler (:mod:`gpudl.triton_ptx`)
+and assembled by the ``ptxas`` Triton ships for the target. Their rows add ``num_warps`` and
+``num_stages``, their ``arguments`` are the constexpr values (``"BLOCK=1024"``) and their
+shared memory is what Triton allocates (dynamic shared memory, which ``ptxas`` does not see);
+the table's ``"triton"`` names the versions those figures depend on. Where Triton is not
+installed only the Numba kernels are compiled.
+
 :func:`assemble_many` runs ``ptxas -v`` on PTX texts (on every core) and parses each report
 into a :class:`Report`. :func:`table` gathers the reports of every build of every kernel of
 :mod:`gpudl.registry` for sm_80 and sm_90 into the JSON stored as
@@ -22,10 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudl import ptx, registry
+from gpudl import ptx, registry, triton_ptx
 
 __all__ = ["RESOURCES", "TARGETS", "Report", "parse", "assemble_many", "version", "jobs",
-           "compile_all", "table", "load", "main"]
+           "compile_all", "table", "load", "threads_per_block", "main"]
 
 #: Where the table is stored (next to the package's code, so that an installed package has it)
 RESOURCES = Path(__file__).resolve().parent / "kernel_resources.json"
@@ -93,35 +101,78 @@ def jobs() -> list[tuple[str, tuple | None, str]]:
 
 
 def compile_all() -> dict:
-    """Every build of every kernel (:func:`jobs`) compiled for each of :data:`TARGETS` and
-    assembled: ``{"jobs": [...], "texts": {cc: [PTX per job]}, "reports": [Report per
-    target, then per job]}``. ``ToolkitMissing`` without NVVM, libdevice or ptxas."""
-    kernels, builds = registry.load_all(), jobs()
+    """Every build of every kernel (:func:`jobs`; a Triton kernel's only where Triton is
+    installed) compiled for each of :data:`TARGETS` and assembled: ``{"jobs": [...], "texts":
+    {cc: [PTX per job]}, "reports": [Report per target, then per job], "triton": {cc: [what
+    Triton decided, or None for a Numba kernel, per job]}}``. ``ToolkitMissing`` without
+    NVVM, libdevice or ptxas."""
+    kernels = registry.load_all()
+    builds = [job for job in jobs() if kernels[job[0]].kind == "numba"
+              or triton_ptx.installed()]
+    numba = [j for j, (n, _, _) in enumerate(builds) if kernels[n].kind == "numba"]
+    tiled = [j for j, (n, _, _) in enumerate(builds) if kernels[n].kind == "triton"]
     texts = ptx.compile_for_targets(
-        [(kernels[n].module, kernels[n].function, s, a, kernels[n].item) for n, a, s in builds],
-        TARGETS)
+        [(kernels[n].module, kernels[n].function, s, a, kernels[n].item)
+         for n, a, s in (builds[j] for j in numba)], TARGETS)
     reports = assemble_many([t for cc in TARGETS for t in texts[cc]],
-                            [cc for cc in TARGETS for _ in builds])
-    return {"jobs": builds, "texts": texts, "reports": reports}
+                            [cc for cc in TARGETS for _ in numba])
+    merged = {cc: [None] * len(builds) for cc in TARGETS}
+    flat: list[Report | None] = [None] * (len(TARGETS) * len(builds))
+    meta: dict = {cc: [None] * len(builds) for cc in TARGETS}
+    for i, cc in enumerate(TARGETS):
+        for k, j in enumerate(numba):
+            merged[cc][j] = texts[cc][k]
+            flat[i * len(builds) + j] = reports[i * len(numba) + k]
+    if tiled:
+        made = triton_ptx.compile_for_targets(
+            [(kernels[n].module, kernels[n].function, s, a)
+             for n, a, s in (builds[j] for j in tiled)], TARGETS)
+        with ThreadPoolExecutor() as pool:
+            outs = list(pool.map(triton_ptx.assemble, [m["ptx"] for cc in TARGETS
+                                                       for m in made[cc]],
+                                 [cc for cc in TARGETS for _ in tiled]))
+        for i, cc in enumerate(TARGETS):
+            for k, j in enumerate(tiled):
+                merged[cc][j] = made[cc][k]["ptx"]
+                meta[cc][j] = made[cc][k]
+                flat[i * len(builds) + j] = parse(outs[i * len(tiled) + k])
+    return {"jobs": builds, "texts": merged, "reports": flat, "triton": meta}
 
 
 def table(compiled: dict | None = None) -> dict:
-    """The stored table: ``{"ptxas": version, "kernels": [one row per build]}``, each row with
-    ``kernel``, ``arguments`` (a factory's, or None), ``signature`` and, per target
-    (``"sm_80"``, ``"sm_90"``), ``registers`` and ``shared_bytes``. From ``compiled``
-    (:func:`compile_all`'s result), or a fresh :func:`compile_all`."""
+    """The stored table: ``{"ptxas": version, "triton": Triton's versions (None without it),
+    "kernels": [one row per build]}``, each row with ``kernel``, ``arguments`` (a factory's,
+    a Triton kernel's constexpr values as ``"NAME=value"``, or None), ``signature`` and, per
+    target (``"sm_80"``, ``"sm_90"``), ``registers`` and ``shared_bytes``; a Triton kernel's
+    rows also ``num_warps`` and ``num_stages``. From ``compiled`` (:func:`compile_all`'s
+    result), or a fresh :func:`compile_all`."""
     reports = compile_all() if compiled is None else compiled
     builds, flat = reports["jobs"], reports["reports"]
     rows = []
     for j, (name, args, signature) in enumerate(builds):
-        row = {"kernel": name, "arguments": None if args is None else list(args),
-               "signature": signature}
+        meta = [reports["triton"][cc][j] for cc in TARGETS]
+        if meta[0] is None:
+            row = {"kernel": name, "arguments": None if args is None else list(args),
+                   "signature": signature}
+        else:
+            row = {"kernel": name, "arguments": [f"{k}={v}" for k, v in args
+                                                 if k not in ("num_warps", "num_stages")],
+                   "signature": signature, "num_warps": meta[0]["num_warps"],
+                   "num_stages": meta[0]["num_stages"]}
         for i, (major, minor) in enumerate(TARGETS):
             report = flat[i * len(builds) + j]
-            row[f"sm_{major}{minor}"] = {"registers": report.registers,
-                                         "shared_bytes": report.shared_bytes}
+            shared = report.shared_bytes if meta[i] is None else meta[i]["shared_bytes"]
+            row[f"sm_{major}{minor}"] = {"registers": report.registers, "shared_bytes": shared}
         rows.append(row)
-    return {"ptxas": version(), "kernels": rows}
+    tiled = triton_ptx.version(TARGETS) if any(m is not None for m in
+                                               reports["triton"][TARGETS[0]]) else None
+    return {"ptxas": version(), "triton": tiled, "kernels": rows}
+
+
+def threads_per_block(row: dict, entry: registry.Kernel) -> int | None:
+    """The threads per block of a stored row's build: a Triton build's ``num_warps`` warps,
+    else the block size its kernel declares (None where it declares none)."""
+    return 32 * row["num_warps"] if "num_warps" in row else entry.threads_per_block
 
 
 def load() -> dict:

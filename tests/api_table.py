@@ -119,6 +119,9 @@ PLUMBING = ("plumbing that the checked entry points call with arrays they checke
 none("gpudl.backend.name", NO_ARGUMENT)
 none("gpudl.backend.is_simulator", NO_ARGUMENT)
 none("gpudl.backend.pick", "returns one of its two arguments, whatever they are")
+none("gpudl.backend.compile_in_child", "module, jobs, ccs and timeout: those of the compile "
+                                       "functions that call it (gpudl.ptx, gpudl.triton_ptx), "
+                                       "which check them")
 none("gpudl.backend.libcuda", NO_ARGUMENT)
 for _name in ("check_array", "check_bool", "check_callable", "check_choice",
               "check_compute_capability", "check_equal", "check_float32_array",
@@ -175,6 +178,8 @@ add("gpudl.interop.as_kernel_array", lambda: dict(tensor=torch.ones(4)), tensor=
 add("gpudl.interop.check_device", lambda: dict(tensor=torch.ones(4)),
     tensor=tensor(contiguous=False))
 none("gpudl.interop.tensor_device", NO_ARGUMENT)
+add("gpudl.interop.as_tensor", lambda: dict(array=resolve("numba.cuda").to_device(f32(4))),
+    array=Kind("a numba device array", (f32(4), None, [1.0], torch.ones(4)), ()))
 add("gpudl.interop.KernelArrays", lambda: dict(capacity=4), capacity=COUNT)
 add("gpudl.interop.KernelArrays.get", lambda: dict(tensor=torch.ones(4)),
     method("KernelArrays", lambda: resolve("gpudl.interop.KernelArrays")(), "get"),
@@ -237,6 +242,7 @@ add("gpudl.ptx.ptxas", lambda: dict(text=".version 8.0"), cc=_CC)
 add("gpudl.ptx.sass", lambda: dict(text=".version 8.0"), cc=_CC)
 none("gpudl.ptx.body", "text: PTX, any str (a text without a kernel has no body)")
 none("gpudl.ptx.memory_instructions", "text: PTX, any str")
+none("gpudl.ptx.instruction_counts", "text: PTX, any str")
 none("gpudl.ptx.main", CLI)
 add("gpudl.ptx.compile_for_targets", lambda: dict(jobs=[], ccs=[(9, 0)]), timeout=TIMEOUT,
     ccs=Kind("a list of compute capabilities", ((9, 0), None, [9.0]), ([(-1, 0)],)))
@@ -275,6 +281,21 @@ none("gpudl.registry.variant", "a decorator: its family, key, kernels and per-el
 none("gpudl.registry.variant_records", "family: a declared family's name, any str (KeyError "
                                        "naming the families otherwise, tests/test_variants.py)")
 none("gpudl.registry.variants", "family: as variant_records")
+none("gpudl.registry.triton_kernel", _DECORATOR)
+add("gpudl.registry.installed", lambda: dict(package="triton"), package=choice("triton"))
+none("gpudl.registry.check_variant", CHECK + " and tests/test_variants.py")
+_TRITON_PTX = "gpudl.triton_ptx"
+none(f"{_TRITON_PTX}.installed", NO_ARGUMENT)
+none(f"{_TRITON_PTX}.main", CLI)
+none(f"{_TRITON_PTX}.parse_signature", "signature: any str (ValueError unless it reads "
+                                       "'(...)', tests/test_tiles.py)")
+none(f"{_TRITON_PTX}.compile_build", "job: a registry build, cc: a target that "
+                                     "compile_for_targets checked")
+add(f"{_TRITON_PTX}.compile_for_targets", lambda: dict(jobs=[], ccs=[(9, 0)]), timeout=TIMEOUT,
+    ccs=Kind("a list of compute capabilities", ((9, 0), None, [9.0]), ([(-1, 0)],)))
+add(f"{_TRITON_PTX}.ptxas_path", lambda: dict(cc=(9, 0)), cc=_CC)
+add(f"{_TRITON_PTX}.assemble", lambda: dict(text=".version 8.0", cc=(9, 0)), cc=_CC)
+none(f"{_TRITON_PTX}.version", "ccs: the targets, each checked by ptxas_path")
 none("gpudl.resources.Report", RECORD)
 none("gpudl.resources.parse", "text: ptxas's report, any str (ValueError without an entry)")
 none("gpudl.resources.assemble_many", "texts and ccs: one compute capability per PTX text, "
@@ -285,6 +306,8 @@ none("gpudl.resources.table", "compiled: compile_all()'s result, or None to comp
 none("gpudl.resources.compile_all", NO_ARGUMENT)
 none("gpudl.resources.load", NO_ARGUMENT)
 none("gpudl.resources.main", CLI)
+none("gpudl.resources.threads_per_block", "row and entry: a stored row and its kernel's "
+                                          "registry record")
 
 # ------------------------------------------------------------------------------------------
 # gpudl.hardware
@@ -603,6 +626,15 @@ none(f"{_BG}.BiasGeLU", "a torch.autograd.Function: bias_gelu_tensor checks its 
 none(f"{_BG}.BiasGeLU.forward", "called by autograd through bias_gelu_tensor")
 none(f"{_BG}.BiasGeLU.backward", "called by autograd")
 
+_CH10 = "gpudl.solutions.ch10"
+add(f"{_CH10}.bias_gelu_triton", lambda: dict(x=f32(2, 3), b=f32(3)), x=float32(2, (2, 3)),
+    b=float32(1, (3,)).more((), (f32(4),)))
+add(f"{_CH10}.layer_norm_triton", lambda: dict(x=f32(2, 3), w=f32(3), b=f32(3)),
+    x=float32(2, (2, 3)), w=float32(1, (3,)).more((), (f32(4),)),
+    b=float32(1, (3,)).more((), (f32(4),)), eps=POSITIVE)
+add(f"{_CH10}.autotuning_seconds", lambda: dict(configs=2, keys=3), configs=COUNT, keys=COUNT,
+    warmup_ms=NONNEGATIVE, rep_ms=POSITIVE)
+
 _B = f"{_K}.buckets"
 _GRADS = Kind("gradient arrays", (f32(3), None, [f32(3).astype(np.float64)], "g"),
               ([], [f32(3, 1)]))
@@ -714,7 +746,35 @@ for _name in ("forward", "attention"):
         causal=BOOL, variant=_AVARIANT)
 add(f"{_K}.attention_error.error_bound",
     lambda: dict(q=f32(1, 5, 4), k=f32(1, 5, 4), v=f32(1, 5, 4)),
-    q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL)
+    q=_Q64.more((), (f32(1, 6, 4),)), k=_Q64, v=_Q64, causal=BOOL,
+    precision=choice("float32", "float16"))
+add(f"{_AT}.precision", lambda: dict(variant="v2_fused"), variant=_AVARIANT)
+
+# ------------------------------------------------------------------------------------------
+# gpudl.kernels.softmax, gpudl.kernels.tiles (Triton)
+# ------------------------------------------------------------------------------------------
+
+_SM = f"{_K}.softmax"
+add(f"{_SM}.reference", lambda: dict(x=f32(3, 5)), x=real_array(2))
+add(f"{_SM}.error_bound", lambda: dict(x=f32(3, 5)), x=real_array(2))
+add(f"{_SM}.softmax", lambda: dict(x=f32(3, 5)), x=float32(2), variant=variants("softmax"))
+_TILES = f"{_K}.tiles"
+_TILED = ("a launcher on device arrays its family's entry point checked; "
+          "gpudl.kernels.tiles.runtime.launch holds its grid to CUDA's limits")
+for _name in ("adam.launch_adam", "attention.launch_forward", "decode.launch_split_kv",
+              "elementwise.launch_vector_add", "matmul.launch_matmul",
+              "reduction.launch_softmax"):
+    none(f"{_TILES}.{_name}", _TILED)
+none(f"{_TILES}.runtime.launch", "starts the Triton kernel it is given: its grid is checked "
+                                 "(check_ints, gpudl.launches.check_launch) before it starts")
+none(f"{_TILES}.runtime.require", NO_ARGUMENT)
+add(f"{_TILES}.attention.head_block", lambda: dict(d=5), d=COUNT)
+add(f"{_TILES}.reduction.sum_programs", lambda: dict(n=5), n=COUNT)
+_B3 = float32(3, (1, 5, 4))
+add(f"{_TILES}.attention_backward.flash_backward",
+    lambda: {**{x: f32(1, 5, 4) for x in ("q", "k", "v", "o", "do")}, "lse": f32(1, 5)},
+    q=_B3, k=_B3.more((), (f32(1, 6, 4),)), v=_B3, o=_B3, do=_B3,
+    lse=float32(2, (1, 5)).more((), (f32(1, 6),)), causal=BOOL)
 
 # ------------------------------------------------------------------------------------------
 # gpudl.kernels: tensor cores, wide loads, the optimizers
@@ -2388,9 +2448,12 @@ def _registered() -> None:
 
     for k in registry.load_all().values():
         key = f"{k.module}.{k.function}"
-        if k.builds[0][0] is None and _public(k.module, k.function) and key not in TABLE:
+        if k.kind == "triton" and key not in TABLE:
+            none(key, "raw Triton kernel: its launcher checks the arrays and sizes its grid, "
+                      "gpudl.kernels.tiles.runtime.launch holds the grid to CUDA's limits")
+        elif k.builds[0][0] is None and _public(k.module, k.function) and key not in TABLE:
             kernel(key)
-    for records in registry.VARIANTS.values():
+    for records in (*registry.VARIANTS.values(), *registry.ABSENT.values()):
         for v in records.values():
             module, name = v.launch.__module__, getattr(v.launch, "__name__", "")
             if _public(module, name) and f"{module}.{name}" not in TABLE:

@@ -42,12 +42,27 @@ def random_float32(shape: int | tuple[int, ...], seed: int, scale: float | None 
     return (scale * rng.standard_normal(shape)).astype(np.float32)
 
 
+def _runs_a_triton_variant(item) -> bool:
+    """A test parametrized with a Triton variant's key (``v5_triton_block``)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(isinstance(v, str) and "_triton_" in v for v in params.values())
+
+
 def pytest_collection_modifyitems(config, items):
     """The markers of pyproject.toml: ``gpu`` tests skip on the simulator, ``simulator_only``
-    tests skip on a GPU, ``compiler`` tests skip where no CUDA compiler is installed."""
+    tests skip on a GPU, ``compiler`` tests skip where no CUDA compiler is installed,
+    ``triton`` tests (and any test parametrized with a Triton variant, which this marks) skip
+    where Triton is not installed."""
+    from gpudl import registry
+
+    for item in items:
+        if _runs_a_triton_variant(item):
+            item.add_marker(pytest.mark.triton)
     on_gpu = backend.name() == "cuda"
     skips = {"gpu": (not on_gpu, "needs a real CUDA GPU (running on the simulator)"),
-             "simulator_only": (on_gpu, "runs on the simulator only (running on a GPU)")}
+             "simulator_only": (on_gpu, "runs on the simulator only (running on a GPU)"),
+             "triton": (not registry.installed("triton"),
+                        "needs the package triton (pip install triton==3.9.0, Linux x86_64)")}
     if any("compiler" in item.keywords for item in items):
         from gpudl import ptx
         skips["compiler"] = (not ptx.available(), "no CUDA compiler (libNVVM, libdevice) here")

@@ -50,8 +50,12 @@ def public_callables() -> set[str]:
             key = _key(obj, module_name, name)
             keys.add(key)
             if inspect.isclass(obj) and obj.__module__.startswith("gpudl"):
+                # a function the class defines itself: not the wrapper of a parent's method that
+                # torch.optim puts on a subclass when one is built (AdamW.step, Adam.step's)
                 keys |= {f"{key}.{m}" for m, v in vars(obj).items() if not m.startswith("_")
-                         and (inspect.isfunction(v) or isinstance(v, staticmethod | classmethod))}
+                         and ((inspect.isfunction(v)
+                               and v.__qualname__.rsplit(".", 1)[0] == obj.__qualname__)
+                              or isinstance(v, staticmethod | classmethod))}
     return keys
 
 

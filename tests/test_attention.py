@@ -19,6 +19,9 @@ from gpudl import ptx
 from gpudl.kernels import attention, attention_error
 
 VARIANTS = list(attention.VARIANTS)
+#: The float32 variants, held to the float32 bound; the float16 one(s) to the float16 bound.
+FLOAT32 = [v for v in VARIANTS if attention.precision(v) == "float32"]
+FLOAT16 = [v for v in VARIANTS if attention.precision(v) == "float16"]
 
 
 def qkv(heads: int, s: int, d: int, seed: int, scale: float = 1.0) -> list[np.ndarray]:
@@ -50,7 +53,7 @@ def assert_within_bound(o, lse, q, k, v, causal: bool) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", FLOAT32)
 @pytest.mark.parametrize(("heads", "s", "d", "causal"), [(2, 17, 5, False), (1, 20, 17, True)])
 def test_variants_match_the_reference_and_torch(variant, heads, s, d, causal):
     q, k, v = qkv(heads, s, d, seed=s + d)
@@ -75,6 +78,40 @@ def test_fused_with_a_large_head_and_large_scores():
     assert_within_bound(*attention.forward(q, k, v, True), q, k, v, True)
 
 
+def assert_within_float16_bound(o, lse, q, k, v, causal: bool) -> None:
+    """float16 o and float32 lse within error_bound(..., "float16") of the float64 reference
+    of the float16 inputs, and o within twice it of torch's SDPA in float32 on them."""
+    wide = [x.astype(np.float64) for x in (q, k, v)]
+    ref_o, ref_lse = attention.reference(*wide, causal)
+    bound_o, bound_lse = attention_error.error_bound(*wide, causal, "float16")
+    assert o.dtype == np.float16 and lse.dtype == np.float32
+    for got, ref, bound in ((o, ref_o, bound_o), (lse, ref_lse, bound_lse)):
+        assert (np.abs(got - ref) <= bound).all()
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(x.astype(np.float32)) for x in (q, k, v)), is_causal=causal)
+    assert (np.abs(o - expected.numpy()) <= 2 * bound_o).all(), "o is off torch's SDPA"
+
+
+@pytest.mark.parametrize("variant", FLOAT16)
+@pytest.mark.parametrize(("heads", "s", "d", "causal"), [(2, 17, 5, False), (1, 37, 64, True),
+                                                         (1, 20, 17, True)])
+def test_float16_variants_match_the_reference_within_the_float16_bound(variant, heads, s, d,
+                                                                       causal):
+    q, k, v = (x.astype(np.float16) for x in qkv(heads, s, d, seed=s + d, scale=2.0))
+    assert_within_float16_bound(*attention.forward(q, k, v, causal, variant), q, k, v, causal)
+    with pytest.raises(TypeError, match="q must have dtype float16, got float32"):
+        attention.forward(*(x.astype(np.float32) for x in (q, k, v)), causal, variant)
+
+
+def test_the_float16_bound_doubles_the_float32_one_and_adds_the_roundings_to_float16():
+    q, k, v = qkv(1, 9, 4, seed=5)
+    b32_o, b32_lse = attention_error.error_bound(q, k, v, True)
+    b16_o, b16_lse = attention_error.error_bound(q, k, v, True, "float16")
+    np.testing.assert_array_equal(b16_lse, 2 * b32_lse)
+    o = attention.reference(q, k, v, True)[0]
+    assert (b16_o >= 2 * b32_o + 2 * 2**-11 * 2 * np.abs(o)).all()
+
+
 def test_the_bound_catches_one_key_left_out():
     q, k, v = qkv(1, 17, 6, seed=4)
     o, lse = attention.forward(q, k, v)
@@ -97,6 +134,13 @@ def test_nan_propagates_as_in_the_reference(variant):
     q[0, 2, 1] = np.nan  # all of row 2
     k[0, 9, 0] = np.nan  # all of rows 9 and later (causal: the rows that see key 9)
     v[0, 5, 3] = np.nan  # column 3 of rows 5 and later
+    if variant in FLOAT16:
+        o, lse = attention.forward(*(x.astype(np.float16) for x in (q, k, v)), True, variant)
+        whole_rows = np.isin(np.arange(18), [2, *range(9, 18)])
+        np.testing.assert_array_equal(np.isnan(o[0]).all(-1), whole_rows)
+        np.testing.assert_array_equal(np.isnan(lse[0]), whole_rows)
+        np.testing.assert_array_equal(np.isnan(o[0, :, 3]), whole_rows | (np.arange(18) >= 5))
+        return
     o, lse = attention.forward(q, k, v, True, variant)
     whole_rows = np.isin(np.arange(18), [2, *range(9, 18)])
     np.testing.assert_array_equal(np.isnan(o[0]).all(-1), whole_rows)
@@ -146,11 +190,13 @@ def test_device_arrays_in_give_device_arrays_out_and_are_left_alone():
 
 
 @pytest.mark.parametrize("shape", [(0, 5, 3), (2, 0, 3)])
-def test_empty_inputs_need_no_launch(monkeypatch, shape):
-    monkeypatch.setitem(attention.VARIANTS, "v2_fused", lambda *args: pytest.fail("launched"))
-    x = np.ones(shape, np.float32)
-    o, lse = attention.forward(x, x, x)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_empty_inputs_need_no_launch(monkeypatch, shape, variant):
+    monkeypatch.setitem(attention.VARIANTS, variant, lambda *args: pytest.fail("launched"))
+    x = np.ones(shape, attention.precision(variant))
+    o, lse = attention.forward(x, x, x, variant=variant)
     assert o.shape == shape and lse.shape == shape[:2]
+    assert o.dtype == x.dtype and lse.dtype == np.float32
 
 
 GOOD = np.ones((2, 5, 4), np.float32)
@@ -254,8 +300,62 @@ def test_kernel_ptx_has_no_float64_and_assembles():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", FLOAT32)
 @pytest.mark.parametrize(("s", "d", "causal"), [(1000, 64, True), (513, 127, False)])
 def test_long_sequences_on_the_gpu(variant, s, d, causal):
     q, k, v = qkv(4, s, d, seed=11)
     assert_within_bound(*attention.forward(q, k, v, causal, variant), q, k, v, causal)
+
+
+# ------------------------------------------------------------------------------------------
+# The Triton backward pass (FlashAttention-2), against torch's autograd of SDPA
+# ------------------------------------------------------------------------------------------
+
+
+def sdpa_gradients(q, k, v, do, causal: bool) -> list[np.ndarray]:
+    """dq, dk, dv of torch's scaled_dot_product_attention in float64, by autograd."""
+    tq, tk, tv = (torch.from_numpy(x.astype(np.float64)).requires_grad_() for x in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    out.backward(torch.from_numpy(do.astype(np.float64)))
+    return [t.grad.numpy() for t in (tq, tk, tv)]
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize(("heads", "s", "d", "causal"), [(2, 17, 5, False), (1, 20, 17, True),
+                                                         (1, 37, 64, True), (3, 33, 16, False)])
+def test_the_triton_backward_equals_torch_s_gradients_within_chapter_8_s_bound(heads, s, d,
+                                                                               causal):
+    from gpudl.kernels.tiles.attention_backward import flash_backward
+    from gpudl.solutions.ch08 import backward_error_bound
+
+    q, k, v, do = qkv(heads, s, d, seed=s + d) + qkv(heads, s, d, seed=s + d + 1)[:1]
+    o, lse = attention.forward(q, k, v, causal, "v3_triton_flash")
+    grads = flash_backward(q, k, v, o, do, lse, causal)
+    bounds = backward_error_bound(q, k, v, o, do, causal)
+    for name, got, ref, bound in zip("qkv", grads, sdpa_gradients(q, k, v, do, causal), bounds,
+                                     strict=True):
+        assert got.dtype == np.float32 and got.shape == q.shape
+        assert (np.abs(got - ref) <= bound).all(), f"d{name} outside the bound"
+
+
+@pytest.mark.triton
+def test_the_triton_backward_takes_device_arrays_and_refuses_bad_ones():
+    from gpudl.kernels.tiles.attention_backward import flash_backward
+
+    q, k, v, do = qkv(1, 9, 3, seed=12) + qkv(1, 9, 3, seed=13)[:1]
+    o, lse = attention.forward(q, k, v, False, "v3_triton_flash")
+    host = flash_backward(q, k, v, o, do, lse)
+    device = flash_backward(*(cuda.to_device(x) for x in (q, k, v, o, do, lse)))
+    for a, b in zip(host, device, strict=True):
+        np.testing.assert_array_equal(a, b.copy_to_host())
+    with pytest.raises(ValueError, match=r"lse must have shape \(1, 9\), got \(1, 8\)"):
+        flash_backward(q, k, v, o, do, lse[:, :8])
+    with pytest.raises(TypeError, match="do must have dtype float32"):
+        flash_backward(q, k, v, o, do.astype(np.float16), lse)
+    with pytest.raises(TypeError, match="numba device array"):
+        flash_backward(q, cuda.to_device(k), v, o, do, lse)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        flash_backward(q, k, v, o, do, lse, causal=None)
+    empty = np.ones((0, 4, 3), np.float32)
+    assert all(g.shape == empty.shape for g in flash_backward(*[empty] * 5, np.ones((0, 4),
+                                                                                   np.float32)))

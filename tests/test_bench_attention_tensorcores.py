@@ -13,6 +13,7 @@ from gpudl.bench import attention as attention_bench
 from gpudl.bench import find_bar, load_or_run
 from gpudl.bench import tensorcores as tensorcore_bench
 from gpudl.hardware import peak_flops
+from gpudl.kernels import attention
 
 ROW_KEYS = {"name", "median_s", "min_s", "max_s", "runs", "method", "meaningful", "bytes",
             "gbps", "flops", "tflops"}
@@ -40,7 +41,7 @@ def test_attention_rows_and_bars_on_the_simulator():
     body = attention_bench.run()
     check_shape(body, [b["name"] for b in attention_bench.BARS])
     rows = {r["name"]: r for r in body["rows"]}
-    assert set(rows) == {"attention_v1_three_kernels s=20", "attention_v2_fused s=20",
+    assert set(rows) == {*(f"attention_{v} s=20" for v in attention.VARIANTS),
                          "torch sdpa cpu s=20"}
     assert rows["attention_v2_fused s=20"]["flops"] == attention_bench.attention_flops(1, 20, 64)
     assert rows["attention_v1_three_kernels s=20"]["bytes"] > rows[

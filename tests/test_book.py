@@ -331,11 +331,12 @@ def test_chapter_1_shows_each_launched_kernel_s_registers_and_occupancy(html_dir
     kernels = registry.load_all()
     rows = [r for r in resources.load()["kernels"] if kernels[r["kernel"]].threads_per_block]
     assert len(rows) >= 20 and any(r["arguments"] for r in rows)
+    assert any("num_warps" in r for r in rows)  # Triton's kernels too
     for page in (html_dir / "book" / "ch01-hardware.html",
                  html_dir / "zh_CN" / "book" / "ch01-hardware.html"):
         text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text()))
         for r in rows:
-            sm80, tpb = r["sm_80"], kernels[r["kernel"]].threads_per_block
+            sm80, tpb = r["sm_80"], resources.threads_per_block(r, kernels[r["kernel"]])
             o = occupancy(tpb, sm80["registers"], sm80["shared_bytes"], (8, 0))
             name = r["kernel"] + ("" if r["arguments"] is None else
                                   f"({', '.join(map(str, r['arguments']))})")

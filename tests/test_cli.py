@@ -92,12 +92,13 @@ def test_bench_memory_checks_and_records_every_kernel(tmp_path):
     for r in record["rows"]:
         groups.setdefault(r["group"], []).append(r["name"])
     names = {family: [v.name for v in registry.variant_records(family).values()]
-             for family in ("copy", "transpose", "reduce")}
+             for family in ("copy", "transpose", "reduce", "softmax")}
     assert names["copy"][:3] == ["copy_v1_naive", "copy_v2_k_loads", "copy_v3_vector4"]
     assert groups["copies"] == ["torch copy", *names["copy"], "copy stride 2", "copy stride 4",
                                 "copy stride 8", "copy stride 32", "copy offset 1"]
     assert groups["transposes"] == names["transpose"]
-    assert groups["reductions"] == [*names["reduce"], "torch.sum"]
+    assert groups["reductions"] == [*names["reduce"], "torch.sum", *names["softmax"],
+                                    "torch.softmax"]
     stride_32 = next(r for r in record["rows"] if r["name"] == "copy stride 32")
     assert stride_32["bytes"] == 8 * 10  # ceil(300 / 32) elements
     assert "p2p" not in record  # the bandwidth between GPUs is the allreduce topic's

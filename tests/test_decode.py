@@ -19,6 +19,11 @@ from gpudl.kernels.arrays import poisoned
 VARIANTS = list(decode.VARIANTS)
 
 
+def split_of(variant: str) -> int | None:
+    """The chunk a variant splits a sequence into (its bound counts it), or None."""
+    return decode.SPLIT_SIZE if variant in decode.SPLIT_VARIANTS else None
+
+
 def batch_of(lengths, heads, kv_heads, d, seed, max_len=None, fill=np.nan):
     """q, k_cache, v_cache, lengths: positions past each length hold ``fill``."""
     rng = np.random.default_rng(seed)
@@ -78,7 +83,7 @@ def test_every_variant_equals_torch_sdpa_at_lengths_1_7_and_100(variant):
         o = paged.paged_decode_attention(q, cache, ids)
     else:
         o = decode.decode_attention(q, k, v, lengths, variant)
-    split = decode.SPLIT_SIZE if variant == "v2_split_kv" else None
+    split = split_of(variant)
     assert_decoded(o, q, k, v, lengths, split)
     # the filler past the lengths (1e4) would dominate any output that had read it
     assert np.abs(o).max() < 10
@@ -125,7 +130,7 @@ def test_nan_reaches_the_heads_that_read_it_and_no_other(variant):
     nan[0, 1, :] = True
     nan[1, 2:, 2] = True
     np.testing.assert_array_equal(np.isnan(o), nan)
-    assert_decoded(o, q, k, v, lengths, decode.SPLIT_SIZE if variant == "v2_split_kv" else None)
+    assert_decoded(o, q, k, v, lengths, split_of(variant))
 
 
 def test_poisoned_outputs_catch_a_combine_that_skips_a_head(monkeypatch):
@@ -146,7 +151,7 @@ def test_poisoned_outputs_catch_a_combine_that_skips_a_head(monkeypatch):
 
 
 @pytest.mark.simulator_only
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", decode.TRACEABLE)
 def test_traced_reads_stop_at_each_length(variant):
     q, k, v, lengths = batch_of([3, 35], heads=2, kv_heads=1, d=3, seed=6, max_len=40)
     traced = decode_reads.traced_cache_reads(variant, q, k, v, lengths)
@@ -257,4 +262,4 @@ def test_long_sequences_on_the_gpu(variant):
         o = paged.paged_decode_attention(q, cache, ids)
     else:
         o = decode.decode_attention(q, k, v, lengths, variant)
-    assert_decoded(o, q, k, v, lengths, decode.SPLIT_SIZE if variant == "v2_split_kv" else None)
+    assert_decoded(o, q, k, v, lengths, split_of(variant))

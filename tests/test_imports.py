@@ -84,7 +84,7 @@ FLOORS = [
     ("gpudl.backend", "gpudl.checks", "gpudl.registry"),
     ("gpudl", "gpudl.aliasing", "gpudl.launches", "gpudl.simulator",
      "gpudl.simulated_blocks", "gpudl.interop",
-     "gpudl.trace", "gpudl.ptx", "gpudl.resources", "gpudl.hardware"),
+     "gpudl.trace", "gpudl.ptx", "gpudl.triton_ptx", "gpudl.resources", "gpudl.hardware"),
     ("gpudl.estimate", "gpudl.kernels", "gpudl.toolchain"),
     ("gpudl.models", "gpudl.optim"),
     ("gpudl.parallel", "gpudl.profiles"),

@@ -14,11 +14,16 @@ from gpudl import backend  # first: chooses GPU or simulator before numba is imp
 # isort: split
 from numba import cuda
 
+from gpudl import registry
 from gpudl.bench import find_bar, load_or_run
 from gpudl.bench import matmul as bench
 from gpudl.kernels import matmul as matmul_kernels
 
 VARIANTS = list(matmul_kernels.VARIANTS)
+#: The float32 variants, which the tests below hold to the float32 bound.
+FLOAT32 = [k for k, v in registry.variant_records("matmul").items() if v.precision == "float32"]
+#: The float16 ones (v7_triton_float16), held to the float16 bound.
+FLOAT16 = [k for k, v in registry.variant_records("matmul").items() if v.precision == "float16"]
 # Each example costs up to a few seconds on the simulator (every GPU thread is a Python
 # thread), so few random shapes, plus the edges: 1, primes, TILE + 1 = 17, 33 = 32 + 1.
 dims = st.integers(min_value=1, max_value=40)
@@ -50,7 +55,7 @@ def assert_within_bound(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", FLOAT32)
 @few
 @given(m=dims, k=dims, n=dims, seed=st.integers(0, 2**32 - 1))
 @example(m=1, k=1, n=1, seed=0)
@@ -61,7 +66,7 @@ def test_matmul_matches_reference_within_the_bound(variant, m, k, n, seed):
     assert_within_bound(matmul_kernels.matmul(a, b, variant=variant), a, b)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", FLOAT32)
 def test_fixed_odd_shape(variant):
     a, b = random_matrix((33, 17), 3), random_matrix((17, 29), 4)
     assert_within_bound(matmul_kernels.matmul(a, b, variant=variant), a, b)
@@ -88,7 +93,9 @@ def test_exact_on_small_integers():
     a = np.arange(-12, 12, dtype=np.float32).reshape(4, 6)
     b = np.arange(30, dtype=np.float32).reshape(6, 5) % 7
     for variant in VARIANTS:
-        np.testing.assert_array_equal(matmul_kernels.matmul(a, b, variant=variant), a @ b)
+        precision = registry.variant_records("matmul")[variant].precision
+        got = matmul_kernels.matmul(a.astype(precision), b.astype(precision), variant=variant)
+        np.testing.assert_array_equal(got, (a @ b).astype(precision))
 
 
 def test_the_bound_catches_one_lost_term():
@@ -115,7 +122,7 @@ def test_flops_counts_a_multiply_and_an_add_per_term():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", FLOAT32)
 def test_nan_propagates_to_its_row_and_column(variant):
     a, b = random_matrix((9, 20), 9), random_matrix((20, 11), 10)
     a[2, 19] = np.nan
@@ -125,6 +132,53 @@ def test_nan_propagates_to_its_row_and_column(variant):
     expected[2, :] = expected[:, 7] = True
     np.testing.assert_array_equal(np.isnan(c), expected)
     assert_within_bound(c, a, b)
+
+
+def assert_within_float16_bound(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """A float16 product of float16 factors within error_bound(..., "float16"), NaN exactly
+    where the reference has NaN."""
+    assert isinstance(c, np.ndarray) and c.dtype == np.float16
+    wide = [x.astype(np.float64) for x in (a, b)]
+    ref = matmul_kernels.reference(*wide)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(ref), err_msg="NaN pattern differs")
+    with np.errstate(invalid="ignore"):
+        ok = ((np.abs(c - ref) <= matmul_kernels.error_bound(*wide, "float16"))
+              | np.isnan(ref))
+    assert ok.all(), f"{(~ok).sum()} elements outside the bound, first at {np.argwhere(~ok)[0]}"
+
+
+def half_matrix(shape: tuple[int, int], seed: int, scale: float) -> np.ndarray:
+    """float16 normals times ``scale`` (products of two such, summed, stay below float16's
+    largest value, 65,504, at the sizes here)."""
+    return (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float16)
+
+
+@pytest.mark.parametrize("variant", FLOAT16)
+@pytest.mark.parametrize(("m", "k", "n", "scale"), [(1, 1, 1, 1.0), (67, 45, 39, 10.0),
+                                                    (33, 70, 17, 1e-2)])
+def test_float16_variants_match_the_reference_within_the_float16_bound(variant, m, k, n, scale):
+    a, b = half_matrix((m, k), m, scale), half_matrix((k, n), n, scale)
+    assert_within_float16_bound(matmul_kernels.matmul(a, b, variant=variant), a, b)
+
+
+@pytest.mark.parametrize("variant", FLOAT16)
+def test_float16_variants_take_float16_and_spread_nan_to_a_row_and_a_column(variant):
+    a, b = half_matrix((9, 20), 11, 1.0), half_matrix((20, 11), 12, 1.0)
+    a[2, 19], b[0, 7] = np.nan, np.nan
+    c = matmul_kernels.matmul(a, b, variant=variant)
+    expected = np.zeros(c.shape, bool)
+    expected[2, :] = expected[:, 7] = True
+    np.testing.assert_array_equal(np.isnan(c), expected)
+    with pytest.raises(TypeError, match="a must have dtype float16, got float32"):
+        matmul_kernels.matmul(a.astype(np.float32), b.astype(np.float32), variant=variant)
+
+
+def test_the_float16_bound_is_the_float32_one_doubled_plus_one_rounding():
+    a, b = random_matrix((4, 30), 12), random_matrix((30, 5), 13)
+    exact = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    bound32 = matmul_kernels.error_bound(a, b)
+    np.testing.assert_allclose(matmul_kernels.error_bound(a, b, "float16"),
+                               2 * bound32 + 2**-11 * (exact + 2 * bound32) + 2**-25)
 
 
 def test_a_nan_where_the_reference_has_none_fails_the_check():
@@ -258,17 +312,26 @@ def test_bench_rows_check_every_output_and_restore_the_fp32_precision():
     size = backend.pick(gpu=256, sim=12)
     body = bench.run(sizes=(size,), mlp=False, experts=False)
     rows = body["rows"]
-    assert [r["variant"] for r in rows] == ["torch", *VARIANTS]
-    assert [r["name"] for r in rows] == [f"torch n={size}",
-                                         *(f"matmul_{v} n={size}" for v in VARIANTS)]
+    float16 = ["torch float16", *FLOAT16] if FLOAT16 else []
+    assert [r["variant"] for r in rows] == ["torch", *FLOAT32, *float16]
+    assert [r["name"] for r in rows] == [
+        f"torch n={size}", *(f"matmul_{v} n={size}" for v in FLOAT32),
+        *(f"{v} n={size}" if v.startswith("torch") else f"matmul_{v} n={size}"
+          for v in float16)]
     for row in rows:
-        assert row["size"] == size and 0 <= row["error_over_bound"] <= 1
+        # torch's own float16 product is recorded against twice the bound, not held to it
+        assert row["size"] == size and (row["variant"] == "torch float16"
+                                        or 0 <= row["error_over_bound"] <= 1)
         assert row["median_s"] > 0 and row["meaningful"] == (not backend.is_simulator())
         assert row["flops"] == 2 * size**3
         assert (row["tflops"] is None) == backend.is_simulator()
-    (goal,) = body["bars"]
+    goal, half = body["bars"]
     assert goal["name"] == "best_matmul_vs_torch" and goal["denominator"] == f"torch n={size}"
-    assert (goal["verdict"] is None) == backend.is_simulator()
+    assert set(goal["numerator"].split()[:1]) <= {f"matmul_{v}" for v in FLOAT32}
+    assert half["name"] == "triton_float16_vs_cublas"
+    assert half["denominator"] == f"torch float16 n={size}"
+    for bar in (goal, half):
+        assert (bar["verdict"] is None) == backend.is_simulator()
     assert torch.backends.cuda.matmul.fp32_precision == before
 
 
@@ -294,7 +357,7 @@ def test_bench_sizes_must_be_positive_integers(sizes):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", FLOAT32)
 @pytest.mark.parametrize(("m", "k", "n"), [(1024, 1024, 1024), (1021, 1031, 1033)])
 def test_large_products_on_the_gpu(variant, m, k, n):
     a, b = random_matrix((m, k), 17), random_matrix((k, n), 18)

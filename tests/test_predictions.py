@@ -17,6 +17,7 @@ import gpudl_measured  # noqa: E402
 import gpudl_predicted  # noqa: E402
 from zh_text import english_sentences  # noqa: E402
 
+from gpudl import registry  # noqa: E402
 from gpudl.bench import elementwise, memory  # noqa: E402
 from gpudl.estimate import PUBLISHED, predictions  # noqa: E402
 from gpudl.estimate.predictions import GPUS, Prediction, predict, shown  # noqa: E402
@@ -109,7 +110,9 @@ def test_the_predictions_equal_hand_derivations_from_the_datasheets():
     assert bubble["gpipe m=4"].values == (pytest.approx(3 / 7),) * 2  # (p-1)/(m+p-1), p = 4
     matmul_4096 = predict("matmul", "gflops")[-1]
     assert matmul_4096.values[0] == pytest.approx(2 * 4096**3 / 67e12)
-    assert len(matmul_4096.rows) == 6 and "torch n=4096" in matmul_4096.rows
+    # torch's row and every variant's, the Triton ones included
+    assert len(matmul_4096.rows) == 1 + len(registry.variant_records("matmul"))
+    assert "torch n=4096" in matmul_4096.rows
     assert predict("launch", "costs")[1].values == (1000.0, 1000.0)  # one launch per tensor
     # Appendix E: Chapter 3's step launches 21 kernels; a 2**24-element chunk of 8 moves 12 B
     # an element

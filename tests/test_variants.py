@@ -23,6 +23,7 @@ from gpudl.kernels import (
     optim,
     quant,
     reduction,
+    softmax,
     tensor_core_matmul,
     transpose,
 )
@@ -32,7 +33,8 @@ TABLES = {"vector_add": elementwise.VARIANTS, "saxpy": elementwise.SAXPY_VARIANT
           "reduce": reduction.VARIANTS, "matmul": matmul.VARIANTS,
           "tensor_core": tensor_core_matmul.VARIANTS, "quant": quant.VARIANTS,
           "buckets": buckets.VARIANTS, "adam": optim.VARIANTS,
-          "attention": attention.VARIANTS, "decode": decode.VARIANTS}
+          "attention": attention.VARIANTS, "decode": decode.VARIANTS,
+          "softmax": softmax.VARIANTS}
 
 
 def test_every_module_table_is_the_registry_s():
@@ -45,6 +47,7 @@ def test_every_module_table_is_the_registry_s():
 def test_keys_are_numbered_from_v1_and_name_the_kernels_they_launch():
     kernels = registry.load_all()
     for family, records in registry.VARIANTS.items():
+        assert not set(records) & set(registry.ABSENT.get(family, {}))
         for number, (key, v) in enumerate(records.items(), start=1):
             assert registry.VARIANT_KEY.fullmatch(key) and key.startswith(f"v{number}_"), key
             assert v.name == f"{family}_{key}"
@@ -58,6 +61,34 @@ def test_bytes_and_flops_per_element_are_the_benchmarks_figures():
     assert (v.bytes_per_element, v.flops_per_element) == (12, 1)  # two loads, one store
     assert registry.variant_records("copy")["v3_vector4"].bytes_per_element == 8
     assert registry.variant_records("matmul")["v1_naive"].bytes_per_element is None
+
+
+def test_every_family_extended_in_triton_has_a_triton_variant_where_triton_is_installed():
+    families = ("vector_add", "reduce", "softmax", "matmul", "adam", "attention", "decode")
+    registry.load_all()
+    if not registry.installed("triton"):
+        pytest.skip("triton is not installed: its variants are absent (registry.ABSENT)")
+    for family in families:
+        kinds = [v.kind for v in registry.variant_records(family).values()]
+        assert "triton" in kinds and kinds[0] == "numba", family
+        for key, v in registry.variant_records(family).items():
+            assert (v.kind == "triton") == ("_triton_" in key), v.name
+
+
+def test_a_variant_whose_package_is_missing_is_absent_keeps_its_number_and_is_refused(
+        monkeypatch):
+    monkeypatch.setattr(registry, "installed", lambda package: False)
+    monkeypatch.setitem(registry.VARIANTS, "t_family", {})
+    monkeypatch.setitem(registry.ABSENT, "t_family", {})
+    registry.variant("t_family", "v1_tiles", requires="triton")(_launch)
+    assert registry.VARIANTS["t_family"] == {}
+    assert registry.ABSENT["t_family"]["v1_tiles"].requires == "triton"
+    with pytest.raises(ValueError, match="must start with 'v2_'"):
+        registry.variant("t_family", "v1_other")(_launch)
+    with pytest.raises(ModuleNotFoundError, match="needs the package 'triton'.*pip install"):
+        registry.check_variant("t_family", "v1_tiles", {})
+    with pytest.raises(ValueError, match="variant must be one of"):
+        registry.check_variant("t_family", "v9_nothing", {"v2_x": None})
 
 
 def _launch(*args):

@@ -1,6 +1,7 @@
 """The book's listings: ``{literalinclude}`` of the package's code as the chapters show it.
 
-It drops the kernel registry's decorators (``@registry.kernel``, ``@registry.variant``), shows
+It drops the kernel registry's decorators (``@registry.kernel``, ``@registry.variant``,
+``@registry.triton_kernel``), shows
 the docstrings' and doc comments' reST markup as plain text (:func:`plain_docstrings`), and
 takes one more flag, ``:no-checks:``, which shows a function's teaching core: its input checks
 (``if ...: raise`` blocks and ``check_*`` calls) become one comment line, and stay in the
@@ -74,13 +75,15 @@ def strip_checks(code: str) -> str:
 
 
 def strip_registration(code: str) -> str:
-    """``code`` without its ``@registry.kernel(...)``, ``@registry.factory(...)`` and
-    ``@registry.variant(...)`` decorators: the registry's bookkeeping (names, signatures, bytes
-    per element), not what a listing teaches."""
+    """``code`` without its ``@registry.kernel(...)``, ``@registry.factory(...)``,
+    ``@registry.variant(...)`` and ``@registry.triton_kernel(...)`` decorators: the registry's
+    bookkeeping (names, signatures, bytes per element, configurations), not what a listing
+    teaches."""
     lines, kept, depth = code.split("\n"), [], 0
     for line in lines:
         if depth == 0 and line.lstrip().startswith(("@registry.kernel(", "@registry.factory(",
-                                                          "@registry.variant(")):
+                                                          "@registry.variant(",
+                                                          "@registry.triton_kernel(")):
             depth = line.count("(") - line.count(")")
             continue
         if depth > 0:

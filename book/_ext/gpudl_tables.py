@@ -90,8 +90,9 @@ def occupancy_text(value: float) -> str:
 
 class KernelRegisters(SphinxDirective):
     """``{gpudl-kernel-registers}``: one row per registered kernel that declares the block size
-    the book launches it with: its registers per thread and shared memory per block on sm_80
-    (its first signature), and the occupancy those allow on compute capability 8.0."""
+    the book launches it with (a Triton kernel: per configuration, ``num_warps`` warps): its
+    registers per thread and shared memory per block on sm_80 (its first signature), and the
+    occupancy those allow on compute capability 8.0."""
 
     has_content = False
 
@@ -111,12 +112,12 @@ class KernelRegisters(SphinxDirective):
                 continue
             seen.add(build)
             sm80 = row["sm_80"]
-            o = occupancy(entry.threads_per_block, sm80["registers"], sm80["shared_bytes"],
-                          (8, 0))
+            threads = resources.threads_per_block(row, entry)
+            o = occupancy(threads, sm80["registers"], sm80["shared_bytes"], (8, 0))
             limit = words(o.limit) if o.limit in LIMITS else o.limit
             name = row["kernel"] if build[1] is None else (
                 f"{row['kernel']}({', '.join(map(str, build[1]))})")
-            rows.append((f"`{name}`", entry.threads_per_block, sm80["registers"],
+            rows.append((f"`{name}`", threads, sm80["registers"],
                          f"{sm80['shared_bytes']:,} B", o.blocks_per_sm,
                          occupancy_text(o.occupancy), limit))
         if not rows:

@@ -46,10 +46,17 @@ BARS = (
      "numerator": "attention_v2_fused s={s}",
      "denominator": "torch sdpa efficient fp32 s={s}",
      "threshold": 3.0, "compare": "<=", "rate": "median_s"},
+    {"name": "triton_flash_vs_torch_flash",
+     "what": "attention_v4_triton_flash_float16's TFLOP/s (Triton, FP16) over torch SDPA's "
+             "flash backend's in FP16 at s = 4096, d = 64, not causal",
+     "numerator": "attention_v4_triton_flash_float16 s={s}",
+     "denominator": "torch sdpa flash fp16 s={s}",
+     "threshold": 0.7, "rate": "tflops"},
 )
 #: The book's boxes of this topic (``{gpudl-measured} attention <view>``) and the bars
 #: (of :data:`BARS`) each is held to.
-VIEWS = {"times": ("fused_faster_than_v1", "fused_within_3x_of_torch_sdpa")}
+VIEWS = {"times": ("fused_faster_than_v1", "fused_within_3x_of_torch_sdpa",
+                   "triton_flash_vs_torch_flash")}
 #: The sequence lengths and the heads timed on a GPU, and the head size (on both backends).
 GPU_S, GPU_HEADS, HEAD_DIM = (1024, 4096), 16, 64
 
@@ -69,7 +76,8 @@ def _sdpa_backends() -> dict[str, tuple[Any, torch.dtype]]:
 
     return {"torch sdpa efficient fp32": (SDPBackend.EFFICIENT_ATTENTION, torch.float32),
             "torch sdpa math fp32": (SDPBackend.MATH, torch.float32),
-            "torch sdpa flash bf16": (SDPBackend.FLASH_ATTENTION, torch.bfloat16)}
+            "torch sdpa flash bf16": (SDPBackend.FLASH_ATTENTION, torch.bfloat16),
+            "torch sdpa flash fp16": (SDPBackend.FLASH_ATTENTION, torch.float16)}
 
 
 def run(s_values: Sequence[int] | None = None, heads: int | None = None,
@@ -101,16 +109,26 @@ def _attention_rows(heads: int, s: int, d: int, timed: dict) -> list[dict]:
     keys = {"s": s, "d": d, "heads": heads, "causal": False}
     rows = []
     workspace = (poisoned((heads, s, s)), poisoned((heads, s, s)))
+    checks = {"float32": (q, k, v, ref, bound)}  # each format's inputs, reference and bound
     for variant, launch in attention_kernels.VARIANTS.items():
-        o, lse = poisoned((heads, s, d)), poisoned((heads, s))
+        precision = attention_kernels.precision(variant)
+        if precision not in checks:  # the inputs rounded to it, checked against their own
+            rounded = [x.astype(precision) for x in host]
+            wide = [x[:1].astype(np.float64) for x in rounded]
+            checks[precision] = (*(cuda.to_device(x) for x in rounded),
+                                 attention_kernels.reference(*wide)[0],
+                                 attention_error.error_bound(*wide, False, precision)[0])
+        q_v, k_v, v_v, ref_v, bound_v = checks[precision]
+        o, lse = poisoned((heads, s, d), precision), poisoned((heads, s))
         extra = {"workspace": workspace} if variant == "v1_three_kernels" else {}
-        timing = time_cuda(lambda launch=launch, o=o, lse=lse, extra=extra: launch(
-            q, k, v, o, lse, False, **extra), **timed)
+        timing = time_cuda(lambda launch=launch, o=o, lse=lse, extra=extra, x=(q_v, k_v, v_v):
+                           launch(*x, o, lse, False, **extra), **timed)
         got = o.copy_to_host()
-        if np.isnan(got).any() or not (np.abs(got[:1] - ref) <= bound).all():
+        if np.isnan(got).any() or not (np.abs(got[:1] - ref_v) <= bound_v).all():
             raise RuntimeError(f"{variant} at s = {s}: output outside its error bound")
         n_bytes = sum(attention_kernels.traffic(variant, heads, s, d).values())
-        rows.append(row(f"attention_{variant} s={s}", timing, n_bytes, n_flops, **keys))
+        rows.append(row(f"attention_{variant} s={s}", timing, n_bytes, n_flops, **keys,
+                        precision=precision))
     rows += _torch_attention_rows(host, ref, bound, n_flops, keys, timed)
     return rows
 

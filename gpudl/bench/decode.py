@@ -93,10 +93,10 @@ def _attention_rows(s: int, heads: int, d: int, timed: dict) -> list[dict]:
     rows = []
     for variant, launch in decode.VARIANTS.items():
         o = poisoned(q.shape)
-        bound = decode_error.error_bound(
-            q, k, v, lengths, decode.SPLIT_SIZE if variant == "v2_split_kv" else None)
+        split = variant in decode.SPLIT_VARIANTS
+        bound = decode_error.error_bound(q, k, v, lengths, decode.SPLIT_SIZE if split else None)
         extra = {}
-        if variant == "v2_split_kv":
+        if split:
             splits = -(-s // decode.SPLIT_SIZE)
             extra["workspace"] = (poisoned((1, heads, splits)), poisoned((1, heads, splits)),
                                   poisoned((1, heads, splits, d)))

@@ -48,6 +48,10 @@ BARS = (
      "numerator": [_VECTOR_ADD["v3_k_loads"].name, _VECTOR_ADD["v4_vector4"].name],
      "denominator": REFERENCE,
      "threshold": 0.90},
+    {"name": "triton_vector_add_vs_torch_copy",
+     "what": "vector_add v5's bandwidth (Triton: a program per block of 1,024 elements) over a "
+             "torch device-to-device copy's, same run",
+     "numerator": "vector_add_v5_triton_block", "denominator": REFERENCE, "threshold": 0.90},
     {"name": "parity_divergence_over_warp",
      "what": "time of the parity-divergent kernel over the warp-uniform one (both paths: ~2)",
      "numerator": "divergence parity", "denominator": "divergence warp", "threshold": 1.5,
@@ -55,7 +59,8 @@ BARS = (
 )
 #: The book's boxes of this topic (``{gpudl-measured} elementwise <view>``): each view, one
 #: group of rows, and the bars it is held to.
-VIEWS = {"bandwidth": ("vector_add_v2_vs_torch_copy", "vector_add_in_flight_vs_torch_copy"),
+VIEWS = {"bandwidth": ("vector_add_v2_vs_torch_copy", "vector_add_in_flight_vs_torch_copy",
+                       "triton_vector_add_vs_torch_copy"),
          "divergence": ("parity_divergence_over_warp",), "cpu_vs_gpu": ()}
 
 

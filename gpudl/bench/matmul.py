@@ -1,5 +1,6 @@
 """Chapter 3's measurements: every matmul variant against ``torch.matmul`` (cuBLAS, float32 with
-TF32 off), and the kernel MLP's backward pass against its forward pass.
+TF32 off; float16 for a float16 variant), and the kernel MLP's backward pass against its forward
+pass.
 
 Book section: *Chapter 3*, the "Measured on a GPU" boxes of "Matrix multiply, step by step"
 and "Counting flops: backward is twice the forward"; the grouped products of a mixture of
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudl import backend
+from gpudl import backend, registry
 
 # isort: split
 import numpy as np
@@ -31,18 +32,32 @@ from gpudl.kernels.arrays import EPS32, poisoned
 __all__ = ["BARS", "VIEWS", "GPU_SIZES", "MLP_SIZES", "MLP_BATCH", "bench_matmul", "bench_mlp",
            "run"]
 
-#: The speed goal of the issue on GPU speed, half of cuBLAS at the largest size (0.7 the aim).
+#: The variants by the format of their factors: float32 (compared with cuBLAS's SGEMM) and
+#: float16 (with its HGEMM).
+_BY_FORMAT = {f: [v for v in registry.variant_records("matmul").values() if v.precision == f]
+              for f in ("float32", "float16")}
+#: The row of torch's float16 product, cuBLAS on the tensor cores.
+TORCH_FLOAT16 = "torch float16 n={n}"
+
+#: The speed goals, half of cuBLAS at the largest size (0.7 the aim) for the best float32
+#: variant and 0.8 of cuBLAS's float16 product for Triton's float16 kernel at 4096 x 4096 x 4096.
 BARS = (
     {"name": "best_matmul_vs_torch",
      "what": "the fastest variant's TFLOP/s over torch.matmul's (float32, TF32 off) at the "
              "largest size",
-     "numerator": [f"matmul_{v} n={{n}}" for v in matmul_kernels.VARIANTS],
+     "numerator": [f"{v.name} n={{n}}" for v in _BY_FORMAT["float32"]],
      "denominator": "torch n={n}",
      "threshold": 0.50, "rate": "tflops"},
+    {"name": "triton_float16_vs_cublas",
+     "what": "matmul_v7_triton_float16's TFLOP/s over torch.matmul's in float16 (cuBLAS, "
+             "float32 accumulation) at the largest size",
+     "numerator": "matmul_v7_triton_float16 n={n}", "denominator": TORCH_FLOAT16,
+     "threshold": 0.80, "rate": "tflops"},
 )
 #: The book's boxes of this topic (``{gpudl-measured} matmul <view>``: Chapter 3's ``gflops``
 #: and ``mlp``, Chapter 11's ``experts``) and the bars (of :data:`BARS`) each is held to.
-VIEWS = {"gflops": ("best_matmul_vs_torch",), "mlp": (), "experts": ()}
+VIEWS = {"gflops": ("best_matmul_vs_torch", "triton_float16_vs_cublas"), "mlp": (),
+         "experts": ()}
 
 #: The sizes of the square matrices timed on a GPU.
 GPU_SIZES = (1024, 2048, 4096)
@@ -82,6 +97,8 @@ def _bench_size(size: int) -> list[dict]:
                 fraction_of_torch=1.0 if torch_time.meaningful else None,
                 error_over_bound=0.0)]
     for variant, launch in matmul_kernels.VARIANTS.items():
+        if variant in {v.key for v in _BY_FORMAT["float16"]}:
+            continue  # timed below, against cuBLAS's float16 product
         c = poisoned((size, size))
         timing = time_cuda(launch, a, b, c, **timed)
         ratio = float(((torch.as_tensor(c, device=device) - tc).abs() / bound).max())
@@ -92,7 +109,47 @@ def _bench_size(size: int) -> list[dict]:
                         variant=variant, error_over_bound=ratio,
                         fraction_of_torch=(torch_time.median / timing.median
                                            if timing.meaningful else None)))
+    if _BY_FORMAT["float16"]:
+        rows += _float16_rows(a_host, b_host, timed)
     return rows
+
+
+def _float16_rows(a_host: np.ndarray, b_host: np.ndarray, timed: dict) -> list[dict]:
+    """torch's float16 product and each float16 variant's on the factors rounded to float16,
+    each checked against the float64 product of those factors within the float16 bound (the
+    first 256 rows: a float64 product of the whole would cost the GPU run seconds)."""
+    size = a_host.shape[0]
+    a16, b16 = (x.astype(np.float16) for x in (a_host, b_host))
+    checked = [x.astype(np.float64) for x in (a16[:256], b16)]
+    exact = matmul_kernels.reference(*checked)
+    bound = matmul_kernels.error_bound(*checked, "float16")
+    device = "cpu" if backend.is_simulator() else "cuda"
+    ta, tb = (torch.from_numpy(x).to(device) for x in (a16, b16))
+    tc = torch.empty_like(ta)
+    torch_time = time_cuda(lambda: torch.mm(ta, tb, out=tc), **timed)
+    n_flops = matmul_kernels.flops(size, size, size)
+    rows = [row(TORCH_FLOAT16.format(n=size), torch_time, n_flops=n_flops, size=size,
+                variant="torch float16", precision="float16",
+                fraction_of_torch=1.0 if torch_time.meaningful else None,
+                error_over_bound=_over_bound(tc[:256].float().cpu().numpy(), exact, 2 * bound))]
+    a, b = cuda.to_device(a16), cuda.to_device(b16)
+    for v in _BY_FORMAT["float16"]:
+        c = poisoned((size, size), "float16")
+        timing = time_cuda(v.launch, a, b, c, **timed)
+        ratio = _over_bound(c.copy_to_host()[:256], exact, bound)
+        if not ratio <= 1:
+            raise RuntimeError(f"{v.key} at {size}: |C - C_exact| is {ratio:.3g} times its "
+                               "float16 error bound")
+        rows.append(row(f"{v.name} n={size}", timing, n_flops=n_flops, size=size,
+                        variant=v.key, precision="float16", error_over_bound=ratio,
+                        fraction_of_torch=(torch_time.median / timing.median
+                                           if timing.meaningful else None)))
+    return rows
+
+
+def _over_bound(got: np.ndarray, exact: np.ndarray, bound: np.ndarray) -> float:
+    """The largest ``|got - exact| / bound`` (NaN if any element of ``got`` is NaN)."""
+    return float((np.abs(got.astype(np.float64) - exact) / bound).max())
 
 
 def bench_mlp() -> list[dict]:

@@ -24,7 +24,7 @@ from gpudl.bench.timing import time_cuda
 from gpudl.checks import check_bool, check_int
 from gpudl.kernels import memory as memory_kernels
 from gpudl.kernels import reduction as reduction_kernels
-from gpudl.kernels import reduction_error, transpose
+from gpudl.kernels import reduction_error, softmax, transpose
 from gpudl.kernels.arrays import poisoned
 
 __all__ = ["BARS", "GROUPS", "REFERENCE", "VIEWS", "GPU_N", "STRIDES", "run"]
@@ -148,4 +148,27 @@ def _kernels(n: int) -> list[dict]:
         rows.append(row(v.name, timing, v.bytes_per_element * n, v.flops_per_element * n,
                         group="reductions"))
     rows.append(row("torch.sum", time_cuda(torch.sum, src, **timed), 4 * n, group="reductions"))
+    return rows + _softmax_rows(m, md, timed)
+
+
+def _softmax_rows(m: np.ndarray, md: object, timed: dict) -> list[dict]:
+    """The row softmax of the ``side x side`` matrix ``m`` (on the device: ``md``) by every
+    softmax variant, its first rows checked within the derived bound, and ``torch.softmax``:
+    a reduction per row (Chapter 10, "Reductions inside a block")."""
+    side = m.shape[0]
+    checked = m[:64]  # a float64 reference of the whole would cost the GPU run seconds
+    exact, bound = softmax.reference(checked), softmax.error_bound(checked)
+    rows = []
+    for v in registry.variant_records("softmax").values():
+        out = poisoned((side, side))
+        timing = time_cuda(v.launch, md, out, **timed)
+        got = out.copy_to_host()[:64]
+        if not (np.abs(got - exact) <= bound).all():  # also catches NaN
+            raise RuntimeError(f"{v.name}: a probability is off its exact value by more than "
+                               "its error bound")
+        rows.append(row(v.name, timing, v.bytes_per_element * side * side,
+                        v.flops_per_element * side * side, group="reductions", side=side))
+    x = torch.as_tensor(m, device="cpu" if backend.is_simulator() else "cuda")
+    timing = time_cuda(lambda: torch.softmax(x, dim=-1), **timed)
+    rows.append(row("torch.softmax", timing, 8 * side * side, group="reductions", side=side))
     return rows

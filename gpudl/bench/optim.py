@@ -52,9 +52,10 @@ METHODS: dict[str, Callable] = {
 }
 _ADAM = registry.variant_records("adam")
 _FUSED, _MULTI = _ADAM["v2_fused"].name, _ADAM["v4_multi_tensor"].name
-#: The methods that launch once per tensor (every Adam variant but the multi-tensor one),
+#: The methods that launch once per tensor (every Adam variant but the multi-tensor ones),
 #: timed with fewer repeats over many tensors.
-PER_TENSOR = tuple(v.name for v in _ADAM.values() if v.name != _MULTI)
+PER_TENSOR = tuple(v.name for v in _ADAM.values()
+                   if v.key not in optimizers.MULTI_TENSOR_VARIANTS)
 
 #: The speed goals of the issue on GPU speed; ``{big}`` is the largest one-tensor layout (100M
 #: parameters on a GPU), ``{many}`` the many small tensors.

@@ -16,7 +16,11 @@ needs. They differ in what crosses the memory bus:
 * ``v2_fused``: one kernel. A block owns 16 query rows and walks over the keys 16 at a time,
   with the key and value tiles in shared memory, keeping each row's running maximum and sum
   (online softmax, Milakov and Gimelshein 2018; FlashAttention, Dao et al. 2022): no ``s x s``
-  matrix is ever written. Causal blocks skip the tiles above the diagonal.
+  matrix is ever written. Causal blocks skip the tiles above the diagonal;
+* ``v3_triton_flash`` and ``v4_triton_flash_float16``: FlashAttention-2 in Triton
+  (:mod:`gpudl.kernels.tiles.attention`; Chapter 10, "What it leaves to the author"), in float32
+  with IEEE products, and in float16 (``o`` float16, ``lse`` float32) for the tensor cores;
+  their backward pass is :mod:`gpudl.kernels.tiles.attention_backward`'s.
 
 :func:`traffic` gives the bytes each variant reads and writes in device memory, per array,
 by formula; :func:`traced_traffic` counts them on the simulator with :mod:`gpudl.trace`, and
@@ -28,8 +32,9 @@ Chapter 9's split-KV combine and Chapter 11's ring attention share. How accurate
 is: :mod:`gpudl.kernels.attention_error`.
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
-return device arrays), float32, C-contiguous, all three of one shape ``(heads, s, d)`` with
-``1 <= d <= MAX_HEAD_DIM`` (128). Outputs are poisoned (NaN) before each launch.
+return device arrays), float32 (float16 for ``v4_triton_flash_float16``), C-contiguous, all
+three of one shape ``(heads, s, d)`` with ``1 <= d <= MAX_HEAD_DIM`` (128). Outputs are
+poisoned (NaN) before each launch; ``lse`` is float32 for every variant.
 """
 
 from __future__ import annotations
@@ -54,18 +59,20 @@ from gpudl.checks import (
     check_int,
 )
 from gpudl.kernels import attention_v1, online_softmax
-from gpudl.kernels.arrays import check_arrays, launch_into_poisoned, poisoned
+from gpudl.kernels.arrays import check_arrays, poisoned, returned, to_device, zeros
 from gpudl.kernels.attention_v1 import NEG_INF, Launch, plain_launch
 from gpudl.kernels.grid import blocks_to_cover
+from gpudl.kernels.tiles import attention as tiled
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
 
 __all__ = [
-    "TILE", "MAX_HEAD_DIM", "VARIANTS",
+    "TILE", "MAX_HEAD_DIM", "VARIANTS", "TRACEABLE",
     "reference", "reference_online", "check_host_heads", "weighted", "traffic",
     "traced_traffic",
-    "fused_kernel", "v2_fused", "forward", "attention",
+    "fused_kernel", "v2_fused", "v3_triton_flash", "v4_triton_flash_float16", "precision",
+    "forward", "attention",
 ]
 
 TILE = 16  # query rows per block and keys per tile of v2 (v1's tiles: attention_v1.TILE)
@@ -237,8 +244,37 @@ def v2_fused(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool,
            q, k, v, o, lse, scale)
 
 
+# v3_triton_flash: FlashAttention-2 in Triton (gpudl.kernels.tiles.attention): tl.dot on
+# tiles of 64 queries and 32 keys, exp2, IEEE float32 products.
+@registry.variant("attention", "v3_triton_flash", requires="triton")
+def v3_triton_flash(q: Array, k: Array, v: Array, o: Array, lse: Array, causal: bool) -> None:
+    """The Triton kernel in float32: one program per block of queries of each head."""
+    tiled.launch_forward(q, k, v, o, lse, causal, "float32")
+
+
+# v4_triton_flash_float16: the same kernel on float16 q, k, v and o: both products on the
+# tensor cores, the probabilities rounded to float16 before the second.
+@registry.variant("attention", "v4_triton_flash_float16", requires="triton")
+def v4_triton_flash_float16(q: Array, k: Array, v: Array, o: Array, lse: Array,
+                            causal: bool) -> None:
+    """The Triton kernel in float16 (``lse`` float32)."""
+    tiled.launch_forward(q, k, v, o, lse, causal, "float16")
+
+
 #: Variant name -> launcher(q, k, v, o, lse, causal) on device arrays.
 VARIANTS: dict[str, Callable[..., None]] = registry.variants("attention")
+#: The variants whose bytes the simulator's tracer counts (:func:`traced_traffic`): the Numba
+#: ones.
+TRACEABLE = tuple(key for key, v in registry.variant_records("attention").items()
+                  if v.kind == "numba")
+
+
+def precision(variant: str) -> str:
+    """The format of ``variant``'s ``q``, ``k``, ``v`` and ``o`` (float32 for a variant a test
+    adds to :data:`VARIANTS`)."""
+    registry.check_variant("attention", variant, VARIANTS)
+    records = registry.VARIANTS["attention"]
+    return records[variant].precision if variant in records else "float32"
 
 
 def check_host_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: object,
@@ -257,9 +293,9 @@ def check_host_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: object
 
 
 def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:
-    check_choice("variant", variant, VARIANTS)
+    registry.check_variant("attention", variant, VARIANTS)
     check_bool("causal", causal)
-    on_device = check_arrays(q=(q, 3), k=(k, 3), v=(v, 3))
+    on_device = check_arrays(dtype=precision(variant), q=(q, 3), k=(k, 3), v=(v, 3))
     if not q.shape == k.shape == v.shape:
         raise ValueError(f"q, k and v must have one shape (heads, s, d), got {q.shape}, "
                          f"{k.shape} and {v.shape}")
@@ -271,22 +307,21 @@ def _check(q: Array, k: Array, v: Array, causal: object, variant: str) -> bool:
 
 def forward(q: Array, k: Array, v: Array, causal: bool = False,
             variant: str = "v2_fused") -> tuple[Array, Array]:
-    """``(o, lse)``: attention of float32 ``(heads, s, d)`` arrays and each row's log-sum-exp
-    of scores, computed by ``VARIANTS[variant]``."""
+    """``(o, lse)``: attention of ``(heads, s, d)`` arrays (float32, or the format the
+    variant declares) and each row's log-sum-exp of scores (float32), computed by
+    ``VARIANTS[variant]``."""
     on_device = _check(q, k, v, causal, variant)
     heads, s, d = q.shape
-
-    def launch(q_d: Array, k_d: Array, v_d: Array, o: Array, lse: Array) -> None:
-        VARIANTS[variant](q_d, k_d, v_d, o, lse, bool(causal))
-
-    o, lse = launch_into_poisoned(launch, (q, k, v), [q.shape, (heads, s)], on_device)
-    return o, lse
+    if heads * s == 0:  # nothing to launch
+        return zeros(q.shape, on_device, precision(variant)), zeros((heads, s), on_device)
+    o, lse = poisoned(q.shape, precision(variant)), poisoned((heads, s))
+    VARIANTS[variant](*(to_device(x) for x in (q, k, v)), o, lse, bool(causal))
+    return returned(o, on_device), returned(lse, on_device)
 
 
 def attention(q: Array, k: Array, v: Array, causal: bool = False,
               variant: str = "v2_fused") -> Array:
-    """``softmax(q k^T / sqrt(d)) v`` for float32 ``(heads, s, d)`` arrays (see
-    :func:`forward`)."""
+    """``softmax(q k^T / sqrt(d)) v`` for ``(heads, s, d)`` arrays (see :func:`forward`)."""
     return forward(q, k, v, causal, variant)[0]
 
 
@@ -304,9 +339,12 @@ def traffic(variant: str, heads: int, s: int, d: int, causal: bool = False) -> d
     (``3 s^2``), writes P (``s^2``) and reads it once per 16 columns of o
     (``ceil(d / 16) s^2``), reads v once per row of tiles of o (``T s d``) and writes o and
     lse. v2 reads q once, k and v once per block of queries (``T s d`` each; causal: only
-    the ``min(s, 16 (b + 1))`` keys up to block b's diagonal), and writes o and lse.
+    the ``min(s, 16 (b + 1))`` keys up to block b's diagonal), and writes o and lse. The
+    Triton variants move what v2 moves with their own block of queries (``BLOCK_M`` of
+    ``gpudl.kernels.tiles.attention.CONFIGS`` on this backend) in place of 16, and 2 bytes
+    per value of q, k, v and o in float16.
     """
-    check_choice("variant", variant, VARIANTS)
+    registry.check_variant("attention", variant, VARIANTS)
     check_int("heads", heads, 1)
     check_int("s", s, 1)
     check_int("d", d, 1, MAX_HEAD_DIM)
@@ -319,10 +357,13 @@ def traffic(variant: str, heads: int, s: int, d: int, causal: bool = False) -> d
                    ("probs", "store"): s * s, ("probs", "load"): -(-d // v1_tile) * s * s,
                    ("v", "load"): tiles * s * d}
     else:
-        tiles = -(-s // TILE)
-        keys = sum(min(s, TILE * (b + 1)) for b in range(tiles)) if causal else tiles * s
+        block = (TILE if variant == "v2_fused"
+                 else tiled.CONFIGS[(precision(variant), causal)]["BLOCK_M"])
+        tiles = -(-s // block)
+        keys = sum(min(s, block * (b + 1)) for b in range(tiles)) if causal else tiles * s
         values |= {("q", "load"): s * d, ("k", "load"): keys * d, ("v", "load"): keys * d}
-    return {key: 4 * heads * n for key, n in values.items()}
+    size = 2 if precision(variant) == "float16" else 4
+    return {key: (4 if key[0] == "lse" else size) * heads * n for key, n in values.items()}
 
 
 def traced_traffic(variant: str, q: np.ndarray, k: np.ndarray, v: np.ndarray,
@@ -332,6 +373,7 @@ def traced_traffic(variant: str, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     kernel parameter loads and stores, as :func:`traffic` gives them."""
     from gpudl.trace import trace
 
+    check_choice("variant", variant, TRACEABLE)
     _check(q, k, v, causal, variant)
     counts: dict[tuple[str, str], int] = {}
 

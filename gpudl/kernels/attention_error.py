@@ -30,6 +30,18 @@ leaves room for the second-order ones while they are small. ``lse = m + log(l)``
 most the same weight and sum terms without ``|v|``, plus ``2u |log l|`` (``logf``: 1 ulp) and
 ``u |lse|`` (the addition), also doubled. NaN in ``q`` or ``k`` makes its rows' outputs NaN;
 NaN in column ``c`` of ``v`` makes column ``c`` NaN in every row that sees that key.
+
+The Triton variants are held to the same bound. Their tiles of keys are 16 or wider, so they
+take at most ``T`` rescalings; a sum over one tile's keys in any order is within the ``s``
+roundings counted; their scores are scaled by ``log2(e) / sqrt(d)`` (one rounded constant and
+one product, as before), after which an ``exp2`` (``ex2.approx``, 2 ulp) of a difference of
+scaled scores is the ``exp`` of the difference, with the same relative errors; ``lse``'s extra
+product by ``ln 2`` is one rounding more, ``u |lse|``, within the doubling. In float16
+(``precision="float16"``: the inputs' float16 values are exact, their products in float32
+too) the bound is twice the float32 one, since tensor cores may truncate their float32
+additions (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021), plus, for ``o``,
+``2 u16 (sum_j p_j |v_j| + |o|)`` for the weights rounded to float16 before the second
+product and ``2 u16 |o|`` for the output's rounding (``u16 = 2**-11``).
 """
 
 from __future__ import annotations
@@ -38,17 +50,21 @@ import math
 
 import numpy as np
 
-from gpudl.kernels.arrays import EPS32
+from gpudl.checks import check_choice
+from gpudl.kernels.arrays import EPS32, UNIT_ROUNDOFF
 from gpudl.kernels.attention import TILE, check_host_heads, weighted
 
 __all__ = ["error_bound"]
 
 
-def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                causal: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Elementwise bounds on ``|o - o_ref|`` and ``|lse - lse_ref|`` for any variant's float32
-    result (derivation in the module docstring); NaN where the reference is NaN."""
+def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
+                precision: str = "float32") -> tuple[np.ndarray, np.ndarray]:
+    """Elementwise bounds on ``|o - o_ref|`` and ``|lse - lse_ref|`` for any variant's result
+    in ``precision`` (``"float32"``, or ``"float16"`` for float16 inputs and output with
+    float32 accumulation; derivation in the module docstring); NaN where the reference is
+    NaN."""
     check_host_heads(q, k, v, causal)
+    check_choice("precision", precision, ("float32", "float16"))
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     s, d = q.shape[1], q.shape[2]
     tiles = -(-s // TILE)
@@ -71,4 +87,7 @@ def error_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         log_total = np.log(total)[..., 0]
         lse_bound = ((p * r).sum(-1) + n_round + 1 + 2 * np.abs(log_total)
                      + np.abs(m[..., 0] + log_total))
-    return EPS32 * (weights + sums), EPS32 * lse_bound
+        if precision == "float32":
+            return EPS32 * (weights + sums), EPS32 * lse_bound
+        rounded = 2 * UNIT_ROUNDOFF["float16"] * (weighted(p, np.abs(v), causal) + 2 * np.abs(o))
+    return 2 * EPS32 * (weights + sums) + rounded, 2 * EPS32 * lse_bound

@@ -23,7 +23,10 @@ softmax, in blocks of one warp:
   ``split_size`` keys, one block per (chunk, sequence, head), each writing its running
   maximum, sum and unnormalised output; ``v2_combine_splits`` then merges the chunks of
   each head with the online-softmax rule (:func:`reference_split_kv` does the same in NumPy,
-  with :func:`gpudl.kernels.online_softmax.merge`).
+  with :func:`gpudl.kernels.online_softmax.merge`);
+* ``v3_triton_split_kv``: v2 in Triton (:mod:`gpudl.kernels.tiles.decode`; Chapter 10,
+  "What it leaves to the author"), its kernels launched by Triton (not through ``launch=``:
+  the tracer and CUDA graphs see the Numba variants, :data:`TRACEABLE`).
 
 Host functions take host NumPy arrays (returning host arrays) or numba device arrays
 (returning device arrays): ``q`` float32 ``(batch, heads, d)``, the caches float32
@@ -48,7 +51,6 @@ from gpudl import registry
 from gpudl.checks import (
     check_array,
     check_callable,
-    check_choice,
     check_host_or_device,
     check_int,
     check_kernel_array,
@@ -65,6 +67,7 @@ from gpudl.kernels.decode_tile import (
     store_row,
 )
 from gpudl.kernels.grid import blocks_to_cover
+from gpudl.kernels.tiles import decode as tiled
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
 Array = Any
@@ -73,11 +76,12 @@ Array = Any
 Launch = Callable[..., None]
 
 __all__ = [
-    "MAX_HEAD_DIM", "VARIANTS", "SPLIT_SIZE", "GPU_SPLIT_SIZE",
+    "MAX_HEAD_DIM", "VARIANTS", "TRACEABLE", "SPLIT_VARIANTS", "SPLIT_SIZE", "GPU_SPLIT_SIZE",
     "reference", "reference_split_kv", "check_lengths", "check_decode_inputs",
     "check_decode_arrays", "plain_launch",
     "v1_one_block_per_head", "v2_split_kv", "v2_combine_splits",
-    "launch_v1_one_block_per_head", "launch_v2_split_kv", "decode_attention",
+    "launch_v1_one_block_per_head", "launch_v2_split_kv", "launch_v3_triton_split_kv",
+    "decode_attention",
 ]
 
 MAX_HEAD_DIM = COLUMNS * TILE  # 128: a lane holds four head dimensions of the query
@@ -264,13 +268,41 @@ def launch_v2_split_kv(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
     batch, heads, d = q.shape
     splits = blocks_to_cover(k_cache.shape[2], check_int("split_size", split_size, 1))
     shapes = ((batch, heads, splits),) * 2 + ((batch, heads, splits, d),)
-    if workspace is not None:
-        _check_workspace(workspace, shapes)
-    part_m, part_l, part_acc = workspace or tuple(poisoned(shape) for shape in shapes)
+    part_m, part_l, part_acc = _workspace(workspace, shapes)
     launch(v2_split_kv, (splits, heads, batch), TILE, q, k_cache, v_cache, lengths, part_m,
            part_l, part_acc, np.int32(split_size), _scale(d))
     launch(v2_combine_splits, (heads, batch), TILE, part_m, part_l, part_acc, lengths, o,
            np.int32(split_size))
+
+
+# v3_triton_split_kv: v2 in Triton (gpudl.kernels.tiles.decode): the same chunks and combine
+# rule, each tile of keys a block of values; two Triton launches.
+@registry.variant("decode", "v3_triton_split_kv", kernels=("decode_v3_triton_split_kv",
+                                                           "decode_v3_triton_combine_splits"),
+                  requires="triton")
+def launch_v3_triton_split_kv(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
+                              o: Array, launch: Launch = plain_launch,
+                              split_size: int = SPLIT_SIZE,
+                              workspace: tuple[Array, Array, Array] | None = None) -> None:
+    """The Triton split-KV kernel over ``ceil(max_len / split_size)`` chunks per head, then
+    its combine kernel, with ``workspace`` as ``launch_v2_split_kv``'s. Triton launches them:
+    ``launch`` must be :func:`plain_launch` (``ValueError`` for a tracer or a graph's)."""
+    if launch is not plain_launch:
+        raise ValueError("launch must be plain_launch for decode_v3_triton_split_kv: Triton "
+                         f"starts its kernels (the tracer and graphs take {list(TRACEABLE)})")
+    batch, heads, d = q.shape
+    splits = blocks_to_cover(k_cache.shape[2], check_int("split_size", split_size, 1))
+    shapes = ((batch, heads, splits),) * 2 + ((batch, heads, splits, d),)
+    tiled.launch_split_kv(q, k_cache, v_cache, lengths, o, split_size,
+                          _workspace(workspace, shapes))
+
+
+def _workspace(workspace: object, shapes: tuple[tuple[int, ...], ...]) -> tuple:
+    """``workspace`` checked against ``shapes``, or new poisoned arrays of them."""
+    if workspace is None:
+        return tuple(poisoned(shape) for shape in shapes)
+    _check_workspace(workspace, shapes)
+    return tuple(workspace)
 
 
 def _check_workspace(workspace: object, shapes: tuple[tuple[int, ...], ...]) -> None:
@@ -288,6 +320,11 @@ def _check_workspace(workspace: object, shapes: tuple[tuple[int, ...], ...]) -> 
 
 #: Variant name -> launcher(q, k_cache, v_cache, lengths, o, launch) on device arrays.
 VARIANTS: dict[str, Callable[..., None]] = registry.variants("decode")
+#: The variants whose kernels start through ``launch=`` (the tracer's, a CUDA graph's): the
+#: Numba ones.
+TRACEABLE = ("v1_one_block_per_head", "v2_split_kv")
+#: The variants that split a sequence into chunks of ``split_size`` keys.
+SPLIT_VARIANTS = ("v2_split_kv", "v3_triton_split_kv")
 
 
 # ------------------------------------------------------------------------------------------
@@ -359,14 +396,14 @@ def decode_attention(q: Array, k_cache: Array, v_cache: Array, lengths: Array,
     positions of float32 caches ``(batch, kv_heads, max_len, d)``, by ``VARIANTS[variant]``
     (``split_size``: keys per block of ``v2_split_kv``), each kernel started by ``launch``
     (:func:`plain_launch`, or the tracer's). Returns ``(batch, heads, d)``."""
-    check_choice("variant", variant, tuple(VARIANTS))
+    registry.check_variant("decode", variant, tuple(VARIANTS))
     check_int("split_size", split_size, 1)
     check_callable("launch", launch)
     on_device, lengths_host = check_decode_arrays(q, k_cache, v_cache, lengths)
     if q.shape[0] == 0:
         return zeros(q.shape, on_device)
     o = poisoned(q.shape)
-    extra = {"split_size": split_size} if variant == "v2_split_kv" else {}
+    extra = {"split_size": split_size} if variant in SPLIT_VARIANTS else {}
     VARIANTS[variant](to_device(q), to_device(k_cache), to_device(v_cache),
                       lengths if on_device else cuda.to_device(lengths_host), o,
                       launch=launch, **extra)

@@ -18,8 +18,14 @@ from gpudl import backend  # noqa: F401  (decides GPU or simulator before numba 
 # isort: split
 import numpy as np
 
-from gpudl.checks import check_int
-from gpudl.kernels.decode import MAX_HEAD_DIM, SPLIT_SIZE, check_lengths, decode_attention
+from gpudl.checks import check_choice, check_int
+from gpudl.kernels.decode import (
+    MAX_HEAD_DIM,
+    SPLIT_SIZE,
+    TRACEABLE,
+    check_lengths,
+    decode_attention,
+)
 
 __all__ = ["cache_reads", "traced_cache_reads"]
 
@@ -45,6 +51,7 @@ def traced_cache_reads(variant: str, q: np.ndarray, k_cache: np.ndarray, v_cache
     cache, per position, as :func:`cache_reads` gives them."""
     from gpudl.trace import trace
 
+    check_choice("variant", variant, TRACEABLE)
     counts: dict[tuple, int] = {}
 
     def traced(kernel: Any, griddim: Any, blockdim: Any, *args: Any) -> None:

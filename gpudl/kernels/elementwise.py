@@ -2,7 +2,8 @@
 
 Book section: Chapter 1, "Threads, blocks, grids and warps" (vector add v1 and v2) and "CPU
 and GPU on the same problem" (SAXPY on the CPU and the GPU); Chapter 2, "Bytes in flight"
-(vector add v3 and v4, SAXPY v2).
+(vector add v3 and v4, SAXPY v2); Chapter 10, "A program owns a block of values" (vector add
+v5, whose kernel is :mod:`gpudl.kernels.tiles.elementwise`'s).
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return device arrays). Outputs are allocated poisoned (NaN) before a launch, so an element
@@ -20,6 +21,7 @@ from gpudl import registry
 from gpudl.checks import check_array, check_choice, check_equal, check_real, is_device_array
 from gpudl.kernels.arrays import check_arrays, launch_into_poisoned
 from gpudl.kernels.grid import blocks_to_cover, check_threads_per_block, grid_stride_blocks
+from gpudl.kernels.tiles import elementwise as tiled
 from gpudl.kernels.wide import WIDTH, check_aligned, load4, store4
 
 # isort: split
@@ -42,6 +44,7 @@ __all__ = [
     "launch_v2_grid_stride",
     "launch_v3_k_loads",
     "launch_v4_vector4",
+    "launch_v5_triton_block",
     "vector_add",
     "SAXPY_VARIANTS",
     "reference_saxpy",
@@ -189,6 +192,16 @@ def launch_v4_vector4(a: Array, b: Array, out: Array, threads_per_block: int) ->
     v4_vector4[blocks, threads_per_block](a, b, out)
 
 
+# v5_triton_block: v1 in Triton (gpudl.kernels.tiles.elementwise): a program per block of
+# 1,024 elements, a mask instead of the bounds check, 16-byte loads chosen by the compiler.
+@registry.variant("vector_add", "v5_triton_block", bytes_per_element=12, flops_per_element=1,
+                  requires="triton")
+def launch_v5_triton_block(a: Array, b: Array, out: Array, threads_per_block: int) -> None:
+    """Launch the Triton kernel ``v5_triton_block`` on device arrays (``out.size >= 1``);
+    ``threads_per_block`` does not apply (a program has ``tiled.WARPS`` warps)."""
+    tiled.launch_vector_add(a, b, out)
+
+
 #: Vector add's variants, key -> launcher(a, b, out, threads_per_block) on device arrays.
 VARIANTS: dict[str, Callable] = registry.variants("vector_add")
 
@@ -197,7 +210,7 @@ def vector_add(a: Array, b: Array, variant: str = "v2_grid_stride",
                threads_per_block: int = 256) -> Array:
     """``a + b`` for two vectors on the GPU, with the kernel ``VARIANTS[variant]``, in the
     format that variant's kernel declares (float32 for every variant here)."""
-    check_choice("variant", variant, VARIANTS)
+    registry.check_variant("vector_add", variant, VARIANTS)
     check_threads_per_block(threads_per_block)
     launch = VARIANTS[variant]
     return _run(lambda a_, b_, out: launch(a_, b_, out, threads_per_block),

@@ -10,6 +10,10 @@ threads (each output is one thread's running sum), so they differ only in where 
 operands come from (global memory, shared memory, registers) and how often each loaded
 value is reused.
 
+``v6_triton_tiles`` and ``v7_triton_float16`` are the same product in Triton
+(:mod:`gpudl.kernels.tiles.matmul`; Chapter 10, "A matmul of tiles"): float32 with IEEE
+products, and float16 A, B and C with float32 accumulation (tensor cores on a GPU).
+
 Accuracy: an output is a dot product of K float32 products added in float32 (one chain per
 thread, tile after tile; an FMA rounds once where a multiply and an add round twice). In
 any order, the computed value is within ``gamma_K * sum_k |a_ik| |b_kj|`` of the exact one,
@@ -18,6 +22,10 @@ Numerical Algorithms*, 2002, section 3.1), barring underflow. While ``K u <= 1/2
 ``gamma_K <= 2 K u = K * eps32``, and the slack between the two also covers the float64
 reference's own rounding: :func:`error_bound` is ``K * eps32 * (|A| @ |B|)``, elementwise.
 A NaN in row i of A makes row i of C NaN (and a NaN in column j of B, column j).
+For ``v7_triton_float16`` (float16 inputs are exact in float32, and so are their products),
+:func:`error_bound` with ``precision="float16"`` doubles the float32 bound, since tensor
+cores may truncate rather than round their float32 additions (Fasi et al., "Numerical
+behavior of NVIDIA tensor cores", 2021), and adds one rounding to float16 of the result.
 
 Host functions take host NumPy arrays (and return host arrays) or numba device arrays (and
 return a device array if either input is one), float32 and C-contiguous. The output is
@@ -38,8 +46,9 @@ from numba import cuda, float32, uint32
 
 from gpudl import registry
 from gpudl.checks import check_array, check_choice, check_equal, check_int
-from gpudl.kernels.arrays import EPS32, check_arrays, launch_into_poisoned, zeros
+from gpudl.kernels.arrays import EPS32, check_arrays, launch_into_poisoned, rounding_bound, zeros
 from gpudl.kernels.grid import blocks_to_cover
+from gpudl.kernels.tiles import matmul as tiled
 from gpudl.launches import check_launch
 
 # A NumPy array or a numba device array (whose class differs between GPU and simulator).
@@ -52,7 +61,7 @@ __all__ = [
     "VARIANTS",
     "reference", "error_bound", "flops",
     "v1_naive", "v2_coalesced", "v3_tiled", "v4_register_1d", "v5_register_2d",
-    "launch_config", "matmul",
+    "launch_config", "launch_v6_triton_tiles", "launch_v7_triton_float16", "matmul",
 ]
 
 
@@ -78,11 +87,18 @@ def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) @ b.astype(np.float64)
 
 
-def error_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def error_bound(a: np.ndarray, b: np.ndarray, precision: str = "float32") -> np.ndarray:
     """``K * eps32 * (|a| @ |b|)``: the most a float32 ``a @ b`` may differ from
-    :func:`reference`, elementwise (derivation in the module docstring)."""
+    :func:`reference`, elementwise; with ``precision="float16"`` (float16 factors, float32
+    accumulation, a float16 result) twice that plus one rounding to float16 (derivation in
+    the module docstring)."""
     _check_factors(a, b)
-    return a.shape[1] * EPS32 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    check_choice("precision", precision, ("float32", "float16"))
+    magnitude = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    bound = a.shape[1] * EPS32 * magnitude
+    if precision == "float32":
+        return bound
+    return 2 * bound + rounding_bound(magnitude + 2 * bound, "float16")
 
 
 def flops(m: int, k: int, n: int) -> int:
@@ -283,7 +299,7 @@ def launch_config(variant: str, m: int, n: int) -> tuple[tuple[int, int], tuple[
     Grid x runs over the columns of C, except in v1, whose x runs over the rows. A grid
     beyond CUDA's limits is a ``ValueError`` naming the kernel and the limit
     (:func:`gpudl.launches.check_launch`)."""
-    _check_variant(variant)
+    check_choice("variant", variant, _KERNELS)  # the Numba variants: Triton sizes its own
     check_int("m", m, 1)
     check_int("n", n, 1)
     if variant == "v1_naive":
@@ -303,17 +319,38 @@ def _launcher(variant: str) -> Callable[[Array, Array, Array], None]:
     return launch
 
 
-#: Variant name -> launcher(a, b, c) on device arrays, writing a @ b into c.
 for _key in _KERNELS:
     registry.variant("matmul", _key)(_launcher(_key))
+
+
+# v6_triton_tiles: v5's product in Triton (gpudl.kernels.tiles.matmul): 128 x 128 tiles of C,
+# tl.dot with IEEE float32 products, programs grouped so that tiles of B are reused in L2.
+@registry.variant("matmul", "v6_triton_tiles", requires="triton")
+def launch_v6_triton_tiles(a: Array, b: Array, c: Array) -> None:
+    """The Triton kernel on float32 device arrays."""
+    tiled.launch_matmul(a, b, c, "float32")
+
+
+# v7_triton_float16: the same kernel on float16 A and B, accumulating in float32 and storing
+# float16: on a GPU its tl.dot runs on the tensor cores (mma.sync, or wgmma on an H100).
+@registry.variant("matmul", "v7_triton_float16", requires="triton")
+def launch_v7_triton_float16(a: Array, b: Array, c: Array) -> None:
+    """The Triton kernel on float16 device arrays."""
+    tiled.launch_matmul(a, b, c, "float16")
+
+
+#: Variant name -> launcher(a, b, c) on device arrays, writing a @ b into c.
 VARIANTS: dict[str, Callable[[Array, Array, Array], None]] = registry.variants("matmul")
 
 
 def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
-    """``a @ b`` for float32 (M, K) and (K, N) arrays of any sizes, computed by the kernel
+    """``a @ b`` for (M, K) and (K, N) arrays of any sizes, in the format the variant's kernel
+    declares (float32, or float16 for ``v7_triton_float16``), computed by the kernel
     ``VARIANTS[variant]`` into a NaN-poisoned output."""
     _check_variant(variant)
-    on_device = check_arrays(a=(a, 2), b=(b, 2))
+    records = registry.VARIANTS["matmul"]  # a variant a test adds is float32
+    precision = records[variant].precision if variant in records else "float32"
+    on_device = check_arrays(dtype=precision, a=(a, 2), b=(b, 2))
     if a.shape[1] != b.shape[0]:
         raise ValueError(
             f"inner dimensions do not match: a has shape {a.shape} and b has shape {b.shape} "
@@ -321,8 +358,8 @@ def matmul(a: Array, b: Array, variant: str = "v5_register_2d") -> Array:
         )
     (m, k), n = a.shape, b.shape[1]
     if k == 0:  # an empty sum: zeros (and nothing to launch)
-        return zeros((m, n), on_device)
-    return launch_into_poisoned(VARIANTS[variant], (a, b), [(m, n)], on_device)[0]
+        return zeros((m, n), on_device, precision)
+    return launch_into_poisoned(VARIANTS[variant], (a, b), [(m, n)], on_device, precision)[0]
 
 
 # ------------------------------------------------------------------------------------------
@@ -336,5 +373,5 @@ def _check_factors(a: np.ndarray, b: np.ndarray) -> None:
 
 
 def _check_variant(variant: str) -> None:
-    check_choice("variant", variant, VARIANTS)
+    registry.check_variant("matmul", variant, VARIANTS)
 

@@ -1,7 +1,8 @@
 """Sum reductions, from one atomic per element to one warp-shuffle pass.
 
 Book section: Chapter 2, "Reductions, step by step", after Mark Harris, "Optimizing Parallel
-Reduction in CUDA" (NVIDIA, 2007).
+Reduction in CUDA" (NVIDIA, 2007); Chapter 10, "Reductions inside a block" (v8, whose kernel is
+:mod:`gpudl.kernels.tiles.reduction`'s).
 
 Every variant sums a float32 vector into one float32 value, entirely on the device, and
 accumulates in float32 as real kernels do. The variants that write one partial sum per block
@@ -30,9 +31,10 @@ from numba import cuda, float32, int32, uint64
 from numba.cuda.cudadrv import driver
 
 from gpudl import registry
-from gpudl.checks import check_choice, check_float32_array
+from gpudl.checks import check_float32_array
 from gpudl.kernels.arrays import Array, poisoned, to_device
 from gpudl.kernels.grid import blocks_to_cover, grid_stride_blocks
+from gpudl.kernels.tiles import reduction as tiled
 
 __all__ = [
     "THREADS_PER_BLOCK",
@@ -370,6 +372,10 @@ for _key, _launch in (
                                                  grid_stride_blocks)),
         ("v7_last_block", _last_block_pass)):
     registry.variant("reduce", _key, bytes_per_element=4, flops_per_element=1)(_launch)
+# v8_triton_block: v5 in Triton (gpudl.kernels.tiles.reduction): blocks of running sums in a
+# grid-stride loop, one tl.sum per program, then one program over the partials.
+registry.variant("reduce", "v8_triton_block", bytes_per_element=4, flops_per_element=1,
+                 requires="triton")(tiled.sum_passes)
 #: Variant name -> launcher(x, out) on device arrays (x.size >= 1); the sum ends in out[0].
 VARIANTS: dict[str, Callable[[Array, Array], None]] = registry.variants("reduce")
 
@@ -395,6 +401,7 @@ def reduce_sum(x: Array, variant: str = "v6_one_pass_atomic") -> float:
 
 
 def check_variant(variant: str) -> None:
-    """``ValueError`` unless ``variant`` is a key of :data:`VARIANTS`."""
-    check_choice("variant", variant, VARIANTS)
+    """``ValueError`` unless ``variant`` is a key of :data:`VARIANTS` (``ModuleNotFoundError``
+    for a Triton variant where Triton is not installed)."""
+    registry.check_variant("reduce", variant, VARIANTS)
 

@@ -21,6 +21,7 @@ from gpudl.checks import check_float32_array, check_int
 from gpudl.kernels.arrays import EPS32
 from gpudl.kernels.grid import blocks_to_cover, grid_stride_blocks
 from gpudl.kernels.reduction import ACCUMULATORS, LOADS, LOG2_TPB, TPB, check_variant
+from gpudl.kernels.tiles.reduction import SUM_BLOCK, sum_programs
 
 __all__ = ["addition_depth", "error_bound"]
 
@@ -33,8 +34,11 @@ def addition_depth(n: int, variant: str) -> int:
     the chain, 8 levels, then one atomic per block. v7: each of a thread's 4 accumulators
     takes at most a quarter of its c elements plus the LOADS - 1 of its tail, 2 levels join
     them, 8 levels in the block, then the last block's chain over the partials and 8 levels.
-    Never more than n: an addition with only one element below it (the rest are padding
-    zeros) is exact.
+    v8 (Triton): each position of a program's block of running sums takes one addition per
+    trip of its grid-stride loop, then ``tl.sum`` adds the block's ``SUM_BLOCK`` sums in an
+    order the compiler picks, counted as a chain of ``SUM_BLOCK - 1``; the program over the
+    partials the same again. Never more than n: an addition with only one element below it
+    (the rest are padding zeros) is exact.
     """
     check_variant(variant)
     check_int("n", n, 1)
@@ -45,6 +49,12 @@ def addition_depth(n: int, variant: str) -> int:
         while size > TPB:
             launches, size = launches + 1, blocks_to_cover(size, TPB)
         return min(n, launches * LOG2_TPB)
+    if variant == "v8_triton_block":
+        programs = sum_programs(n)
+        depth = math.ceil(n / (programs * SUM_BLOCK)) + SUM_BLOCK - 1
+        if programs > 1:
+            depth += math.ceil(programs / SUM_BLOCK) + SUM_BLOCK - 1
+        return min(n, depth)
     blocks = grid_stride_blocks(n, TPB)
     per_thread = math.ceil(n / (blocks * TPB))
     if variant == "v7_last_block":

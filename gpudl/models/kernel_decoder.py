@@ -41,13 +41,14 @@ def _device(t: torch.Tensor) -> Any:
 
 class KernelDecoder:
     """``model``'s weights on the device and one step of one sequence on the book's kernels,
-    attention by ``decode.VARIANTS[attention]``. State lives in device buffers: ``tokens``,
-    ``positions`` and ``lengths`` (int32, one per sequence), the caches (poisoned until
-    written) and the activations."""
+    attention by ``decode.VARIANTS[attention]`` (one of ``decode.TRACEABLE``, whose launches
+    a graph records). State lives in device buffers: ``tokens``, ``positions`` and
+    ``lengths`` (int32, one per sequence), the caches (poisoned until written) and the
+    activations."""
 
     def __init__(self, model: TinyDecoder, attention: str = "v1_one_block_per_head") -> None:
         check_instance("model", model, TinyDecoder)
-        check_choice("attention", attention, tuple(decode.VARIANTS))
+        check_choice("attention", attention, decode.TRACEABLE)  # its graph records them
         self.config = c = model.config
         self.attention = attention
         self.embeddings = (_device(model.tok_emb.weight), _device(model.pos_emb.weight))

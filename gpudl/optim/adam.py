@@ -4,7 +4,8 @@ one launch per parameter group over flat buffers.
 Book section: *Chapter 4, "Multi-tensor: one launch for the whole model"* and *"What a launch
 costs"*.
 
-``v4_multi_tensor`` (the default variant) launches one kernel per parameter group: at its first
+``v4_multi_tensor`` (the default variant) and ``v5_triton_multi_tensor`` launch one kernel per
+parameter group: at its first
 step it moves the group's parameters, gradients and moments into flat buffers, one per kind,
 with every tensor a view into them (:mod:`gpudl.optim.flat_buffers`); a group of one
 contiguous parameter keeps it where it is, as its own flat buffer. Backward passes then
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 
 import gpudl.optim.adam_steps as adam_steps
+from gpudl import registry
 from gpudl.checks import check_bool, check_choice
 from gpudl.interop import KernelArrays
 from gpudl.kernels import optim as optim_kernels
@@ -42,12 +44,14 @@ from gpudl.optim.tensors import (
     run_closure,
 )
 
-__all__ = ["LOW_PRECISION_VARIANTS", "Adam", "AdamW"]
+__all__ = ["LOW_PRECISION_VARIANTS", "MULTI_TENSOR_VARIANTS", "Adam", "AdamW"]
 
 _GRAD = operator.attrgetter("grad")
 #: The variants that take 16-bit parameters (:data:`~gpudl.optim.tensors.LOW_PRECISION`),
 #: keeping float32 master weights in their state.
 LOW_PRECISION_VARIANTS = ("v2_fused", "v4_multi_tensor")
+#: The variants that update a parameter group in one launch over its flat buffers.
+MULTI_TENSOR_VARIANTS = ("v4_multi_tensor", "v5_triton_multi_tensor")
 
 
 class Adam(torch.optim.Optimizer):
@@ -77,7 +81,7 @@ class Adam(torch.optim.Optimizer):
         if amsgrad:
             raise ValueError("amsgrad=True is not implemented by gpudl.optim; use "
                              "torch.optim.Adam(amsgrad=True)")
-        check_choice("variant", variant, optim_kernels.VARIANTS)
+        registry.check_variant("adam", variant, optim_kernels.VARIANTS)
         check_bool("maximize", maximize)
         check_bool("decoupled_weight_decay", decoupled_weight_decay)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
@@ -124,7 +128,7 @@ class Adam(torch.optim.Optimizer):
         return cached[2]
 
     def _check_group(self, group: dict, dtypes: tuple[torch.dtype, ...]) -> None:
-        check_choice("variant", group["variant"], optim_kernels.VARIANTS)
+        registry.check_variant("adam", group["variant"], optim_kernels.VARIANTS)
         low = [d for d in dtypes if d in LOW_PRECISION]
         if low:
             check_choice(f"the variant of {sorted(map(str, low))} parameters (updated through "
@@ -139,7 +143,7 @@ class Adam(torch.optim.Optimizer):
         for index, group in enumerate(self.param_groups):
             dtypes = self._group_dtypes(index)
             self._check_group(group, dtypes)
-            if group["variant"] == "v4_multi_tensor":
+            if group["variant"] in MULTI_TENSOR_VARIANTS:
                 for dtype in dtypes:
                     adam_steps.step_flat(self._flat_group(index, dtype), group, self.state,
                                          self.written_gradients, name)

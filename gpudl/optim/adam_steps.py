@@ -4,12 +4,13 @@ Book section: *Chapter 4, "Multi-tensor: one launch for the whole model"* and *"
 costs"*.
 
 :func:`step_per_tensor` launches ``VARIANTS[variant]`` once per parameter with a gradient
-(variants ``v1_unfused``, ``v2_fused``, ``v3_shared``). :func:`step_flat` (variant
-``v4_multi_tensor``) launches once for a whole :class:`~gpudl.optim.flat_buffers.FlatGroup` when
-nothing has changed since the last step; otherwise :func:`step_flat_general` adopts what is new
-into the buffers (:func:`adopt_parameter`) and launches once per run of consecutive parameters
-with a gradient and one step count (:func:`step_runs`). ``states`` is the optimizer's ``state``,
-``name`` its class's name, for error messages."""
+(variants ``v1_unfused``, ``v2_fused``, ``v3_shared``). :func:`step_flat` (variants
+``v4_multi_tensor`` and ``v5_triton_multi_tensor``) launches once for a whole
+:class:`~gpudl.optim.flat_buffers.FlatGroup` when nothing has changed since the last step;
+otherwise :func:`step_flat_general` adopts what is new into the buffers
+(:func:`adopt_parameter`) and launches once per run of consecutive parameters with a gradient
+and one step count (:func:`step_runs`). ``states`` is the optimizer's ``state``, ``name`` its
+class's name, for error messages."""
 
 from __future__ import annotations
 
@@ -82,14 +83,20 @@ def step_per_tensor(group: dict, states: States, arrays: KernelArrays, name: str
                 launch(a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
 
 
-def launch_flat(a: dict[str, object], k: optim_kernels.AdamScalars) -> None:
-    """One multi-tensor launch on flat arrays (mixed precision when they hold ``master``)."""
+def launch_flat(a: dict[str, object], k: optim_kernels.AdamScalars,
+                variant: str = "v4_multi_tensor") -> None:
+    """One multi-tensor launch of ``variant`` on flat arrays (mixed precision when they hold
+    ``master``)."""
     if "master" in a:
         optim_kernels.launch_mixed(a["param"], a["grad"], a["master"], a["exp_avg"],
                                    a["exp_avg_sq"], k)
     else:
-        optim_kernels.launch_v4_multi_tensor(a["param"], a["grad"], a["exp_avg"],
-                                             a["exp_avg_sq"], k)
+        optim_kernels.VARIANTS[variant](a["param"], a["grad"], a["exp_avg"], a["exp_avg_sq"], k)
+
+
+def _variant(group: dict) -> str:
+    """The group's multi-tensor variant (the default where a group names none)."""
+    return group.get("variant", optim_kernels.DEFAULT_VARIANT)
 
 
 def step_flat(flat: FlatGroup, group: dict, states: States, written: WrittenGradients,
@@ -99,7 +106,7 @@ def step_flat(flat: FlatGroup, group: dict, states: States, written: WrittenGrad
     if flat.ready and written.all_of(flat.ids) and flat.in_place():
         flat.steps += 1  # every parameter's state["step"], in one operation
         k = group_scalars(group, int(flat.step_views[0].item()))
-        launch_flat(flat.arrays, k)
+        launch_flat(flat.arrays, k, _variant(group))
     else:
         step_flat_general(flat, group, states, written, name)
 
@@ -161,5 +168,5 @@ def step_flat_general(flat: FlatGroup, group: dict, states: States, written: Wri
     flat.steps[updated] += 1
     steps = flat.steps.tolist()
     for first, end, step in step_runs(updated, steps):
-        launch_flat(flat.arrays_for(first, end), group_scalars(group, step))
+        launch_flat(flat.arrays_for(first, end), group_scalars(group, step), _variant(group))
     flat.ready = len(updated) == len(flat.params) and len(set(steps)) == 1

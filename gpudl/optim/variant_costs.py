@@ -7,18 +7,25 @@ from __future__ import annotations
 
 import torch
 
+from gpudl import registry
 from gpudl.checks import check_choice, check_ints
 from gpudl.kernels import optim as optim_kernels
 from gpudl.optim.adam import Adam
 
-__all__ = ["traffic_table"]
+__all__ = ["TRACEABLE", "traffic_table"]
+
+
+#: The variants whose accesses the simulator's tracer can count, the Numba ones (a Triton
+#: kernel runs in Triton's interpreter, which the tracer does not see).
+TRACEABLE = tuple(key for key, v in registry.variant_records("adam").items()
+                  if v.kind == "numba")
 
 
 def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
-                  variants: tuple[str, ...] = tuple(optim_kernels.VARIANTS)) -> list[dict]:
+                  variants: tuple[str, ...] = TRACEABLE) -> list[dict]:
     """For one Adam step of a model whose parameter tensors have ``sizes`` elements: the
     kernel launches and the bytes of device ("global") and shared memory each variant's
-    kernels access, counted access by access on the simulator
+    kernels access (one of :data:`TRACEABLE`), counted access by access on the simulator
     (:func:`gpudl.kernels.optim.traffic`); run it through :func:`gpudl.trace.on_simulator`
     on a GPU. One row per variant: ``variant``, ``launches``, ``global_bytes``,
     ``shared_bytes``, ``params`` and the bytes per parameter."""
@@ -26,7 +33,7 @@ def traffic_table(sizes: tuple[int, ...] = (200, 13, 64, 5),
     if isinstance(variants, str) or not isinstance(variants, tuple | list):
         raise TypeError(f"variants must be a tuple of variant names, got {variants!r}")
     for i, variant in enumerate(variants):
-        check_choice(f"variants[{i}]", variant, optim_kernels.VARIANTS)
+        check_choice(f"variants[{i}]", variant, TRACEABLE)
     rows = []
     for variant in variants:
         gen = torch.Generator().manual_seed(0)

@@ -19,7 +19,9 @@ update crosses the memory bus:
   articles suggest; the same 28 bytes of device memory, plus the shared traffic;
 * ``v4_multi_tensor``: ``v2_fused`` in a grid-stride loop over a grid sized to the GPU, so that one
   launch covers any number of elements: :mod:`gpudl.optim` keeps all the tensors of a
-  parameter group in flat buffers and updates them with one launch per step.
+  parameter group in flat buffers and updates them with one launch per step;
+* ``v5_triton_multi_tensor``: ``v4_multi_tensor``'s arithmetic in Triton, one program per block
+  of the flat buffers (:mod:`gpudl.kernels.tiles.adam`; Chapter 10, "What it leaves to the author").
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ import numpy as np
 from numba import cuda, float32
 
 from gpudl import registry
-from gpudl.checks import check_choice, check_float32_array
+from gpudl.checks import check_float32_array
 from gpudl.kernels.arrays import Array, launch_in_place
 from gpudl.kernels.grid import blocks_to_cover, grid_stride_blocks
 from gpudl.kernels.optim.hyper import AdamScalars, adam_scalars
 from gpudl.kernels.optim.traffic import THREADS, launch
+from gpudl.kernels.tiles import adam as tiled
 
 __all__ = [
     "BYTES_PER_PARAM", "DEFAULT_VARIANT", "VARIANTS",
     "adam_element", "adam_step", "launch_v2_fused", "launch_v3_shared", "launch_v4_multi_tensor",
+    "launch_v5_triton_multi_tensor",
     "v1_unfused", "v2_fused", "v3_shared", "v4_multi_tensor",
 ]
 
@@ -271,6 +275,16 @@ def launch_v4_multi_tensor(p: Array, g: Array, m: Array, v: Array, k: AdamScalar
     launch(v4_multi_tensor, grid_stride_blocks(p.size, THREADS), p, g, m, v, *k)
 
 
+# v5_triton_multi_tensor: v4 in Triton (gpudl.kernels.tiles.adam): one program per block of
+# 1,024 elements of the flat buffers, one launch per parameter group and step.
+@registry.variant("adam", "v5_triton_multi_tensor", bytes_per_element=BYTES_PER_PARAM,
+                  requires="triton")
+def launch_v5_triton_multi_tensor(p: Array, g: Array, m: Array, v: Array,
+                                  k: AdamScalars) -> None:
+    """One Triton launch, one program per block of the arrays."""
+    tiled.launch_adam(p, g, m, v, k)
+
+
 #: Adam variant name -> launcher(p, g, m, v, scalars) on kernel arrays, updating in place.
 VARIANTS: dict[str, Callable[[Array, Array, Array, Array, AdamScalars], None]] = (
     registry.variants("adam"))
@@ -296,7 +310,7 @@ def adam_step(p: Array, g: Array, m: Array, v: Array, *, step: int, lr: float = 
     size, in place: ``p``, ``m`` (first moment) and ``v`` (second moment) are updated, ``g``
     is read. NumPy arrays or numba device arrays (not a mix); ``VARIANTS[variant]`` runs it.
     """
-    check_choice("variant", variant, VARIANTS)
+    registry.check_variant("adam", variant, VARIANTS)
     k = adam_scalars(step, lr, betas, eps, weight_decay, decoupled, maximize)
     arrays = {"p": p, "g": g, "m": m, "v": v}
     for name, x in arrays.items():
