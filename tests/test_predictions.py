@@ -108,11 +108,22 @@ def test_the_predictions_equal_hand_derivations_from_the_datasheets():
     assert ring.values[0] == pytest.approx(2 * 1 / 2 * 2**28 / 450e9)
     bubble = {p.rows[0]: p for p in predict("pipeline", "bubble")}
     assert bubble["gpipe m=4"].values == (pytest.approx(3 / 7),) * 2  # (p-1)/(m+p-1), p = 4
-    matmul_4096 = predict("matmul", "gflops")[-1]
-    assert matmul_4096.values[0] == pytest.approx(2 * 4096**3 / 67e12)
-    # torch's row and every variant's, the Triton ones included
-    assert len(matmul_4096.rows) == 1 + len(registry.variant_records("matmul"))
-    assert "torch n=4096" in matmul_4096.rows
+    matmul = {p.quantity.format(**dict(p.fields)): p for p in predict("matmul", "gflops")}
+    fp32_4096, fp16_4096 = matmul["every float32 kernel, n = 4,096"], \
+        matmul["the float16 kernel, n = 4,096"]
+    assert fp32_4096.values[0] == pytest.approx(2 * 4096**3 / 67e12)  # H100 SXM FP32 peak
+    # the float16 Triton matmul on tensor cores: 989 dense FP16 TFLOP/s
+    assert fp16_4096.values[0] == pytest.approx(2 * 4096**3 / 989e12)
+    # torch's row and every variant's, each in the group of its format
+    records = registry.variant_records("matmul")
+    assert "torch n=4096" in fp32_4096.rows
+    assert sorted(fp32_4096.rows[1:] + fp16_4096.rows) == sorted(
+        f"matmul_{v} n=4096" for v in records)
+    assert fp16_4096.rows == tuple(f"matmul_{v} n=4096" for v, r in records.items()
+                                   if r.precision == "float16")
+    attention_4096 = {p.rows[0]: p for p in predict("attention", "times")}
+    half = attention_4096["attention_v4_triton_flash_float16 s=4096"]
+    assert "FP16 peak" in half.model
     assert predict("launch", "costs")[1].values == (1000.0, 1000.0)  # one launch per tensor
     # Appendix E: Chapter 3's step launches 21 kernels; a 2**24-element chunk of 8 moves 12 B
     # an element

@@ -163,13 +163,22 @@ def _memory_hierarchy() -> list[Prediction]:
 
 
 def _matmul_gflops() -> list[Prediction]:
+    from gpudl import registry
     from gpudl.kernels import matmul as matmul_kernels
 
+    records = registry.variant_records("matmul")
+    by_format = {f: [v for v in matmul_kernels.VARIANTS if records[v].precision == f]
+                 for f in ("float32", "float16")}
     out = []
     for n in matmul.GPU_SIZES:
-        rows = (f"torch n={n}", *(f"matmul_{v} n={n}" for v in matmul_kernels.VARIANTS))
-        out.append(computed("every kernel, n = {n}", 2 * n**3, "fp32", "ch02-roofline", rows,
-                             n=f"{n:,}"))
+        rows = (f"torch n={n}", *(f"matmul_{v} n={n}" for v in by_format["float32"]))
+        out.append(computed("every float32 kernel, n = {n}", 2 * n**3, "fp32", "ch02-roofline",
+                            rows, n=f"{n:,}"))
+        # the float16 Triton matmul runs on the tensor cores: the FP16 peak bounds it
+        if by_format["float16"]:
+            rows = tuple(f"matmul_{v} n={n}" for v in by_format["float16"])
+            out.append(computed("the float16 kernel, n = {n}", 2 * n**3, "fp16",
+                                "ch08-roofline", rows, n=f"{n:,}"))
     return out
 
 

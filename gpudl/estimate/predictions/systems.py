@@ -47,6 +47,8 @@ from gpudl.estimate.predictions.quantities import (
 __all__ = ["BUILDERS"]
 
 _TRAFFIC = "roofline: the longer of flops / FP32 peak and bytes requested / memory bandwidth"
+_TRAFFIC_FP16 = ("roofline: the longer of flops / FP16 peak and bytes requested / memory "
+                 "bandwidth")
 _RING = "ring all-reduce: `2 (N - 1) / N x S / B`, `B` one direction of NVLink"
 _BUS = "bus bandwidth of the ring: `B`, one direction of NVLink"
 _LINK = "`S / B`, `B` one direction of NVLink"
@@ -164,17 +166,22 @@ def _precision_rates() -> list[Prediction]:
 
 
 def _attention_times() -> list[Prediction]:
+    from gpudl import registry
     from gpudl.kernels import attention as attention_kernels
 
     heads, d = attention.GPU_HEADS, attention.HEAD_DIM
+    records = registry.variant_records("attention")
     out = []
     for s in attention.GPU_S:
         flops = attention.attention_flops(heads, s, d)
         for variant in attention_kernels.VARIANTS:
             requested = sum(attention_kernels.traffic(variant, heads, s, d).values())
             row = f"attention_{variant} s={s}"
-            out.append(timed(row, lambda gpu, r=requested, f=flops: max(
-                f / hardware.peak_flops(gpu, "fp32"), r / bandwidth(gpu)), _TRAFFIC,
+            # a float16 variant's products run on the tensor cores, at the FP16 peak
+            peak, model = (("fp16", _TRAFFIC_FP16) if records[variant].precision == "float16"
+                           else ("fp32", _TRAFFIC))
+            out.append(timed(row, lambda gpu, r=requested, f=flops, p=peak: max(
+                f / hardware.peak_flops(gpu, p), r / bandwidth(gpu)), model,
                 "ch08-bytes", (row,), kind="estimate"))
         for name, field_ in (("torch sdpa efficient fp32", "fp32"),
                              ("torch sdpa math fp32", "fp32"), ("torch sdpa flash bf16", "bf16")):
