@@ -59,7 +59,8 @@ def measured_matmul_flops(n: int, dtype: str = "float32", repeats: int = 5) -> f
     (:func:`matmul_timing`): ``2 n**3`` flops over the median time. A ceiling measured with
     the vendor's library, not a datasheet peak: it is the honest peak to hold a CPU's MFU to,
     since no datasheet gives one here."""
-    return 2 * n**3 / matmul_timing(n, dtype, repeats).median
+    timing = matmul_timing(n, dtype, repeats)  # checks n before 2 n**3 is computed
+    return 2 * n**3 / timing.median
 
 
 def _kernel_mlp_step() -> Timing:
