@@ -56,6 +56,7 @@ def layer_norm_inputs(shape, seed):
 @few
 @given(shape=st.tuples(st.integers(1, 20), st.integers(2, 300)), seed=st.integers(0, 2**32 - 1))
 @example(shape=(2, 1000), seed=3)  # a row padded from 1,000 to a block of 1,024
+@example(shape=(18, 2), seed=1)  # a row of two close values: x - mean cancels
 def test_layer_norm_in_triton_matches_torch_within_its_bound(shape, seed):
     x, w, b = layer_norm_inputs(shape, seed)
     y = ch10.layer_norm_triton(x, w, b)
@@ -65,7 +66,13 @@ def test_layer_norm_in_triton_matches_torch_within_its_bound(shape, seed):
                                          torch.from_numpy(b).double(), eps=1e-5).numpy()
     np.testing.assert_allclose(ch10.reference_layer_norm(x, w, b), ref, rtol=1e-12, atol=1e-12)
     x_hat = (ref - b) / np.where(w == 0, 1, w)
-    bound = (shape[1] + 8) * EPS32 * (np.abs(w) * (np.abs(x_hat) + 1) + np.abs(b))
+    # x - mean is exact to a few roundings of |x| and |mean|, not of |x - mean|: over
+    # sqrt(var + eps) that is (|x|_max + |mean|) / sqrt(var + eps) per rounding, large where a
+    # row's values are close (two values 0.006 apart: hundreds)
+    wide = x.astype(np.float64)
+    cond = ((np.abs(wide).max(axis=1, keepdims=True) + np.abs(wide.mean(axis=1, keepdims=True)))
+            / np.sqrt(wide.var(axis=1, keepdims=True) + 1e-5))
+    bound = (shape[1] + 8) * EPS32 * (np.abs(w) * (np.abs(x_hat) + 1 + cond) + np.abs(b))
     assert (np.abs(y - ref) <= bound).all()
 
 
