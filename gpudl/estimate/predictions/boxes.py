@@ -9,8 +9,9 @@ from functools import cache
 
 from gpudl.bench import tensorcores
 from gpudl.checks import check_choice, check_instance
-from gpudl.estimate.predictions import kernels, systems
+from gpudl.estimate.predictions.kernels import BUILDERS as KERNEL_BUILDERS
 from gpudl.estimate.predictions.quantities import GPUS, Prediction, shown
+from gpudl.estimate.predictions.systems import BUILDERS as SYSTEM_BUILDERS
 from gpudl.estimate.published import PUBLISHED, Published
 
 __all__ = ["BOXES", "expected", "measured_value", "predict", "published", "reference_gpu"]
@@ -21,8 +22,8 @@ _FIELD_SI = {"median_s": 1.0, "min_s": 1.0, "time_s": 1.0, "makespan_s": 1.0, "g
 
 #: Every box that has predictions, as ``(topic, view)`` (``view`` ``None`` for a box with no
 #: benchmark): the book's boxes, each of which shows its predictions.
-BOXES: tuple[tuple[str, str | None], ...] = (*kernels.BUILDERS, *systems.BUILDERS)
-_BUILDERS = kernels.BUILDERS | systems.BUILDERS
+BOXES: tuple[tuple[str, str | None], ...] = (*KERNEL_BUILDERS, *SYSTEM_BUILDERS)
+_BUILDERS = KERNEL_BUILDERS | SYSTEM_BUILDERS
 
 
 def _check_box(topic: object, view: object) -> tuple[str, str | None]:
